@@ -1,0 +1,59 @@
+import Fastify, { type FastifyInstance } from "fastify";
+import type { Config } from "./config.ts";
+import { compileSchema } from "./contract/validation.ts";
+import { type Clock, systemClock } from "./gateway/clock.ts";
+import { DecisionPipeline } from "./gateway/decision-pipeline.ts";
+import { installErrorHandling } from "./http/error-handler.ts";
+import { installJsonBodyParser } from "./http/json-body-parser.ts";
+import { installOpenApi } from "./http/openapi.ts";
+import { installRequestContext, newRequestId } from "./http/request-context.ts";
+import { decisionRoutes } from "./http/routes/decisions.ts";
+import { modelRoutes } from "./http/routes/models.ts";
+import { serviceConfigRoutes } from "./http/routes/service-config.ts";
+import type { ModelService } from "./models/model-service.ts";
+import { ModelRegistry } from "./models/registry.ts";
+import type { Store } from "./store/store.ts";
+
+export interface AppDeps {
+  store: Store;
+  /** null: no model service configured (503 on the model endpoints). */
+  modelService: ModelService | null;
+  clock?: Clock;
+  /** pino options or false; defaults to JSON logs at config.logLevel. */
+  logger?: boolean | Record<string, unknown>;
+}
+
+export const SERVICE_VERSION = "0.1.0";
+
+/** Composition root: no I/O here beyond what the deps already hold. */
+export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyInstance> {
+  const clock = deps.clock ?? systemClock;
+  const app = Fastify({
+    logger: deps.logger ?? {
+      level: config.logLevel,
+      redact: { paths: ["req.headers.authorization", "req.headers.cookie"], censor: "[redacted]" },
+    },
+    genReqId: newRequestId,
+    return503OnClosing: true,
+    forceCloseConnections: "idle",
+  });
+
+  app.setValidatorCompiler(({ schema }) => compileSchema(schema as never));
+  app.setSerializerCompiler(() => (data) => JSON.stringify(data));
+  installRequestContext(app);
+  installJsonBodyParser(app);
+  installErrorHandling(app);
+  installOpenApi(app, {
+    title: "Typed Decision Service",
+    version: SERVICE_VERSION,
+    description: "System One typed decisions (contract 1.0.0) behind organizations, API keys, quotas and credits.",
+  });
+
+  const registry = new ModelRegistry(config, deps.modelService, () => clock.nowMs());
+  const pipeline = new DecisionPipeline({ store: deps.store, registry, clock, config });
+
+  decisionRoutes(app, { store: deps.store, pipeline, maxRequestBytes: config.limits.maxRequestBytes });
+  modelRoutes(app, { store: deps.store, registry });
+  serviceConfigRoutes(app, config);
+  return app;
+}

@@ -1,0 +1,245 @@
+import { parseArgs } from "node:util";
+import type { Store } from "../store/store.ts";
+import { CliError, UsageError, type Command, type CommandGroup, type CommandInput, type OptionSpec } from "./command.ts";
+import { keyCommands } from "./key-commands.ts";
+import { orgCommands } from "./org-commands.ts";
+import { createOutput, quoted, type TextSink } from "./output.ts";
+
+/** Every command group, in help order. A new group (credits, usage, …) is a new file and one line here. */
+export const COMMAND_GROUPS: CommandGroup[] = [orgCommands, keyCommands];
+
+const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
+  json: { type: "boolean", description: "Print one JSON document on stdout (lists are arrays, times ISO-8601)" },
+  database: {
+    type: "string",
+    valueName: "URL",
+    description: "Database URL; default: TDS_DATABASE_URL, then the TDS_CONFIG file, then sqlite:./data/tds.sqlite",
+  },
+  help: { type: "boolean", short: "h", description: "Show help" },
+};
+
+export interface CliIo {
+  stdout: TextSink;
+  stderr: TextSink;
+  env: Record<string, string | undefined>;
+  /** For tests; defaults to Date.now. */
+  nowMs?: () => number;
+}
+
+function synopsis(group: CommandGroup, command: Command): string {
+  const args = command.synopsis ?? command.positionals.join(" ");
+  return `tds ${group.name} ${command.name}${args ? ` ${args}` : ""}`;
+}
+
+function optionLines(options: Record<string, OptionSpec>): string[] {
+  const rows = Object.entries(options).map(([name, o]) => {
+    const flag = `${o.short ? `-${o.short}, ` : "    "}--${name}${o.valueName ? ` ${o.valueName}` : ""}`;
+    return [flag, o.description] as const;
+  });
+  const width = Math.max(...rows.map(([flag]) => flag.length));
+  return rows.map(([flag, description]) => `  ${flag.padEnd(width)}  ${description}`);
+}
+
+function commandTable(groups: CommandGroup[]): string[] {
+  const rows = groups.flatMap((g) => g.commands.map((c) => [synopsis(g, c), c.summary] as const));
+  const width = Math.max(...rows.map(([s]) => s.length));
+  return rows.map(([s, summary]) => `  ${s.padEnd(width)}  ${summary}`);
+}
+
+const FOOTER = [
+  "ORG is an organization id (org_...) or its unique name.",
+  "The database is the server's (TDS_DATABASE_URL); pending migrations are applied when it is opened.",
+  "Exit codes: 0 success, 1 error (such as an unknown organization or key), 2 bad usage.",
+];
+
+export function usageText(): string {
+  return [
+    "Usage: tds <group> <command> [arguments] [options]",
+    "",
+    "Administer the Typed Decision Service: organizations and API keys.",
+    "",
+    "Commands:",
+    ...commandTable(COMMAND_GROUPS),
+    "",
+    "Options (every command):",
+    ...optionLines(GLOBAL_OPTIONS),
+    "",
+    ...FOOTER,
+    "Help for one group or command: tds help <group> [command], or tds <group> [command] --help",
+    "",
+  ].join("\n");
+}
+
+export function groupUsageText(group: CommandGroup): string {
+  return [
+    `Usage: tds ${group.name} <command> [arguments] [options]`,
+    "",
+    `${group.summary}.`,
+    "",
+    "Commands:",
+    ...commandTable([group]),
+    "",
+    "Options (every command):",
+    ...optionLines(GLOBAL_OPTIONS),
+    "",
+    ...FOOTER,
+    "",
+  ].join("\n");
+}
+
+export function commandUsageText(group: CommandGroup, command: Command): string {
+  return [
+    `Usage: ${synopsis(group, command)} [options]`,
+    "",
+    `${command.summary}.`,
+    "",
+    "Options:",
+    ...optionLines({ ...(command.options ?? {}), ...GLOBAL_OPTIONS }),
+    "",
+    ...FOOTER,
+    "",
+  ].join("\n");
+}
+
+/**
+ * Splits `[global options] GROUP COMMAND [rest]`: the first two words that are not a global option
+ * (or the value of --database) name the group and the command.
+ */
+function splitWords(argv: string[]): { words: string[]; rest: string[] } {
+  const words: string[] = [];
+  const rest: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (words.length === 2 || arg === "--") {
+      rest.push(...argv.slice(i));
+      break;
+    }
+    if (arg.startsWith("-") && arg !== "-") {
+      rest.push(arg);
+      if (arg === "--database" && i + 1 < argv.length) rest.push(argv[++i]!);
+    } else {
+      words.push(arg);
+    }
+  }
+  return { words, rest };
+}
+
+function parseCommandArgs(command: Command, args: string[]): { input: CommandInput; json: boolean; database?: string; help: boolean } {
+  const options = { ...(command.options ?? {}), ...GLOBAL_OPTIONS };
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args,
+      options: Object.fromEntries(Object.entries(options).map(([name, o]) => [name, { type: o.type, ...(o.short ? { short: o.short } : {}) }])),
+      allowPositionals: true,
+      strict: true,
+    });
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+  const values = parsed.values as Record<string, string | boolean | undefined>;
+  const database = typeof values.database === "string" ? values.database : undefined;
+  return {
+    input: { positionals: parsed.positionals, options: values },
+    json: values.json === true,
+    ...(database === undefined ? {} : { database }),
+    help: values.help === true,
+  };
+}
+
+/** Runs one `tds` invocation and returns its exit code. Never calls process.exit. */
+export async function runCli(argv: string[], io: CliIo): Promise<number> {
+  const print = (sink: TextSink, text: string) => sink.write(text.endsWith("\n") ? text : `${text}\n`);
+  const { words, rest } = splitWords(argv);
+  const wantsHelp = rest.includes("--help") || rest.includes("-h");
+
+  // tds help [group [command]]
+  if (words[0] === "help") {
+    const group = COMMAND_GROUPS.find((g) => g.name === words[1]);
+    const command = group?.commands.find((c) => c.name === rest.find((a) => !a.startsWith("-")));
+    if (words[1] !== undefined && !group) {
+      print(io.stderr, `tds: unknown command group ${quoted(words[1])}\n\n${usageText()}`);
+      return 2;
+    }
+    print(io.stdout, group ? (command ? commandUsageText(group, command) : groupUsageText(group)) : usageText());
+    return 0;
+  }
+  if (words.length === 0) {
+    if (wantsHelp) {
+      print(io.stdout, usageText());
+      return 0;
+    }
+    print(io.stderr, usageText());
+    return 2;
+  }
+
+  const group = COMMAND_GROUPS.find((g) => g.name === words[0]);
+  if (!group) {
+    print(io.stderr, `tds: unknown command group ${quoted(words[0]!)}\n\n${usageText()}`);
+    return 2;
+  }
+  if (words.length === 1) {
+    if (wantsHelp) {
+      print(io.stdout, groupUsageText(group));
+      return 0;
+    }
+    print(io.stderr, `tds: missing command after "tds ${group.name}"\n\n${groupUsageText(group)}`);
+    return 2;
+  }
+  const command = group.commands.find((c) => c.name === words[1]);
+  if (!command) {
+    print(io.stderr, `tds: unknown command ${quoted(`tds ${group.name} ${words[1]}`)}\n\n${groupUsageText(group)}`);
+    return 2;
+  }
+
+  let store: Store | null = null;
+  try {
+    const parsed = parseCommandArgs(command, rest);
+    if (parsed.help) {
+      print(io.stdout, commandUsageText(group, command));
+      return 0;
+    }
+    const given = parsed.input.positionals;
+    if (given.length !== command.positionals.length) {
+      const expected = command.positionals.length === 0 ? "no arguments" : command.positionals.join(" ");
+      throw new UsageError(`"tds ${group.name} ${command.name}" takes ${expected}, got ${given.length === 0 ? "none" : given.map((g) => JSON.stringify(g)).join(" ")}`);
+    }
+    if (parsed.database !== undefined && parsed.database.trim() === "") throw new UsageError("--database needs a database URL");
+    const out = createOutput(io.stdout, io.stderr, parsed.json);
+    await command.run(
+      {
+        out,
+        nowMs: io.nowMs ?? Date.now,
+        store: async () => {
+          if (store) return store;
+          // Loaded on first use, so help and usage errors stay fast (config compiles its schema at import).
+          const { ConfigError, loadConfig } = await import("../config.ts");
+          const { openStore } = await import("../store/open-store.ts");
+          let url = parsed.database;
+          if (url === undefined) {
+            try {
+              url = loadConfig(io.env).databaseUrl;
+            } catch (err) {
+              if (err instanceof ConfigError) throw new CliError(`${err.message}\n(or pass --database URL)`);
+              throw err;
+            }
+          }
+          store = await openStore(url);
+          return store;
+        },
+      },
+      parsed.input,
+    );
+    return 0;
+  } catch (err) {
+    if (err instanceof UsageError) {
+      print(io.stderr, `tds: ${err.message}\n\n${commandUsageText(group, command)}`);
+      return 2;
+    }
+    print(io.stderr, `tds: ${(err as Error).message ?? String(err)}`);
+    if (!(err instanceof CliError) && io.env.TDS_DEBUG) print(io.stderr, (err as Error).stack ?? "");
+    return 1;
+  } finally {
+    if (store) await (store as Store).close();
+  }
+}

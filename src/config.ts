@@ -1,0 +1,203 @@
+import { readFileSync } from "node:fs";
+import { ConfigFile } from "./contract/config.ts";
+import { compileSchema, toFieldErrors } from "./contract/validation.ts";
+import type { ModelContext } from "./contract/models.ts";
+import type { ServiceMode } from "./contract/decision.ts";
+import { formatUsd, parseUsd } from "./gateway/money.ts";
+
+export const DEFAULT_DATABASE_URL = "sqlite:./data/tds.sqlite";
+
+export interface ConfiguredModel {
+  /** Public name, as listed by GET /v1/models. */
+  name: string;
+  /** Name sent to the model service. */
+  upstreamName: string;
+  aliases: string[];
+  context?: ModelContext;
+  /** Normalised decimal USD strings; undefined = the default price. */
+  pricePerMillionInputUsd?: string;
+  pricePerMillionOutputUsd?: string;
+}
+
+export interface Limits {
+  maxRequestBytes: number;
+  maxQuestions: number;
+  requestsPerMinute: number;
+  previewRequestLimit: number;
+  previewGlobalRequestLimit: number;
+  reserveTokens: number;
+}
+
+export interface Config {
+  host: string;
+  port: number;
+  databaseUrl: string;
+  serviceMode: ServiceMode;
+  modelService: { url: string; apiKey?: string } | null;
+  defaultModel: string | null;
+  /** Alias → public or alias name. `jev-latest` → the default model unless configured otherwise. */
+  aliases: Record<string, string>;
+  /** Empty: the model service's own list is offered. */
+  models: ConfiguredModel[];
+  pricing: { pricePerMillionInputUsd: string; pricePerMillionOutputUsd: string | null };
+  limits: Limits;
+  modelTimeoutMs: number;
+  reservationTtlSeconds: number;
+  bootstrap: boolean;
+  logLevel: string;
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`Invalid configuration:\n  - ${problems.join("\n  - ")}`);
+    this.name = "ConfigError";
+  }
+}
+
+export const DEFAULT_LIMITS: Limits = {
+  maxRequestBytes: 1_048_576,
+  maxQuestions: 32,
+  requestsPerMinute: 60,
+  previewRequestLimit: 1000,
+  previewGlobalRequestLimit: 100_000,
+  reserveTokens: 32_768,
+};
+
+type Env = Record<string, string | undefined>;
+const validateFile = compileSchema<ConfigFile>(ConfigFile);
+
+function readConfigFile(path: string, problems: string[]): ConfigFile {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(readFileSync(path, "utf8"));
+  } catch (err) {
+    problems.push(`TDS_CONFIG: cannot read ${path} as JSON (${(err as Error).message})`);
+    return {};
+  }
+  if (!validateFile(parsed)) {
+    for (const e of toFieldErrors(validateFile.errors ?? [])) problems.push(`TDS_CONFIG ${path}: ${e.field} ${e.message}`);
+    return {};
+  }
+  return parsed;
+}
+
+function envInt(env: Env, name: string, min: number, max: number, problems: string[]): number | undefined {
+  const raw = env[name];
+  if (raw === undefined || raw.trim() === "") return undefined;
+  const text = raw.trim();
+  const value = Number(text);
+  if (!/^[0-9]+$/.test(text) || !Number.isSafeInteger(value) || value < min || value > max) {
+    problems.push(`${name} must be a whole number from ${min} to ${max} (got ${JSON.stringify(raw)})`);
+    return undefined;
+  }
+  return value;
+}
+
+function envString(env: Env, name: string): string | undefined {
+  const raw = env[name]?.trim();
+  return raw ? raw : undefined;
+}
+
+function normalisePrice(label: string, text: string | undefined, problems: string[]): string | undefined {
+  if (text === undefined) return undefined;
+  const micro = parseUsd(text);
+  if (micro === null) {
+    problems.push(`${label} must be a decimal USD amount with at most 6 decimal places, such as "0.50" (got ${JSON.stringify(text)})`);
+    return undefined;
+  }
+  return formatUsd(micro);
+}
+
+function parseAliases(text: string, problems: string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const pair of text.split(",").map((s) => s.trim()).filter(Boolean)) {
+    const [alias, target, ...rest] = pair.split("=").map((s) => s.trim());
+    if (!alias || !target || rest.length > 0) problems.push(`TDS_MODEL_ALIASES: "${pair}" is not of the form alias=model`);
+    else out[alias] = target;
+  }
+  return out;
+}
+
+/** Reads the configuration file (TDS_CONFIG) and the environment, which wins; throws ConfigError listing every problem. */
+export function loadConfig(env: Env = process.env): Config {
+  const problems: string[] = [];
+  const configPath = envString(env, "TDS_CONFIG");
+  const file: ConfigFile = configPath ? readConfigFile(configPath, problems) : {};
+  const fileLimits = file.limits ?? {};
+
+  const mode = envString(env, "TDS_SERVICE_MODE") ?? file.service_mode ?? "preview";
+  if (mode !== "preview" && mode !== "paid") problems.push(`TDS_SERVICE_MODE must be "preview" or "paid" (got ${JSON.stringify(mode)})`);
+
+  const serviceUrl = envString(env, "TDS_MODEL_SERVICE_URL") ?? file.model_service?.url;
+  if (serviceUrl !== undefined) {
+    try {
+      const u = new URL(serviceUrl);
+      if (u.protocol !== "http:" && u.protocol !== "https:") throw new Error("not http(s)");
+    } catch {
+      problems.push(`TDS_MODEL_SERVICE_URL must be an http(s) URL such as http://127.0.0.1:11434 (got ${JSON.stringify(serviceUrl)})`);
+    }
+  }
+  const serviceKey = envString(env, "TDS_MODEL_SERVICE_KEY") ?? file.model_service?.api_key;
+
+  const limits: Limits = {
+    maxRequestBytes: envInt(env, "TDS_MAX_REQUEST_BYTES", 64, 64 * 1024 * 1024, problems) ?? fileLimits.max_request_bytes ?? DEFAULT_LIMITS.maxRequestBytes,
+    maxQuestions: envInt(env, "TDS_MAX_QUESTIONS", 1, 32, problems) ?? fileLimits.max_questions ?? DEFAULT_LIMITS.maxQuestions,
+    requestsPerMinute: envInt(env, "TDS_REQUESTS_PER_MINUTE", 1, 1_000_000, problems) ?? fileLimits.requests_per_minute ?? DEFAULT_LIMITS.requestsPerMinute,
+    previewRequestLimit: envInt(env, "TDS_PREVIEW_REQUEST_LIMIT", 0, 1_000_000_000, problems) ?? fileLimits.preview_request_limit ?? DEFAULT_LIMITS.previewRequestLimit,
+    previewGlobalRequestLimit: envInt(env, "TDS_PREVIEW_GLOBAL_REQUEST_LIMIT", 0, 1_000_000_000, problems) ?? fileLimits.preview_global_request_limit ?? DEFAULT_LIMITS.previewGlobalRequestLimit,
+    reserveTokens: envInt(env, "TDS_RESERVE_TOKENS", 1, 100_000_000, problems) ?? fileLimits.reserve_tokens ?? DEFAULT_LIMITS.reserveTokens,
+  };
+
+  const inputPrice =
+    normalisePrice("TDS_PRICE_PER_MILLION_INPUT_USD", envString(env, "TDS_PRICE_PER_MILLION_INPUT_USD") ?? file.pricing?.price_per_million_input_usd, problems) ?? "0.5";
+  const outputPrice =
+    normalisePrice("TDS_PRICE_PER_MILLION_OUTPUT_USD", envString(env, "TDS_PRICE_PER_MILLION_OUTPUT_USD") ?? file.pricing?.price_per_million_output_usd, problems) ?? null;
+
+  const models: ConfiguredModel[] = (file.models ?? []).map((m) => ({
+    name: m.name,
+    upstreamName: m.upstream_name ?? m.name,
+    aliases: m.aliases ?? [],
+    ...(m.context ? { context: m.context } : {}),
+    ...(m.price_per_million_input_usd ? { pricePerMillionInputUsd: formatUsd(parseUsd(m.price_per_million_input_usd)!) } : {}),
+    ...(m.price_per_million_output_usd ? { pricePerMillionOutputUsd: formatUsd(parseUsd(m.price_per_million_output_usd)!) } : {}),
+  }));
+  const names = new Set<string>();
+  for (const m of models) {
+    for (const n of [m.name, ...m.aliases]) {
+      if (names.has(n)) problems.push(`models: the name or alias "${n}" is used twice`);
+      names.add(n);
+    }
+  }
+
+  const defaultModel = envString(env, "TDS_DEFAULT_MODEL") ?? file.default_model ?? models[0]?.name ?? null;
+  const aliases = { ...(file.aliases ?? {}), ...parseAliases(env.TDS_MODEL_ALIASES ?? "", problems) };
+
+  const bootstrapText = envString(env, "TDS_BOOTSTRAP");
+  if (bootstrapText !== undefined && !["true", "false", "1", "0"].includes(bootstrapText)) {
+    problems.push(`TDS_BOOTSTRAP must be true or false (got ${JSON.stringify(bootstrapText)})`);
+  }
+
+  const config: Config = {
+    host: envString(env, "HOST") ?? file.host ?? "127.0.0.1",
+    port: envInt(env, "PORT", 0, 65535, problems) ?? file.port ?? 8080,
+    databaseUrl: envString(env, "TDS_DATABASE_URL") ?? file.database_url ?? DEFAULT_DATABASE_URL,
+    serviceMode: mode === "paid" ? "paid" : "preview",
+    modelService: serviceUrl === undefined ? null : { url: serviceUrl.replace(/\/+$/, ""), ...(serviceKey ? { apiKey: serviceKey } : {}) },
+    defaultModel,
+    aliases,
+    models,
+    pricing: { pricePerMillionInputUsd: inputPrice, pricePerMillionOutputUsd: outputPrice },
+    limits,
+    modelTimeoutMs: envInt(env, "TDS_MODEL_TIMEOUT_MS", 1, 3_600_000, problems) ?? file.model_timeout_ms ?? 30_000,
+    reservationTtlSeconds: envInt(env, "TDS_RESERVATION_TTL_SECONDS", 1, 86_400, problems) ?? file.reservation_ttl_seconds ?? 120,
+    bootstrap: bootstrapText === undefined ? (file.bootstrap ?? true) : bootstrapText === "true" || bootstrapText === "1",
+    logLevel: envString(env, "LOG_LEVEL") ?? file.log_level ?? "info",
+  };
+  if (config.modelTimeoutMs >= config.reservationTtlSeconds * 1000) {
+    problems.push(
+      `TDS_MODEL_TIMEOUT_MS (${config.modelTimeoutMs}) must be shorter than TDS_RESERVATION_TTL_SECONDS (${config.reservationTtlSeconds} s), so a model call ends before its reservation expires`,
+    );
+  }
+  if (problems.length > 0) throw new ConfigError(problems);
+  return config;
+}

@@ -1,0 +1,115 @@
+import { Type, type Static } from "@sinclair/typebox";
+import { ModelContext } from "./models.ts";
+import { ServiceMode } from "./decision.ts";
+
+const DecimalUsd = Type.String({ pattern: "^(0|[1-9][0-9]{0,8})(\\.[0-9]{1,6})?$", description: "Decimal USD" });
+const PositiveInt = Type.Integer({ minimum: 1 });
+
+/** The optional JSON configuration file named by TDS_CONFIG. Environment variables override it. */
+export const ConfigFile = Type.Object(
+  {
+    host: Type.Optional(Type.String({ minLength: 1 })),
+    port: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535 })),
+    database_url: Type.Optional(Type.String({ minLength: 1 })),
+    service_mode: Type.Optional(ServiceMode),
+    model_service: Type.Optional(
+      Type.Object(
+        { url: Type.String({ minLength: 1 }), api_key: Type.Optional(Type.String()) },
+        { additionalProperties: false },
+      ),
+    ),
+    default_model: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    aliases: Type.Optional(Type.Record(Type.String(), Type.String({ minLength: 1 }))),
+    models: Type.Optional(
+      Type.Array(
+        Type.Object(
+          {
+            name: Type.String({ minLength: 1, maxLength: 100 }),
+            upstream_name: Type.Optional(Type.String({ minLength: 1 })),
+            aliases: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 100 }))),
+            context: Type.Optional(ModelContext),
+            price_per_million_input_usd: Type.Optional(DecimalUsd),
+            price_per_million_output_usd: Type.Optional(DecimalUsd),
+          },
+          { additionalProperties: false },
+        ),
+      ),
+    ),
+    pricing: Type.Optional(
+      Type.Object(
+        {
+          price_per_million_input_usd: Type.Optional(DecimalUsd),
+          price_per_million_output_usd: Type.Optional(DecimalUsd),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+    limits: Type.Optional(
+      Type.Object(
+        {
+          max_request_bytes: Type.Optional(PositiveInt),
+          max_questions: Type.Optional(Type.Integer({ minimum: 1, maximum: 32 })),
+          requests_per_minute: Type.Optional(PositiveInt),
+          preview_request_limit: Type.Optional(Type.Integer({ minimum: 0 })),
+          preview_global_request_limit: Type.Optional(Type.Integer({ minimum: 0 })),
+          reserve_tokens: Type.Optional(PositiveInt),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+    model_timeout_ms: Type.Optional(PositiveInt),
+    reservation_ttl_seconds: Type.Optional(PositiveInt),
+    bootstrap: Type.Optional(Type.Boolean()),
+    log_level: Type.Optional(
+      Type.Union(["fatal", "error", "warn", "info", "debug", "trace", "silent"].map((l) => Type.Literal(l))),
+    ),
+  },
+  { additionalProperties: false, title: "ConfigFile" },
+);
+export type ConfigFile = Static<typeof ConfigFile>;
+
+/** Body of GET /api/config: mode, pricing and every configurable limit by the spec's names. */
+export const ServiceConfigResponse = Type.Object(
+  {
+    contract_version: Type.Literal("1.0.0"),
+    service_mode: ServiceMode,
+    default_model: Type.Union([Type.String(), Type.Null()]),
+    pricing: Type.Object(
+      {
+        currency: Type.Literal("USD"),
+        price_per_million_input_usd: Type.Union([Type.String(), Type.Null()], {
+          description: "Default input price; null in preview (free)",
+        }),
+        price_per_million_output_usd: Type.Union([Type.String(), Type.Null()], {
+          description: "Default output price; null when output is not billed or in preview",
+        }),
+        models: Type.Array(
+          Type.Object(
+            {
+              name: Type.String(),
+              price_per_million_input_usd: Type.Union([Type.String(), Type.Null()]),
+              price_per_million_output_usd: Type.Union([Type.String(), Type.Null()]),
+            },
+            { additionalProperties: false },
+          ),
+          { description: "Models whose price differs from the default" },
+        ),
+      },
+      { additionalProperties: false },
+    ),
+    limits: Type.Object(
+      {
+        max_request_bytes: Type.Integer(),
+        max_questions: Type.Integer(),
+        requests_per_minute: Type.Integer(),
+        preview_request_limit: Type.Integer(),
+        preview_global_request_limit: Type.Integer(),
+        reserve_tokens: Type.Integer(),
+        max_input_tokens: Type.Integer({ description: "Same setting as reserve_tokens" }),
+      },
+      { additionalProperties: false },
+    ),
+  },
+  { additionalProperties: false, title: "ServiceConfig" },
+);
+export type ServiceConfigResponse = Static<typeof ServiceConfigResponse>;

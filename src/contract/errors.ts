@@ -1,0 +1,20 @@
+import { Type, type Static } from "@sinclair/typebox";
+
+export const FieldError = Type.Object(
+  {
+    field: Type.String({ description: "Path into the request body, e.g. questions.q1.criteria" }),
+    message: Type.String(),
+  },
+  { additionalProperties: false },
+);
+
+export const ErrorResponse = Type.Object(
+  {
+    detail: Type.String(),
+    errors: Type.Optional(Type.Array(FieldError, { description: "Field-level validation errors (at most 50)" })),
+  },
+  { additionalProperties: false, title: "ErrorResponse" },
+);
+
+export type FieldError = Static<typeof FieldError>;
+export type ErrorResponse = Static<typeof ErrorResponse>;

@@ -1,0 +1,52 @@
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+
+const KEY_PREFIX = "tds_";
+const ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789";
+const KEY_ID_LENGTH = 12;
+const SECRET_BYTES = 32;
+const RAW_KEY_PATTERN = /^tds_([a-z0-9]{12})_([A-Za-z0-9_-]{43})$/;
+
+/** A random id of [a-z0-9], with rejection sampling so every character is uniform. */
+export function randomId(length: number): string {
+  let out = "";
+  while (out.length < length) {
+    for (const byte of randomBytes(length * 2)) {
+      if (byte < 252 && out.length < length) out += ID_ALPHABET[byte % 36];
+    }
+  }
+  return out;
+}
+
+export function newOrganizationId(): string {
+  return `org_${randomId(12)}`;
+}
+
+export interface NewApiKey {
+  id: string;
+  /** Shown once to the user; never stored or logged. */
+  raw: string;
+  hash: string;
+}
+
+/** `tds_<12-char key id>_<43-char base64url secret>`: 256 bits of entropy, recognisable by its prefix. */
+export function generateApiKey(): NewApiKey {
+  const id = randomId(KEY_ID_LENGTH);
+  const raw = `${KEY_PREFIX}${id}_${randomBytes(SECRET_BYTES).toString("base64url")}`;
+  return { id, raw, hash: hashApiKey(raw) };
+}
+
+export function hashApiKey(raw: string): string {
+  return createHash("sha256").update(raw, "utf8").digest("hex");
+}
+
+/** The key id embedded in a raw key, or null when the text is not shaped like one of our keys. */
+export function keyIdOf(raw: string): string | null {
+  return RAW_KEY_PATTERN.exec(raw)?.[1] ?? null;
+}
+
+/** Constant-time comparison of a presented raw key with a stored hash. */
+export function apiKeyMatches(raw: string, storedHash: string): boolean {
+  const presented = Buffer.from(hashApiKey(raw), "hex");
+  const stored = Buffer.from(storedHash, "hex");
+  return stored.length === presented.length && timingSafeEqual(presented, stored);
+}

@@ -1,0 +1,43 @@
+import type { FastifyReply, FastifyRequest } from "fastify";
+import { apiKeyMatches, keyIdOf } from "../gateway/api-keys.ts";
+import type { Organization, Store } from "../store/store.ts";
+import { sendError } from "./error-handler.ts";
+
+export interface AuthContext {
+  org: Organization;
+  keyId: string;
+}
+
+declare module "fastify" {
+  interface FastifyRequest {
+    auth: AuthContext | null;
+  }
+}
+
+const BEARER = /^Bearer[ \t]+(\S+)[ \t]*$/i;
+
+/**
+ * onRequest hook: Bearer key → organization, before the body is read. The key id embedded in the
+ * key finds the record; the hash is compared in constant time. Unknown ids and wrong secrets get
+ * the same answer.
+ */
+export function authenticate(store: Store, options: { rejectPaused: boolean }) {
+  return async function authHook(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+    const header = request.headers.authorization;
+    if (!header) return void sendError(reply, "missing_api_key");
+    const raw = BEARER.exec(header)?.[1];
+    if (!raw) return void sendError(reply, "missing_api_key", { detail: "Authorization header must be of the form: Bearer <API_KEY>." });
+    const keyId = keyIdOf(raw);
+    const found = keyId ? await store.findApiKey(keyId) : null;
+    if (!found || !apiKeyMatches(raw, found.key.hash)) return void sendError(reply, "invalid_api_key");
+    if (found.key.revokedAtMs !== null) return void sendError(reply, "revoked_api_key");
+    if (options.rejectPaused && found.org.paused) return void sendError(reply, "org_paused");
+    request.auth = { org: found.org, keyId: found.key.id };
+  };
+}
+
+/** The authenticated context of a route that ran the auth hook. */
+export function authOf(request: FastifyRequest): AuthContext {
+  if (!request.auth) throw new Error("route is missing the auth hook");
+  return request.auth;
+}

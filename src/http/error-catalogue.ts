@@ -1,0 +1,54 @@
+import type { GatewayErrorCode } from "../gateway/errors.ts";
+
+/** Every error the API returns: code → HTTP status and the standard `detail` text. */
+export const ERROR_CATALOGUE: Record<GatewayErrorCode | HttpErrorCode, { status: number; detail: string }> = {
+  missing_api_key: { status: 401, detail: "Missing API key: send the header Authorization: Bearer <API_KEY>." },
+  invalid_api_key: { status: 401, detail: "Invalid API key." },
+  revoked_api_key: { status: 401, detail: "This API key has been revoked." },
+  org_paused: { status: 403, detail: "Requests of this organization are paused pending billing review." },
+  insufficient_credits: { status: 402, detail: "Available credits cannot cover the token reservation for this request." },
+  reservation_expired: {
+    status: 409,
+    detail: "The request's credit reservation expired before it could be settled; nothing was charged. Check Usage by request_id before retrying.",
+  },
+  idempotency_in_progress: {
+    status: 409,
+    detail: "A request with this Idempotency-Key is still being processed; wait for it to finish, then retry to get its stored response.",
+  },
+  idempotency_key_reused: { status: 422, detail: "This Idempotency-Key was already used with a different request body." },
+  body_too_large: { status: 413, detail: "Request body exceeds max_request_bytes." },
+  invalid_json: { status: 422, detail: "Request body is not valid JSON." },
+  invalid_utf8: { status: 422, detail: "Request body is not valid UTF-8." },
+  unsupported_media_type: { status: 422, detail: "Content-Type must be application/json." },
+  invalid_body: { status: 422, detail: "Request body does not match the contract." },
+  invalid_query: { status: 422, detail: "Query parameters are invalid." },
+  unknown_model: { status: 422, detail: "Unknown model." },
+  context_rejected: { status: 422, detail: "The model rejected the request's context." },
+  rate_limited: { status: 429, detail: "Per-minute request limit of the organization reached." },
+  preview_quota_org: { status: 429, detail: "Daily preview request limit of the organization reached; it resets at 00:00 UTC." },
+  preview_quota_global: { status: 429, detail: "Daily preview capacity of the service reached; it resets at 00:00 UTC." },
+  model_unavailable: { status: 502, detail: "The model service is unavailable; no credits were charged." },
+  model_timeout: { status: 502, detail: "The model service timed out; no credits were charged." },
+  model_invalid_response: { status: 502, detail: "The model service returned an invalid response; no credits were charged." },
+  model_not_configured: { status: 503, detail: "No model service is configured." },
+  storage_unavailable: { status: 503, detail: "Storage is temporarily unavailable; retry later." },
+  not_found: { status: 404, detail: "Not found." },
+  route_not_found: { status: 404, detail: "No such endpoint." },
+  method_not_allowed: { status: 405, detail: "Method not allowed." },
+  internal: { status: 500, detail: "Internal error." },
+};
+
+export type HttpErrorCode =
+  | "missing_api_key"
+  | "invalid_api_key"
+  | "revoked_api_key"
+  | "body_too_large"
+  | "invalid_json"
+  | "invalid_utf8"
+  | "unsupported_media_type"
+  | "invalid_query"
+  | "route_not_found"
+  | "method_not_allowed"
+  | "internal";
+
+export type ErrorCode = keyof typeof ERROR_CATALOGUE;

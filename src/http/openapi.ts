@@ -1,0 +1,100 @@
+import type { FastifyInstance, RouteOptions } from "fastify";
+
+interface RouteDoc {
+  method: string;
+  url: string;
+  schema: Record<string, unknown>;
+}
+
+const STATUS_TEXT: Record<string, string> = {
+  "200": "Success",
+  "401": "Missing, invalid or revoked API key",
+  "402": "Credits cannot cover the reservation (paid mode)",
+  "403": "Organization paused pending billing review",
+  "404": "Not found in this organization",
+  "409": "Reservation expired, or the same Idempotency-Key is still running",
+  "413": "Body over max_request_bytes",
+  "422": "Invalid body or query, unknown model, or context rejected",
+  "429": "Rate limit or daily preview quota reached",
+  "502": "Model unavailable, timed out or invalid; nothing charged",
+  "503": "Model service not configured, or storage unavailable",
+};
+
+function toOpenApiPath(url: string): string {
+  return url.replace(/:([A-Za-z0-9_]+)/g, "{$1}");
+}
+
+function parameters(schema: Record<string, unknown>): unknown[] {
+  const out: unknown[] = [];
+  for (const [where, key] of [["query", "querystring"], ["path", "params"]] as const) {
+    const s = schema[key] as { properties?: Record<string, unknown>; required?: string[] } | undefined;
+    for (const [name, prop] of Object.entries(s?.properties ?? {})) {
+      out.push({ name, in: where, required: where === "path" || (s?.required ?? []).includes(name), schema: prop });
+    }
+  }
+  return out;
+}
+
+/**
+ * Collects every route's TypeBox schemas (the same objects that validate requests) into an
+ * OpenAPI 3.1 document served at GET /openapi.json. Call before the routes are registered.
+ */
+export function installOpenApi(app: FastifyInstance, info: { title: string; version: string; description: string }): void {
+  const routes: RouteDoc[] = [];
+  app.addHook("onRoute", (route: RouteOptions) => {
+    if (!route.schema || (route.schema as { hide?: boolean }).hide) return;
+    const methods = Array.isArray(route.method) ? route.method : [route.method];
+    for (const method of methods) {
+      if (method === "HEAD") continue;
+      routes.push({ method: method.toLowerCase(), url: route.url, schema: route.schema as Record<string, unknown> });
+    }
+  });
+
+  let document: unknown = null;
+  app.get("/openapi.json", { schema: { hide: true } }, async () => {
+    document ??= build(routes, info);
+    return document;
+  });
+}
+
+function build(routes: RouteDoc[], info: { title: string; version: string; description: string }) {
+  const paths: Record<string, Record<string, unknown>> = {};
+  for (const route of routes) {
+    const { schema } = route;
+    const responses: Record<string, unknown> = {};
+    for (const [status, body] of Object.entries((schema.response as Record<string, unknown>) ?? {})) {
+      responses[status] = { description: STATUS_TEXT[status] ?? "Response", content: { "application/json": { schema: body } } };
+    }
+    const operation: Record<string, unknown> = {
+      summary: schema.summary,
+      ...(schema.description ? { description: schema.description } : {}),
+      ...(schema.security ? { security: schema.security } : {}),
+      parameters: parameters(schema),
+      responses,
+    };
+    if (schema.body) operation.requestBody = { required: true, content: { "application/json": { schema: schema.body } } };
+    if (schema.headers) {
+      const headers = schema.headers as { properties?: Record<string, unknown> };
+      for (const [name, prop] of Object.entries(headers.properties ?? {})) {
+        (operation.parameters as unknown[]).push({ name, in: "header", required: false, schema: prop });
+      }
+    }
+    (paths[toOpenApiPath(route.url)] ??= {})[route.method] = operation;
+  }
+  return {
+    openapi: "3.1.0",
+    info,
+    servers: [{ url: "/" }],
+    components: { securitySchemes: { bearer: { type: "http", scheme: "bearer", description: "Organization API key (tds_…)" } } },
+    paths,
+  };
+}
+
+declare module "fastify" {
+  interface FastifySchema {
+    summary?: string;
+    description?: string;
+    security?: Array<Record<string, string[]>>;
+    hide?: boolean;
+  }
+}

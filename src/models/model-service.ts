@@ -1,0 +1,56 @@
+import type { ModelContext } from "../contract/models.ts";
+import type { Question } from "../contract/decision.ts";
+
+/** A model as a model service lists it (GET {url}/v1/models). */
+export interface UpstreamModel {
+  name: string;
+  context?: ModelContext;
+}
+
+export interface ModelCall {
+  /** The model name the model service knows (after alias resolution). */
+  model: string;
+  state: unknown;
+  questions: Record<string, Question>;
+}
+
+export interface CallOptions {
+  /** The call fails with kind "timeout" when the whole answer has not arrived by then. */
+  timeoutMs: number;
+  /** Aborts the call early (client gone, shutdown); the call then fails with kind "aborted". */
+  signal?: AbortSignal;
+}
+
+/** What a model service answered. `answers` is unchecked: the gateway checks it against the questions. */
+export interface ModelAnswerSet {
+  answers: unknown;
+  usage: { input_tokens: number; output_tokens: number };
+  /** Wall time of the model call as measured by the adapter, in milliseconds. */
+  latencyMs: number;
+}
+
+export type ModelErrorKind =
+  | "unavailable" // connection refused, reset, DNS, socket closed mid-body
+  | "timeout" // deadline passed
+  | "bad_status" // 5xx or another unexpected status
+  | "overloaded" // 429 / 529 from the model service
+  | "invalid_response" // not JSON, wrong envelope, bad usage numbers
+  | "context_rejected" // 400/413/422 from the model service about the request's size or context
+  | "aborted"; // our own signal fired
+
+export class ModelServiceError extends Error {
+  constructor(
+    readonly kind: ModelErrorKind,
+    message: string,
+    readonly upstreamStatus?: number,
+  ) {
+    super(message);
+    this.name = "ModelServiceError";
+  }
+}
+
+export interface ModelService {
+  listModels(options: CallOptions): Promise<UpstreamModel[]>;
+  decide(call: ModelCall, options: CallOptions): Promise<ModelAnswerSet>;
+  close(): Promise<void>;
+}

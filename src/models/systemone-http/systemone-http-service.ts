@@ -1,0 +1,311 @@
+import { Pool } from "undici";
+import type { IncomingHttpHeaders } from "node:http";
+import {
+  type CallOptions,
+  type ModelAnswerSet,
+  type ModelCall,
+  type ModelService,
+  ModelServiceError,
+  type UpstreamModel,
+} from "../model-service.ts";
+import { parseDecideEnvelope, parseJsonBody, parseModelList, truncate, upstreamDetail } from "./parse-response.ts";
+
+export interface SystemOneHttpOptions {
+  /** Origin of the model service, e.g. `http://127.0.0.1:9090` (a path prefix is allowed; no `/v1`). */
+  baseUrl: string;
+  /** Sent as `Authorization: Bearer <apiKey>`. */
+  apiKey?: string;
+  /** Maximum pooled keep-alive connections (default 32). */
+  connections?: number;
+  /** Largest accepted response body in bytes (default 8 MiB); larger is `invalid_response`. */
+  maxResponseBytes?: number;
+}
+
+export const DEFAULT_CONNECTIONS = 32;
+export const DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
+/** Error bodies are read only this far, to find a `detail`. */
+const MAX_ERROR_BODY_BYTES = 64 * 1024;
+/** setTimeout's largest delay. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** Network error codes that mean "the model service cannot be reached / went away". */
+const UNAVAILABLE_CODES: Record<string, string> = {
+  ECONNREFUSED: "connection refused",
+  ECONNRESET: "connection reset",
+  EPIPE: "connection closed while sending",
+  ENOTFOUND: "host not found (DNS)",
+  EAI_AGAIN: "DNS lookup failed",
+  EHOSTUNREACH: "host unreachable",
+  ENETUNREACH: "network unreachable",
+  ETIMEDOUT: "connect timed out",
+  ECONNABORTED: "connection aborted",
+  UND_ERR_SOCKET: "connection closed by the model service",
+  UND_ERR_CONNECT_TIMEOUT: "connect timed out",
+  UND_ERR_RES_CONTENT_LENGTH_MISMATCH: "connection closed before the full body arrived",
+  UND_ERR_CLOSED: "the model service client is closed",
+  UND_ERR_DESTROYED: "the model service client is closed",
+  ERR_TLS_CERT_ALTNAME_INVALID: "TLS certificate does not match the host",
+  DEPTH_ZERO_SELF_SIGNED_CERT: "self-signed TLS certificate",
+  UNABLE_TO_VERIFY_LEAF_SIGNATURE: "TLS certificate cannot be verified",
+  CERT_HAS_EXPIRED: "TLS certificate has expired",
+};
+
+/** Raised internally (never thrown to callers) as the abort reason of our own deadline / caller abort. */
+class StopReason extends Error {
+  constructor(readonly why: "timeout" | "aborted") {
+    super(why);
+  }
+}
+
+interface Exchange {
+  status: number;
+  headers: IncomingHttpHeaders;
+  body: Uint8Array;
+}
+
+export function createSystemOneHttpService(options: SystemOneHttpOptions): ModelService {
+  const base = parseBaseUrl(options.baseUrl);
+  const apiKey = options.apiKey;
+  if (apiKey !== undefined && !/^[\x21-\x7e]+$/.test(apiKey)) {
+    // Do not echo the key.
+    throw new TypeError("apiKey must be non-empty printable ASCII without spaces");
+  }
+  const connections = options.connections ?? DEFAULT_CONNECTIONS;
+  if (!Number.isInteger(connections) || connections < 1) throw new TypeError("connections must be an integer >= 1");
+  const maxResponseBytes = options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
+  if (!Number.isInteger(maxResponseBytes) || maxResponseBytes < 1) throw new TypeError("maxResponseBytes must be an integer >= 1");
+
+  const pool = new Pool(base.origin, {
+    connections,
+    pipelining: 1,
+    keepAliveTimeout: 4_000,
+    keepAliveMaxTimeout: 60_000,
+  });
+
+  const baseHeaders: Record<string, string> = {
+    accept: "application/json",
+    "user-agent": "typed-decision-service",
+  };
+  if (apiKey !== undefined) baseHeaders.authorization = `Bearer ${apiKey}`;
+
+  /** Removes the API key from any text that may leave this module. */
+  function scrub(text: string): string {
+    return apiKey === undefined ? text : text.split(apiKey).join("[redacted]");
+  }
+
+  function fail(kind: ModelServiceError["kind"], message: string, status?: number): ModelServiceError {
+    return new ModelServiceError(kind, scrub(message), status);
+  }
+
+  /**
+   * One HTTP exchange under a deadline covering connect, headers and the full body. Non-2xx
+   * statuses are turned into ModelServiceErrors here; a 2xx returns the (size-limited) body.
+   */
+  async function exchange(method: "GET" | "POST", path: string, payload: Buffer | undefined, call: CallOptions): Promise<Exchange> {
+    const outer = call.signal;
+    if (outer?.aborted) throw fail("aborted", "model call aborted before it started");
+    const timeoutMs = call.timeoutMs;
+    if (!(timeoutMs > 0)) throw fail("timeout", `model call deadline already passed (timeoutMs ${timeoutMs})`);
+
+    const controller = new AbortController();
+    let stoppedBy: "timeout" | "aborted" | null = null;
+    const stop = (why: "timeout" | "aborted") => {
+      if (stoppedBy !== null) return;
+      stoppedBy = why;
+      controller.abort(new StopReason(why));
+    };
+    const timer = setTimeout(() => stop("timeout"), Math.min(Math.ceil(timeoutMs), MAX_TIMER_MS));
+    const onOuterAbort = () => stop("aborted");
+    outer?.addEventListener("abort", onOuterAbort, { once: true });
+
+    const stopped = (): ModelServiceError | undefined => {
+      if (stoppedBy === "timeout") return fail("timeout", `model service did not answer within ${timeoutMs} ms`);
+      if (stoppedBy === "aborted") return fail("aborted", "model call aborted");
+      return undefined;
+    };
+
+    try {
+      const headers: Record<string, string> = { ...baseHeaders };
+      if (payload !== undefined) headers["content-type"] = "application/json";
+      let res: Awaited<ReturnType<typeof pool.request>>;
+      try {
+        res = await pool.request({
+          method,
+          path: base.pathPrefix + path,
+          headers,
+          body: payload,
+          signal: controller.signal,
+        });
+      } catch (err) {
+        throw stopped() ?? networkError(err, "while connecting or waiting for the response");
+      }
+
+      const status = res.statusCode;
+      if (status >= 200 && status < 300) {
+        let body: Uint8Array;
+        try {
+          body = await readBody(res.body, res.headers, maxResponseBytes);
+        } catch (err) {
+          if (err instanceof TooLarge) {
+            throw fail("invalid_response", `model service response is larger than ${maxResponseBytes} bytes`, status);
+          }
+          throw stopped() ?? networkError(err, "while reading the response body");
+        }
+        return { status, headers: res.headers, body };
+      }
+
+      // Non-2xx: read a bounded part of the body for a detail; the status decides the kind.
+      let detail: string | undefined;
+      try {
+        const errorBody = await readBody(res.body, res.headers, MAX_ERROR_BODY_BYTES);
+        const parsed = parseJsonBody(errorBody);
+        if (parsed.ok) detail = upstreamDetail(parsed.value);
+      } catch {
+        // The status alone is enough; a caller abort still wins below.
+      }
+      if (stoppedBy === "aborted") throw stopped();
+      throw statusError(status, res.headers, detail);
+    } finally {
+      clearTimeout(timer);
+      outer?.removeEventListener("abort", onOuterAbort);
+    }
+  }
+
+  function statusError(status: number, headers: IncomingHttpHeaders, detail: string | undefined): ModelServiceError {
+    const suffix = detail !== undefined ? `: ${detail}` : "";
+    if (status === 429 || status === 529) {
+      const retryAfter = retryAfterSeconds(headers);
+      const hint = retryAfter !== undefined ? `; retry after ${retryAfter} s` : "";
+      return fail("overloaded", `model service is overloaded (HTTP ${status}${hint})${suffix}`, status);
+    }
+    if (status === 400 || status === 413 || status === 422) {
+      return fail("context_rejected", `model service rejected the request (HTTP ${status})${suffix}`, status);
+    }
+    return fail("bad_status", `model service answered HTTP ${status}${suffix}`, status);
+  }
+
+  function networkError(err: unknown, when: string): ModelServiceError {
+    const code = errorCode(err);
+    if (code === "UND_ERR_HEADERS_TIMEOUT" || code === "UND_ERR_BODY_TIMEOUT") {
+      return fail("timeout", `model service timed out ${when} (${code})`);
+    }
+    if (code !== undefined && code.startsWith("HPE_")) {
+      return fail("invalid_response", `model service sent a malformed HTTP response (${code})`);
+    }
+    if (code === "UND_ERR_INVALID_ARG") {
+      return fail("unavailable", `model service request could not be sent: ${truncate(errorMessage(err), 200)}`);
+    }
+    const what = code !== undefined ? UNAVAILABLE_CODES[code] : undefined;
+    const reason = what !== undefined ? `${what} (${code})` : truncate(`${errorMessage(err)}${code !== undefined ? ` (${code})` : ""}`, 200);
+    return fail("unavailable", `model service is unavailable ${when}: ${reason}`);
+  }
+
+  function parseOrFail(body: Uint8Array, status: number): unknown {
+    const parsed = parseJsonBody(body);
+    if (!parsed.ok) throw fail("invalid_response", `model service returned an invalid response: ${parsed.reason}`, status);
+    return parsed.value;
+  }
+
+  let closing: Promise<void> | undefined;
+
+  return {
+    async decide(call: ModelCall, callOptions: CallOptions): Promise<ModelAnswerSet> {
+      const payload = Buffer.from(
+        JSON.stringify({ state: call.state === undefined ? null : call.state, questions: call.questions, model: call.model }),
+        "utf8",
+      );
+      const started = performance.now();
+      const res = await exchange("POST", "/v1/systemone", payload, callOptions);
+      const latencyMs = performance.now() - started;
+      const envelope = parseDecideEnvelope(parseOrFail(res.body, res.status));
+      if (!envelope.ok) throw fail("invalid_response", `model service returned an invalid response: ${envelope.reason}`, res.status);
+      return { answers: envelope.value.answers, usage: envelope.value.usage, latencyMs };
+    },
+
+    async listModels(callOptions: CallOptions): Promise<UpstreamModel[]> {
+      const res = await exchange("GET", "/v1/models", undefined, callOptions);
+      const list = parseModelList(parseOrFail(res.body, res.status));
+      if (!list.ok) throw fail("invalid_response", `model service returned an invalid model list: ${list.reason}`, res.status);
+      return list.value;
+    },
+
+    close(): Promise<void> {
+      closing ??= pool.close();
+      return closing;
+    },
+  };
+}
+
+class TooLarge extends Error {}
+
+/** Reads the whole body, failing with TooLarge (and destroying the stream) past `limit` bytes. */
+async function readBody(
+  body: AsyncIterable<Uint8Array> & { destroy(err?: Error): unknown; on(event: "error", fn: () => void): unknown },
+  headers: IncomingHttpHeaders,
+  limit: number,
+): Promise<Uint8Array> {
+  const declared = Number(headers["content-length"]);
+  if (Number.isFinite(declared) && declared > limit) {
+    discard(body);
+    throw new TooLarge();
+  }
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.byteLength;
+    if (size > limit) {
+      discard(body);
+      throw new TooLarge();
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, size);
+}
+
+/** Drops an unread body; undici then closes that connection. The "aborted" error it emits is expected. */
+function discard(body: { destroy(err?: Error): unknown; on(event: "error", fn: () => void): unknown }): void {
+  body.on("error", () => {});
+  body.destroy();
+}
+
+function retryAfterSeconds(headers: IncomingHttpHeaders): number | undefined {
+  const raw = headers["retry-after"];
+  const value = Array.isArray(raw) ? raw[0] : raw;
+  if (value === undefined) return undefined;
+  if (/^\s*\d+\s*$/.test(value)) return Number(value);
+  const date = Date.parse(value);
+  if (Number.isNaN(date)) return undefined;
+  return Math.max(0, Math.ceil((date - Date.now()) / 1000));
+}
+
+function errorCode(err: unknown): string | undefined {
+  if (typeof err !== "object" || err === null) return undefined;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === "string") return code;
+  // AggregateError (e.g. happy-eyeballs connect to several addresses): use the first inner code.
+  const inner = (err as { errors?: unknown }).errors;
+  if (Array.isArray(inner)) for (const e of inner) {
+    const c = errorCode(e);
+    if (c !== undefined) return c;
+  }
+  const cause = (err as { cause?: unknown }).cause;
+  return cause !== undefined && cause !== err ? errorCode(cause) : undefined;
+}
+
+function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+function parseBaseUrl(baseUrl: string): { origin: string; pathPrefix: string } {
+  let url: URL;
+  try {
+    url = new URL(baseUrl);
+  } catch {
+    throw new TypeError("baseUrl must be an absolute http(s) URL");
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError("baseUrl must use http or https");
+  if (url.username !== "" || url.password !== "") throw new TypeError("baseUrl must not contain credentials; use apiKey");
+  if (url.search !== "" || url.hash !== "") throw new TypeError("baseUrl must not have a query or fragment");
+  const pathPrefix = url.pathname.replace(/\/+$/, "");
+  return { origin: url.origin, pathPrefix };
+}

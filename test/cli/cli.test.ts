@@ -1,0 +1,281 @@
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
+import Database from "better-sqlite3";
+import { apiKeyMatches, keyIdOf } from "../../src/gateway/api-keys.ts";
+
+const PROJECT = fileURLToPath(new URL("../../", import.meta.url));
+const BIN = join(PROJECT, "bin", "tds.mjs");
+const dir = mkdtempSync(join(tmpdir(), "tds-cli-test-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+const DB_FILE = join(dir, "db", "tds.sqlite");
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Everything the CLI printed in this file, to check that no stored hash ever appears. */
+const transcript: string[] = [];
+
+function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [name, value] of Object.entries(process.env)) if (!name.startsWith("TDS_") && name !== "NODE_OPTIONS") env[name] = value;
+  return { ...env, ...extra };
+}
+
+function runProcess(command: string, args: string[], env: Record<string, string>): Promise<Run> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(command, args, { cwd: PROJECT, env: cleanEnv(env), stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.setEncoding("utf8").on("data", (chunk: string) => (stdout += chunk));
+    child.stderr.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
+    child.on("error", reject);
+    child.on("close", (code) => {
+      transcript.push(stdout, stderr);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** `node --import tsx src/cli/main.ts …` against the test database. */
+function tds(args: string[], env: Record<string, string> = {}): Promise<Run> {
+  return runProcess(process.execPath, ["--import", "tsx", "src/cli/main.ts", ...args], { TDS_DATABASE_URL: `sqlite:${DB_FILE}`, ...env });
+}
+
+function json<T = Record<string, unknown>>(run: Run): T {
+  assert.equal(run.code, 0, `exit 0 expected; stderr: ${run.stderr}`);
+  return JSON.parse(run.stdout) as T;
+}
+
+function openDb(): Database.Database {
+  return new Database(DB_FILE, { readonly: true, fileMustExist: true });
+}
+
+/** The database file and any -wal/-shm/-journal files next to it. */
+function databaseBytes(): Buffer {
+  const folder = join(dir, "db");
+  return Buffer.concat(readdirSync(folder).filter((f) => f.startsWith("tds.sqlite")).map((f) => readFileSync(join(folder, f))));
+}
+
+const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
+
+describe("tds CLI", () => {
+  const state: { acmeId?: string; keyId?: string; rawKey?: string } = {};
+
+  it("prints usage for --help and help (exit 0), and on stderr with exit 2 when called with nothing", async () => {
+    const help = await tds(["--help"]);
+    assert.equal(help.code, 0);
+    assert.match(help.stdout, /^Usage: tds <group> <command>/);
+    for (const line of ["tds org create NAME", "tds org list", "tds org pause ORG", "tds org resume ORG", "tds key create --org ORG [--name NAME]", "tds key list --org ORG", "tds key revoke KEY_ID", "--json", "--database URL"]) {
+      assert.ok(help.stdout.includes(line), `usage mentions ${line}`);
+    }
+    assert.equal((await tds(["help"])).stdout, help.stdout);
+    const keyHelp = await tds(["key", "create", "--help"]);
+    assert.equal(keyHelp.code, 0);
+    assert.match(keyHelp.stdout, /Usage: tds key create --org ORG \[--name NAME\]/);
+    const none = await tds([]);
+    assert.equal(none.code, 2);
+    assert.equal(none.stdout, "");
+    assert.match(none.stderr, /Usage: tds/);
+  });
+
+  it("exits 2 with usage on stderr for bad usage", async () => {
+    const cases: string[][] = [["bogus"], ["org"], ["org", "destroy"], ["org", "create"], ["org", "create", "a", "b"], ["org", "list", "--bogus"], ["key", "create"], ["key", "create", "--org"], ["key", "revoke"], ["org", "create", "   "]];
+    const runs = await Promise.all(cases.map((args) => tds(args)));
+    for (const [i, args] of cases.entries()) {
+      const run = runs[i]!;
+      assert.equal(run.code, 2, `tds ${args.join(" ")}: ${run.stderr}`);
+      assert.equal(run.stdout, "", `tds ${args.join(" ")} prints nothing on stdout`);
+      assert.match(run.stderr, /Usage: tds/, `tds ${args.join(" ")}`);
+    }
+  });
+
+  it("creates organizations and prints each as one JSON document", async () => {
+    const acme = json(await tds(["org", "create", "Acme Ltd", "--json"]));
+    assert.deepEqual(Object.keys(acme), ["id", "name", "paused", "created_at"]);
+    assert.match(acme.id as string, /^org_[a-z0-9]{12}$/);
+    assert.equal(acme.name, "Acme Ltd");
+    assert.equal(acme.paused, false);
+    assert.match(acme.created_at as string, ISO);
+    assert.ok(Math.abs(Date.parse(acme.created_at as string) - Date.now()) < 60_000);
+    state.acmeId = acme.id as string;
+
+    const human = await tds(["org", "create", "Zürich ☕ 組織"]);
+    assert.equal(human.code, 0, human.stderr);
+    assert.match(human.stdout, /Created organization org_[a-z0-9]{12} \("Zürich ☕ 組織"\)/);
+
+    const db = openDb();
+    try {
+      assert.deepEqual(db.prepare("SELECT name FROM organizations ORDER BY created_at_ms").pluck().all(), ["Acme Ltd", "Zürich ☕ 組織"]);
+    } finally {
+      db.close();
+    }
+  });
+
+  it("refuses a duplicate organization name with exit 1", async () => {
+    const run = await tds(["org", "create", "Acme Ltd", "--json"]);
+    assert.equal(run.code, 1);
+    assert.equal(run.stdout, "");
+    assert.match(run.stderr, /already exists/);
+  });
+
+  it("lists organizations as a JSON array and as a table", async () => {
+    const list = json<Record<string, unknown>[]>(await tds(["org", "list", "--json"]));
+    assert.deepEqual(list.map((o) => o.name), ["Acme Ltd", "Zürich ☕ 組織"]);
+    assert.deepEqual(list[0], { id: state.acmeId, name: "Acme Ltd", paused: false, created_at: list[0]?.created_at });
+    const table = await tds(["org", "list"]);
+    assert.equal(table.code, 0);
+    assert.match(table.stdout, /^ID\s+NAME\s+STATUS\s+CREATED\n/);
+    assert.ok(table.stdout.includes(state.acmeId!));
+    assert.ok(table.stdout.includes("Zürich ☕ 組織"));
+  });
+
+  it("creates a key shown once: it verifies against the stored hash, which is all that is stored", async () => {
+    const created = json(await tds(["key", "create", "--org", "Acme Ltd", "--name", "ci", "--json"]));
+    assert.deepEqual(Object.keys(created), ["id", "org_id", "name", "key", "created_at"]);
+    assert.equal(created.org_id, state.acmeId);
+    assert.equal(created.name, "ci");
+    assert.match(created.created_at as string, ISO);
+    const raw = created.key as string;
+    assert.equal(keyIdOf(raw), created.id);
+    state.keyId = created.id as string;
+    state.rawKey = raw;
+
+    const db = openDb();
+    let row: Record<string, unknown>;
+    try {
+      row = db.prepare("SELECT * FROM api_keys WHERE id = ?").get(created.id) as Record<string, unknown>;
+    } finally {
+      db.close();
+    }
+    assert.equal(row.org_id, state.acmeId);
+    assert.equal(row.name, "ci");
+    assert.equal(row.revoked_at_ms, null);
+    assert.ok(apiKeyMatches(raw, row.hash as string), "the raw key matches the stored hash");
+    assert.ok(!apiKeyMatches(`${raw.slice(0, -1)}${raw.endsWith("A") ? "B" : "A"}`, row.hash as string));
+
+    const bytes = databaseBytes();
+    assert.ok(bytes.includes(Buffer.from(row.hash as string)), "the hash is in the database file (the right file is read)");
+    assert.ok(!bytes.includes(Buffer.from(raw)), "the raw key is not in the database");
+    assert.ok(!bytes.includes(Buffer.from(raw.slice(raw.lastIndexOf("_") + 1))), "nor its secret part");
+  });
+
+  it("prints a created key once, with a warning, in human output", async () => {
+    const run = await tds(["key", "create", "--org", state.acmeId!]);
+    assert.equal(run.code, 0, run.stderr);
+    const keys = run.stdout.match(/tds_[a-z0-9]{12}_[A-Za-z0-9_-]{43}/g) ?? [];
+    assert.equal(keys.length, 1, "the key appears exactly once");
+    assert.match(run.stdout, /cannot be shown again/);
+    assert.ok(!databaseBytes().includes(Buffer.from(keys[0]!)));
+  });
+
+  it("lists keys without hashes or raw keys", async () => {
+    const list = json<Record<string, unknown>[]>(await tds(["key", "list", "--org", "Acme Ltd", "--json"]));
+    assert.equal(list.length, 2);
+    assert.deepEqual(Object.keys(list[0]!), ["id", "org_id", "name", "created_at", "revoked_at"]);
+    assert.deepEqual(list[0], { id: state.keyId, org_id: state.acmeId, name: "ci", created_at: list[0]?.created_at, revoked_at: null });
+    assert.equal(list[1]?.name, null);
+    const table = await tds(["key", "list", "--org", state.acmeId!]);
+    assert.equal(table.code, 0);
+    assert.ok(table.stdout.includes(state.keyId!));
+    assert.ok(!table.stdout.includes(state.rawKey!));
+  });
+
+  it("exits 1 with a message on stderr for an unknown organization or key", async () => {
+    const cases: string[][] = [
+      ["key", "create", "--org", "No Such Org", "--json"],
+      ["key", "list", "--org", "org_000000000000"],
+      ["org", "pause", "nobody"],
+      ["org", "resume", "nobody", "--json"],
+      ["key", "revoke", "zzzzzzzzzzzz"],
+      ["key", "revoke", "tds_zzzzzzzzzzzz_" + "A".repeat(43)],
+    ];
+    const runs = await Promise.all(cases.map((args) => tds(args)));
+    for (const [i, args] of cases.entries()) {
+      const run = runs[i]!;
+      assert.equal(run.code, 1, `tds ${args.join(" ")}: ${run.stderr}`);
+      assert.equal(run.stdout, "");
+      assert.match(run.stderr, /^tds: /);
+      assert.doesNotMatch(run.stderr, /Usage:/);
+    }
+  });
+
+  it("pauses and resumes an organization", async () => {
+    const paused = json(await tds(["org", "pause", "Acme Ltd", "--json"]));
+    assert.equal(paused.paused, true);
+    const db = openDb();
+    try {
+      assert.equal(db.prepare("SELECT paused FROM organizations WHERE id = ?").pluck().get(state.acmeId), 1);
+    } finally {
+      db.close();
+    }
+    const again = await tds(["org", "pause", state.acmeId!]);
+    assert.equal(again.code, 0);
+    assert.match(again.stdout, /already paused/);
+    const list = json<Record<string, unknown>[]>(await tds(["org", "list", "--json"]));
+    assert.equal(list.find((o) => o.id === state.acmeId)?.paused, true);
+    const resumed = json(await tds(["org", "resume", state.acmeId!, "--json"]));
+    assert.equal(resumed.paused, false);
+  });
+
+  it("revokes a key; revoking it again says so", async () => {
+    const revoked = json(await tds(["key", "revoke", state.keyId!, "--json"]));
+    assert.equal(revoked.id, state.keyId);
+    assert.match(revoked.revoked_at as string, ISO);
+    const db = openDb();
+    try {
+      assert.equal(typeof db.prepare("SELECT revoked_at_ms FROM api_keys WHERE id = ?").pluck().get(state.keyId), "number");
+    } finally {
+      db.close();
+    }
+    const again = await tds(["key", "revoke", state.keyId!]);
+    assert.equal(again.code, 0);
+    assert.match(again.stdout, /already revoked/);
+    const list = json<Record<string, unknown>[]>(await tds(["key", "list", "--org", "Acme Ltd", "--json"]));
+    assert.equal(list.find((k) => k.id === state.keyId)?.revoked_at, revoked.revoked_at);
+  });
+
+  it("--database overrides TDS_DATABASE_URL; a bad URL exits 1", async () => {
+    const other = join(dir, "other", "x.sqlite");
+    const created = json(await tds(["--database", `sqlite:${other}`, "org", "create", "Elsewhere", "--json"], { TDS_DATABASE_URL: "mysql://nowhere/db" }));
+    assert.equal(created.name, "Elsewhere");
+    const list = json<unknown[]>(await tds(["org", "list", "--json", `--database=${other}`]));
+    assert.equal(list.length, 1);
+    const bad = await tds(["org", "list"], { TDS_DATABASE_URL: "mysql://nowhere/db" });
+    assert.equal(bad.code, 1);
+    assert.match(bad.stderr, /accepted forms/);
+    const pg = await tds(["org", "list"], { TDS_DATABASE_URL: "postgres://localhost/tds" });
+    assert.equal(pg.code, 1);
+    assert.match(pg.stderr, /PostgreSQL support is not available yet/);
+  });
+
+  it("runs through the bin/tds.mjs launcher", async () => {
+    assert.ok((statSync(BIN).mode & 0o111) !== 0, "bin/tds.mjs is executable");
+    const run = await runProcess(BIN, ["org", "list", "--json"], { TDS_DATABASE_URL: `sqlite:${DB_FILE}` });
+    const list = JSON.parse(run.stdout) as { name: string }[];
+    assert.equal(run.code, 0, run.stderr);
+    assert.deepEqual(list.map((o) => o.name), ["Acme Ltd", "Zürich ☕ 組織"]);
+    const bad = await runProcess(BIN, ["org", "pause", "nobody"], { TDS_DATABASE_URL: `sqlite:${DB_FILE}` });
+    assert.equal(bad.code, 1);
+  });
+
+  it("never printed a stored hash", () => {
+    const db = openDb();
+    let hashes: string[];
+    try {
+      hashes = db.prepare("SELECT hash FROM api_keys").pluck().all() as string[];
+    } finally {
+      db.close();
+    }
+    assert.ok(hashes.length >= 2);
+    const printed = transcript.join("\n");
+    for (const hash of hashes) assert.ok(!printed.includes(hash));
+  });
+});

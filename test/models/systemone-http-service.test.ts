@@ -1,0 +1,450 @@
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { createServer, type Server } from "node:http";
+import { createServer as createNetServer } from "node:net";
+import type { AddressInfo } from "node:net";
+import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
+import { createSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
+import { ModelServiceError, type ModelErrorKind, type ModelService, type UpstreamModel } from "../../src/models/model-service.ts";
+import { checkAnswers } from "../../src/gateway/answer-check.ts";
+import type { Question } from "../../src/contract/decision.ts";
+
+const API_KEY = "sk-test-SECRET-0123456789";
+
+const questions: Record<string, Question> = {
+  colour: { type: "choice", criteria: { red: "warm", green: "calm", blue: "cold" } },
+  quality: { type: "score", criteria: ["poor", "fair", "good"] },
+  ok: { type: "noul" },
+};
+
+function call(behavior?: string, state: Record<string, unknown> = { facts: ["x"] }) {
+  return { model: "fake-small", state: behavior === undefined ? state : { ...state, fake_behavior: behavior }, questions };
+}
+
+/** Asserts the promise fails with a ModelServiceError of `kind` whose message never contains the API key. */
+async function expectKind(promise: Promise<unknown>, kind: ModelErrorKind, check?: (err: ModelServiceError) => void): Promise<ModelServiceError> {
+  try {
+    await promise;
+  } catch (err) {
+    assert.ok(err instanceof ModelServiceError, `expected a ModelServiceError, got ${String(err)}`);
+    assert.equal(err.kind, kind, `kind of "${err.message}"`);
+    assert.ok(!err.message.includes(API_KEY), "message must not include the API key");
+    assert.ok(!err.message.includes("SECRET"), "message must not include the API key");
+    check?.(err);
+    return err;
+  }
+  assert.fail(`expected a ${kind} error`);
+}
+
+/** A port on which nothing listens (bound, then released). */
+async function freePort(): Promise<number> {
+  const s = createNetServer();
+  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+  const port = (s.address() as AddressInfo).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
+
+/** A tiny custom upstream for shapes the fake does not produce. */
+async function customUpstream(handler: Parameters<typeof createServer>[1]): Promise<{ url: string; close(): Promise<void> }> {
+  const server: Server = createServer(handler);
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const port = (server.address() as AddressInfo).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () =>
+      new Promise<void>((r) => {
+        server.close(() => r());
+        server.closeAllConnections();
+      }),
+  };
+}
+
+describe("systemone-http service against the fake model server", () => {
+  let fake: FakeModelServer;
+  let service: ModelService;
+  before(async () => {
+    fake = await startFakeModelServer({ apiKey: API_KEY });
+    service = createSystemOneHttpService({ baseUrl: fake.url, apiKey: API_KEY, connections: 4 });
+  });
+  after(async () => {
+    await service.close();
+    await fake.close();
+  });
+
+  test("decide returns the upstream's answers and usage, and measures latency", async () => {
+    const n = fake.received.length;
+    const result = await service.decide(call(), { timeoutMs: 2000 });
+    const checked = checkAnswers(questions, result.answers);
+    assert.ok(checked.ok, checked.ok ? "" : checked.problem);
+    assert.equal(result.usage.output_tokens, 3);
+    assert.ok(Number.isInteger(result.usage.input_tokens) && result.usage.input_tokens >= 1);
+    assert.ok(result.latencyMs >= 0 && result.latencyMs < 2000);
+    assert.deepEqual(Object.keys(result).sort(), ["answers", "latencyMs", "usage"]);
+    // The request body is exactly {state, questions, model}; the key is forwarded as a Bearer token.
+    assert.deepEqual(fake.received[n], { ...call(), authorization: `Bearer ${API_KEY}` });
+  });
+
+  test("keeps connections alive between calls", async () => {
+    const before = fake.connections.accepted;
+    for (let i = 0; i < 5; i++) await service.decide(call(), { timeoutMs: 2000 });
+    assert.ok(fake.connections.accepted - before <= 1, `opened ${fake.connections.accepted - before} connections for 5 sequential calls`);
+  });
+
+  test("answers are returned unchecked (the gateway checks them)", async () => {
+    const result = await service.decide(call("missing-answer"), { timeoutMs: 2000 });
+    assert.ok(!checkAnswers(questions, result.answers).ok);
+  });
+
+  test("tokens:IN:OUT are passed through", async () => {
+    const result = await service.decide(call("tokens:77:0"), { timeoutMs: 2000 });
+    assert.deepEqual(result.usage, { input_tokens: 77, output_tokens: 0 });
+  });
+
+  test("delay longer than timeoutMs → timeout, quickly", async () => {
+    const t0 = performance.now();
+    await expectKind(service.decide(call("delay:3000"), { timeoutMs: 150 }), "timeout");
+    const elapsed = performance.now() - t0;
+    assert.ok(elapsed >= 140 && elapsed < 1000, `took ${elapsed} ms`);
+  });
+
+  test("delay shorter than timeoutMs → answer", async () => {
+    const result = await service.decide(call("delay:30"), { timeoutMs: 1000 });
+    assert.ok(result.latencyMs >= 25);
+  });
+
+  test("hang → timeout", async () => {
+    const t0 = performance.now();
+    await expectKind(service.decide(call("hang"), { timeoutMs: 150 }), "timeout", (err) => assert.match(err.message, /150 ms/));
+    assert.ok(performance.now() - t0 < 1000);
+  });
+
+  test("the deadline covers the body too (headers sent, body stalls) → timeout", async () => {
+    const t0 = performance.now();
+    await expectKind(service.decide(call("hang-mid-body"), { timeoutMs: 150 }), "timeout");
+    assert.ok(performance.now() - t0 < 1000);
+  });
+
+  test("a non-positive deadline fails at once with timeout", async () => {
+    await expectKind(service.decide(call(), { timeoutMs: 0 }), "timeout");
+  });
+
+  test("our signal → aborted (before and during the call)", async () => {
+    const pre = new AbortController();
+    pre.abort();
+    await expectKind(service.decide(call(), { timeoutMs: 2000, signal: pre.signal }), "aborted");
+
+    const mid = new AbortController();
+    setTimeout(() => mid.abort(new Error("client went away")), 50);
+    const t0 = performance.now();
+    await expectKind(service.decide(call("hang"), { timeoutMs: 5000, signal: mid.signal }), "aborted");
+    assert.ok(performance.now() - t0 < 1000);
+
+    fake.setModelsBehavior("hang");
+    try {
+      const listAbort = new AbortController();
+      setTimeout(() => listAbort.abort(), 50);
+      await expectKind(service.listModels({ timeoutMs: 5000, signal: listAbort.signal }), "aborted");
+    } finally {
+      fake.setModelsBehavior(null);
+    }
+  });
+
+  test("reset → unavailable", async () => {
+    await expectKind(service.decide(call("reset"), { timeoutMs: 2000 }), "unavailable");
+  });
+
+  test("reset-mid-body → unavailable", async () => {
+    await expectKind(service.decide(call("reset-mid-body"), { timeoutMs: 2000 }), "unavailable");
+  });
+
+  test("status:503 and other non-2xx → bad_status with the upstream status", async () => {
+    for (const code of [500, 502, 503, 401, 403, 404, 418]) {
+      await expectKind(service.decide(call(`status:${code}`), { timeoutMs: 2000 }), "bad_status", (err) => {
+        assert.equal(err.upstreamStatus, code);
+        assert.match(err.message, new RegExp(`HTTP ${code}`));
+      });
+    }
+  });
+
+  test("status:429 and status:529 → overloaded", async () => {
+    for (const code of [429, 529]) {
+      await expectKind(service.decide(call(`status:${code}`), { timeoutMs: 2000 }), "overloaded", (err) => {
+        assert.equal(err.upstreamStatus, code);
+        assert.match(err.message, /retry after 7 s/);
+      });
+    }
+  });
+
+  test("context-rejected, 400, 413 and 422 → context_rejected with the upstream detail", async () => {
+    await expectKind(service.decide(call("context-rejected"), { timeoutMs: 2000 }), "context_rejected", (err) => {
+      assert.equal(err.upstreamStatus, 422);
+      assert.match(err.message, /context length exceeded/);
+    });
+    for (const code of [400, 413, 422]) {
+      await expectKind(service.decide(call(`status:${code}`), { timeoutMs: 2000 }), "context_rejected", (err) => {
+        assert.equal(err.upstreamStatus, code);
+        assert.match(err.message, new RegExp(`fake status ${code}`));
+      });
+    }
+  });
+
+  test("a real over-length request → context_rejected naming the tokens", async () => {
+    const big = { model: "fake-small", state: "word ".repeat(10_000), questions };
+    await expectKind(service.decide(big, { timeoutMs: 2000 }), "context_rejected", (err) => {
+      assert.match(err.message, /context length exceeded: \d+ tokens > 8192/);
+    });
+  });
+
+  test("garbage, truncated-json, html → invalid_response", async () => {
+    for (const b of ["garbage", "truncated-json", "html"]) {
+      await expectKind(service.decide(call(b), { timeoutMs: 2000 }), "invalid_response", (err) => assert.match(err.message, /not JSON/));
+    }
+  });
+
+  test("no-usage, zero-input-tokens and bad token numbers → invalid_response", async () => {
+    await expectKind(service.decide(call("no-usage"), { timeoutMs: 2000 }), "invalid_response", (err) => assert.match(err.message, /usage/));
+    await expectKind(service.decide(call("zero-input-tokens"), { timeoutMs: 2000 }), "invalid_response", (err) =>
+      assert.match(err.message, /input_tokens is 0/),
+    );
+    await expectKind(service.decide(call("tokens:1.5:1"), { timeoutMs: 2000 }), "invalid_response");
+    await expectKind(service.decide(call("tokens:3:-1"), { timeoutMs: 2000 }), "invalid_response", (err) =>
+      assert.match(err.message, /output_tokens is -1/),
+    );
+  });
+
+  test("the service still works after failures (pool recovers)", async () => {
+    const result = await service.decide(call(), { timeoutMs: 2000 });
+    assert.ok(checkAnswers(questions, result.answers).ok);
+  });
+
+  test("listModels parses the model list", async () => {
+    assert.deepEqual(await service.listModels({ timeoutMs: 2000 }), [
+      { name: "fake-small", context: { max_state: 4096, max_branch: 6144, strict: true } },
+      { name: "fake-large" },
+    ]);
+  });
+
+  test("a wrong API key → bad_status 401 without the key in the message", async () => {
+    const wrong = createSystemOneHttpService({ baseUrl: fake.url, apiKey: "sk-wrong-SECRET" });
+    try {
+      await expectKind(wrong.listModels({ timeoutMs: 2000 }), "bad_status", (err) => {
+        assert.equal(err.upstreamStatus, 401);
+        assert.ok(!err.message.includes("sk-wrong"));
+      });
+    } finally {
+      await wrong.close();
+    }
+  });
+});
+
+describe("systemone-http service: listModels shapes", () => {
+  async function listWith(models: unknown): Promise<UpstreamModel[]> {
+    const fake = await startFakeModelServer({ models: models as UpstreamModel[] });
+    const service = createSystemOneHttpService({ baseUrl: fake.url });
+    try {
+      return await service.listModels({ timeoutMs: 2000 });
+    } finally {
+      await service.close();
+      await fake.close();
+    }
+  }
+
+  test("`id` is a fallback for `name`; invalid and unknown context fields are dropped", async () => {
+    const models = await listWith([
+      { id: "by-id", owned_by: "someone" },
+      { name: "by-name", id: "ignored", context: { max_state: 0, max_branch: 2048, strict: "yes", extra: 1 } },
+      { name: "bad-context", context: { max_state: 1.5, max_branch: -1, strict: null } },
+      { name: "context-null", context: null },
+      { name: "all-good", context: { max_state: 1, max_branch: 2, strict: false } },
+    ]);
+    assert.deepEqual(models, [
+      { name: "by-id" },
+      { name: "by-name", context: { max_branch: 2048 } },
+      { name: "bad-context" },
+      { name: "context-null" },
+      { name: "all-good", context: { max_state: 1, max_branch: 2, strict: false } },
+    ]);
+  });
+
+  test("an empty list is fine", async () => {
+    assert.deepEqual(await listWith([]), []);
+  });
+
+  test("items without a name or id → invalid_response", async () => {
+    await expectKind(listWith([{ name: "ok" }, { title: "no name" }]), "invalid_response", (err) => assert.match(err.message, /models\[1\]/));
+    await expectKind(listWith([42]), "invalid_response");
+    await expectKind(listWith([{ name: 7 }]), "invalid_response");
+  });
+
+  test("other envelopes → invalid_response", async () => {
+    for (const body of ['{"data": []}', '{"models": {}}', "[]", "null", '"models"']) {
+      const upstream = await customUpstream((_req, res) => {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(body);
+      });
+      const service = createSystemOneHttpService({ baseUrl: upstream.url });
+      try {
+        await expectKind(service.listModels({ timeoutMs: 2000 }), "invalid_response");
+      } finally {
+        await service.close();
+        await upstream.close();
+      }
+    }
+  });
+
+  test("socket and status behaviours apply to GET /v1/models", async () => {
+    const cases: Array<[string, ModelErrorKind]> = [
+      ["status:503", "bad_status"],
+      ["status:529", "overloaded"],
+      ["reset", "unavailable"],
+      ["reset-mid-body", "unavailable"],
+      ["garbage", "invalid_response"],
+      ["html", "invalid_response"],
+      ["hang", "timeout"],
+    ];
+    for (const [behavior, kind] of cases) {
+      const fake = await startFakeModelServer({ modelsBehavior: behavior });
+      const service = createSystemOneHttpService({ baseUrl: fake.url });
+      try {
+        await expectKind(service.listModels({ timeoutMs: 150 }), kind);
+      } finally {
+        await service.close();
+        await fake.close();
+      }
+    }
+  });
+});
+
+describe("systemone-http service: transport edge cases", () => {
+  test("a port with nothing listening → unavailable", async () => {
+    const port = await freePort();
+    const service = createSystemOneHttpService({ baseUrl: `http://127.0.0.1:${port}`, apiKey: API_KEY });
+    try {
+      await expectKind(service.decide(call(), { timeoutMs: 2000 }), "unavailable", (err) => assert.match(err.message, /refused/));
+      await expectKind(service.listModels({ timeoutMs: 2000 }), "unavailable");
+    } finally {
+      await service.close();
+    }
+  });
+
+  test("a response larger than maxResponseBytes → invalid_response", async () => {
+    const fake = await startFakeModelServer();
+    const service = createSystemOneHttpService({ baseUrl: fake.url, maxResponseBytes: 200 });
+    try {
+      await expectKind(service.decide(call(), { timeoutMs: 2000 }), "invalid_response", (err) => assert.match(err.message, /larger than 200 bytes/));
+    } finally {
+      await service.close();
+      await fake.close();
+    }
+  });
+
+  test("a chunked response growing past maxResponseBytes → invalid_response", async () => {
+    const upstream = await customUpstream((_req, res) => {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.write('{"answers": {}, "padding": "');
+      const timer = setInterval(() => res.write("x".repeat(1024)), 1);
+      res.on("close", () => clearInterval(timer));
+    });
+    const service = createSystemOneHttpService({ baseUrl: upstream.url, maxResponseBytes: 16 * 1024 });
+    try {
+      await expectKind(service.decide(call(), { timeoutMs: 2000 }), "invalid_response");
+    } finally {
+      await service.close();
+      await upstream.close();
+    }
+  });
+
+  test("envelope shapes: not an object, answers not an object", async () => {
+    const bodies = ["[1, 2]", '"text"', '{"answers": [], "usage": {"input_tokens": 1, "output_tokens": 0}}', '{"usage": {"input_tokens": 1, "output_tokens": 0}}', ""];
+    for (const body of bodies) {
+      const upstream = await customUpstream((req, res) => {
+        req.resume();
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(body);
+      });
+      const service = createSystemOneHttpService({ baseUrl: upstream.url });
+      try {
+        await expectKind(service.decide(call(), { timeoutMs: 2000 }), "invalid_response");
+      } finally {
+        await service.close();
+        await upstream.close();
+      }
+    }
+  });
+
+  test("upstream error details: error/message fallbacks, truncation to 300 characters, key scrubbed", async () => {
+    const replies: Array<[number, string]> = [
+      [422, JSON.stringify({ error: "prompt too long for this model" })],
+      [400, JSON.stringify({ message: "bad request: state too big" })],
+      [413, JSON.stringify({ detail: "y".repeat(2000) })],
+      [422, JSON.stringify({ error: { message: "nested openai-style message" } })],
+      [401, JSON.stringify({ detail: `invalid key Bearer ${API_KEY}` })],
+      [422, "not json at all"],
+    ];
+    let i = 0;
+    const upstream = await customUpstream((req, res) => {
+      req.resume();
+      const [status, body] = replies[i++]!;
+      res.writeHead(status, { "content-type": "application/json" });
+      res.end(body);
+    });
+    const service = createSystemOneHttpService({ baseUrl: upstream.url, apiKey: API_KEY });
+    const opts = { timeoutMs: 2000 };
+    try {
+      await expectKind(service.decide(call(), opts), "context_rejected", (e) => assert.match(e.message, /prompt too long for this model$/));
+      await expectKind(service.decide(call(), opts), "context_rejected", (e) => assert.match(e.message, /bad request: state too big$/));
+      await expectKind(service.decide(call(), opts), "context_rejected", (e) => {
+        const detail = e.message.slice(e.message.indexOf("y"));
+        assert.ok(detail.length <= 300, `detail has ${detail.length} characters`);
+        assert.ok(e.message.length < 400);
+      });
+      await expectKind(service.decide(call(), opts), "context_rejected", (e) => assert.match(e.message, /nested openai-style message/));
+      await expectKind(service.decide(call(), opts), "bad_status", (e) => assert.match(e.message, /invalid key Bearer \[redacted\]/));
+      await expectKind(service.decide(call(), opts), "context_rejected", (e) => assert.equal(e.message, "model service rejected the request (HTTP 422)"));
+    } finally {
+      await service.close();
+      await upstream.close();
+    }
+  });
+
+  test("after close(), calls fail with unavailable", async () => {
+    const fake = await startFakeModelServer();
+    const service = createSystemOneHttpService({ baseUrl: fake.url });
+    try {
+      await service.close();
+      await service.close(); // idempotent
+      await expectKind(service.decide(call(), { timeoutMs: 500 }), "unavailable");
+    } finally {
+      await fake.close();
+    }
+  });
+
+  test("a base URL with a path prefix is honoured", async () => {
+    let seen = "";
+    const upstream = await customUpstream((req, res) => {
+      seen = req.url ?? "";
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end('{"models": [{"name": "m"}]}');
+    });
+    const service = createSystemOneHttpService({ baseUrl: `${upstream.url}/inference/` });
+    try {
+      assert.deepEqual(await service.listModels({ timeoutMs: 2000 }), [{ name: "m" }]);
+      assert.equal(seen, "/inference/v1/models");
+    } finally {
+      await service.close();
+      await upstream.close();
+    }
+  });
+
+  test("invalid options are rejected without echoing the key", () => {
+    assert.throws(() => createSystemOneHttpService({ baseUrl: "not a url" }), TypeError);
+    assert.throws(() => createSystemOneHttpService({ baseUrl: "ftp://example.com" }), TypeError);
+    assert.throws(() => createSystemOneHttpService({ baseUrl: "http://user:pw@example.com" }), TypeError);
+    assert.throws(
+      () => createSystemOneHttpService({ baseUrl: "http://127.0.0.1:1", apiKey: "bad\nSECRET" }),
+      (err: Error) => err instanceof TypeError && !err.message.includes("SECRET"),
+    );
+    assert.throws(() => createSystemOneHttpService({ baseUrl: "http://127.0.0.1:1", connections: 0 }), TypeError);
+  });
+});

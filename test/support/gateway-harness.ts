@@ -1,0 +1,105 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { FastifyInstance } from "fastify";
+import { buildApp } from "../../src/app.ts";
+import { loadConfig, type Config } from "../../src/config.ts";
+import { generateApiKey, newOrganizationId } from "../../src/gateway/api-keys.ts";
+import type { Clock } from "../../src/gateway/clock.ts";
+import type { ModelService } from "../../src/models/model-service.ts";
+import { openModelService } from "../../src/models/open-model-service.ts";
+import { openStore } from "../../src/store/open-store.ts";
+import type { Store } from "../../src/store/store.ts";
+import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
+
+export interface Gateway {
+  url: string;
+  config: Config;
+  store: Store;
+  app: FastifyInstance;
+  fake: FakeModelServer | null;
+  orgId: string;
+  key: string;
+  keyId: string;
+  /** POST /v1/systemone with the org's key; `body` is sent as given (string) or JSON-encoded. */
+  decide(body: unknown, headers?: Record<string, string>): Promise<Response>;
+  get(path: string, headers?: Record<string, string>): Promise<Response>;
+  /** A second organization with its own key. */
+  newOrg(name: string): Promise<{ orgId: string; key: string; keyId: string }>;
+  close(): Promise<void>;
+}
+
+export interface GatewayOptions {
+  env?: Record<string, string>;
+  /** false: no model service configured. */
+  fake?: boolean;
+  modelService?: ModelService | null;
+  clock?: Clock;
+}
+
+/** A real listening gateway on 127.0.0.1:<random>, a temp SQLite file and (by default) the fake model server. */
+export async function startGateway(options: GatewayOptions = {}): Promise<Gateway> {
+  const dir = mkdtempSync(join(tmpdir(), "tds-test-"));
+  const fake = options.fake === false || options.modelService !== undefined ? null : await startFakeModelServer();
+  const config = loadConfig({
+    TDS_DATABASE_URL: `sqlite:${join(dir, "tds.sqlite")}`,
+    ...(fake ? { TDS_MODEL_SERVICE_URL: fake.url } : {}),
+    LOG_LEVEL: "silent",
+    TDS_BOOTSTRAP: "false",
+    ...options.env,
+  });
+  const store = await openStore(config.databaseUrl);
+  const modelService = options.modelService !== undefined ? options.modelService : openModelService(config);
+  const app = await buildApp(config, { store, modelService, ...(options.clock ? { clock: options.clock } : {}), logger: false });
+  await app.listen({ host: "127.0.0.1", port: 0 });
+  const address = app.server.address();
+  if (!address || typeof address === "string") throw new Error("no address");
+  const url = `http://127.0.0.1:${address.port}`;
+
+  const newOrg = async (name: string) => {
+    const org = await store.createOrganization({ id: newOrganizationId(), name, nowMs: Date.now() });
+    const key = generateApiKey();
+    await store.createApiKey({ id: key.id, orgId: org.id, name: null, hash: key.hash, nowMs: Date.now() });
+    return { orgId: org.id, key: key.raw, keyId: key.id };
+  };
+  const first = await newOrg("test-org");
+
+  return {
+    url,
+    config,
+    store,
+    app,
+    fake,
+    orgId: first.orgId,
+    key: first.key,
+    keyId: first.keyId,
+    newOrg,
+    decide: (body, headers = {}) =>
+      fetch(`${url}/v1/systemone`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${first.key}`, "content-type": "application/json", ...headers },
+        body: typeof body === "string" ? body : JSON.stringify(body),
+      }),
+    get: (path, headers = {}) => fetch(`${url}${path}`, { headers: { authorization: `Bearer ${first.key}`, ...headers } }),
+    close: async () => {
+      await app.close();
+      await modelService?.close();
+      await store.close();
+      await fake?.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A request with one question of each type. */
+export function sampleRequest(overrides: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    state: { ticket: "I was charged twice for my subscription this month.", customer_tier: "gold" },
+    questions: {
+      topic: { type: "choice", instructions: "What is the ticket about?", criteria: { billing: "Payments and invoices", bug: "Something broken", other: null } },
+      urgency: { type: "score", instructions: "How urgent is it?", criteria: ["not urgent", "soon", "today", "now"] },
+      refund: { type: "noul", instructions: "Does the customer ask for a refund?" },
+    },
+    ...overrides,
+  };
+}
