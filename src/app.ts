@@ -2,7 +2,10 @@ import Fastify, { type FastifyInstance } from "fastify";
 import type { Config } from "./config.ts";
 import { compileSchema } from "./contract/validation.ts";
 import { type Clock, systemClock } from "./gateway/clock.ts";
+import { AdmissionPolicy } from "./gateway/admission.ts";
 import { DecisionPipeline } from "./gateway/decision-pipeline.ts";
+import { IdempotentDecisions } from "./gateway/idempotent-decisions.ts";
+import { startReservationSweeper } from "./gateway/reservation-sweeper.ts";
 import { installErrorHandling } from "./http/error-handler.ts";
 import { installJsonBodyParser } from "./http/json-body-parser.ts";
 import { installOpenApi } from "./http/openapi.ts";
@@ -10,6 +13,9 @@ import { installRequestContext, newRequestId } from "./http/request-context.ts";
 import { decisionRoutes } from "./http/routes/decisions.ts";
 import { modelRoutes } from "./http/routes/models.ts";
 import { serviceConfigRoutes } from "./http/routes/service-config.ts";
+import { usageRoutes } from "./http/routes/usage.ts";
+import { MemoryRateLimiter } from "./limits/memory-rate-limiter.ts";
+import type { RateLimiter } from "./limits/rate-limiter.ts";
 import type { ModelService } from "./models/model-service.ts";
 import { ModelRegistry } from "./models/registry.ts";
 import type { Store } from "./store/store.ts";
@@ -19,11 +25,22 @@ export interface AppDeps {
   /** null: no model service configured (503 on the model endpoints). */
   modelService: ModelService | null;
   clock?: Clock;
+  /** Defaults to the in-memory limiter (one process). */
+  rateLimiter?: RateLimiter;
+  /** How often expired reservations are swept; default a quarter of the reservation TTL. */
+  sweepIntervalMs?: number;
   /** pino options or false; defaults to JSON logs at config.logLevel. */
   logger?: boolean | Record<string, unknown>;
 }
 
 export const SERVICE_VERSION = "0.1.0";
+
+declare module "fastify" {
+  interface FastifyInstance {
+    /** Runs the expiry sweep now (tests, operations); returns how many reservations expired. */
+    sweepReservations(): Promise<number>;
+  }
+}
 
 /** Composition root: no I/O here beyond what the deps already hold. */
 export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyInstance> {
@@ -49,11 +66,28 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     description: "System One typed decisions (contract 1.0.0) behind organizations, API keys, quotas and credits.",
   });
 
+  const { store } = deps;
   const registry = new ModelRegistry(config, deps.modelService, () => clock.nowMs());
-  const pipeline = new DecisionPipeline({ store: deps.store, registry, clock, config });
+  const limiter = deps.rateLimiter ?? new MemoryRateLimiter(clock);
+  const admission = new AdmissionPolicy({ store, limiter, clock, config });
+  const pipeline = new DecisionPipeline({ store, registry, admission, clock, config });
+  const decisions = new IdempotentDecisions(pipeline, store, clock, config.reservationTtlSeconds * 1000);
 
-  decisionRoutes(app, { store: deps.store, pipeline, maxRequestBytes: config.limits.maxRequestBytes });
-  modelRoutes(app, { store: deps.store, registry });
+  const sweeper = startReservationSweeper(
+    store,
+    clock,
+    deps.sweepIntervalMs ?? Math.max(1000, (config.reservationTtlSeconds * 1000) / 4),
+    (err) => app.log.error({ err }, "reservation sweep failed"),
+  );
+  app.addHook("onClose", async () => {
+    await sweeper.stop();
+    if (!deps.rateLimiter) await limiter.close();
+  });
+  app.decorate("sweepReservations", () => sweeper.sweepNow());
+
+  decisionRoutes(app, { store, decisions, maxRequestBytes: config.limits.maxRequestBytes });
+  modelRoutes(app, { store, registry });
+  usageRoutes(app, { store });
   serviceConfigRoutes(app, config);
   return app;
 }

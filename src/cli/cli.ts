@@ -1,12 +1,23 @@
 import { parseArgs } from "node:util";
 import type { Store } from "../store/store.ts";
 import { CliError, UsageError, type Command, type CommandGroup, type CommandInput, type OptionSpec } from "./command.ts";
+import { creditCommands } from "./credit-commands.ts";
 import { keyCommands } from "./key-commands.ts";
 import { orgCommands } from "./org-commands.ts";
 import { createOutput, quoted, type TextSink } from "./output.ts";
+import { usageCommands } from "./usage-commands.ts";
 
-/** Every command group, in help order. A new group (credits, usage, …) is a new file and one line here. */
-export const COMMAND_GROUPS: CommandGroup[] = [orgCommands, keyCommands];
+/**
+ * Every command group, in help order. A new group is a new file and one line here.
+ * A group whose only command has the empty name is itself the command: `tds usage --org ORG`.
+ */
+export const COMMAND_GROUPS: CommandGroup[] = [orgCommands, keyCommands, creditCommands, usageCommands];
+
+/** The command of a group that is itself a command (its only command, named ""), else null. */
+function groupCommand(group: CommandGroup): Command | null {
+  const only = group.commands.length === 1 ? group.commands[0]! : null;
+  return only !== null && only.name === "" ? only : null;
+}
 
 const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
   json: { type: "boolean", description: "Print one JSON document on stdout (lists are arrays, times ISO-8601)" },
@@ -28,7 +39,7 @@ export interface CliIo {
 
 function synopsis(group: CommandGroup, command: Command): string {
   const args = command.synopsis ?? command.positionals.join(" ");
-  return `tds ${group.name} ${command.name}${args ? ` ${args}` : ""}`;
+  return `tds ${[group.name, command.name, args].filter((part) => part !== "").join(" ")}`;
 }
 
 function optionLines(options: Record<string, OptionSpec>): string[] {
@@ -56,7 +67,7 @@ export function usageText(): string {
   return [
     "Usage: tds <group> <command> [arguments] [options]",
     "",
-    "Administer the Typed Decision Service: organizations and API keys.",
+    "Administer the Typed Decision Service: organizations, API keys, credits and usage records.",
     "",
     "Commands:",
     ...commandTable(COMMAND_GROUPS),
@@ -161,7 +172,8 @@ export async function runCli(argv: string[], io: CliIo): Promise<number> {
       print(io.stderr, `tds: unknown command group ${quoted(words[1])}\n\n${usageText()}`);
       return 2;
     }
-    print(io.stdout, group ? (command ? commandUsageText(group, command) : groupUsageText(group)) : usageText());
+    const own = group ? groupCommand(group) : null;
+    print(io.stdout, group ? (own ? commandUsageText(group, own) : command ? commandUsageText(group, command) : groupUsageText(group)) : usageText());
     return 0;
   }
   if (words.length === 0) {
@@ -178,6 +190,8 @@ export async function runCli(argv: string[], io: CliIo): Promise<number> {
     print(io.stderr, `tds: unknown command group ${quoted(words[0]!)}\n\n${usageText()}`);
     return 2;
   }
+  const own = groupCommand(group);
+  if (own) return runCommand(group, own, withoutGroupWord(argv, group.name), io);
   if (words.length === 1) {
     if (wantsHelp) {
       print(io.stdout, groupUsageText(group));
@@ -191,7 +205,23 @@ export async function runCli(argv: string[], io: CliIo): Promise<number> {
     print(io.stderr, `tds: unknown command ${quoted(`tds ${group.name} ${words[1]}`)}\n\n${groupUsageText(group)}`);
     return 2;
   }
+  return runCommand(group, command, rest, io);
+}
 
+/** argv without the group word (the first word splitWords would find), for a group that is itself the command. */
+function withoutGroupWord(argv: string[], groupName: string): string[] {
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === "--") break;
+    if (arg === "--database") i++;
+    else if (arg === groupName) return [...argv.slice(0, i), ...argv.slice(i + 1)];
+  }
+  return argv;
+}
+
+/** Parses the command's arguments (`rest`: everything but the group and command words), opens the store on demand and runs it. */
+async function runCommand(group: CommandGroup, command: Command, rest: string[], io: CliIo): Promise<number> {
+  const print = (sink: TextSink, text: string) => sink.write(text.endsWith("\n") ? text : `${text}\n`);
   let store: Store | null = null;
   try {
     const parsed = parseCommandArgs(command, rest);
@@ -202,7 +232,7 @@ export async function runCli(argv: string[], io: CliIo): Promise<number> {
     const given = parsed.input.positionals;
     if (given.length !== command.positionals.length) {
       const expected = command.positionals.length === 0 ? "no arguments" : command.positionals.join(" ");
-      throw new UsageError(`"tds ${group.name} ${command.name}" takes ${expected}, got ${given.length === 0 ? "none" : given.map((g) => JSON.stringify(g)).join(" ")}`);
+      throw new UsageError(`"tds ${[group.name, command.name].filter((w) => w !== "").join(" ")}" takes ${expected}, got ${given.length === 0 ? "none" : given.map((g) => JSON.stringify(g)).join(" ")}`);
     }
     if (parsed.database !== undefined && parsed.database.trim() === "") throw new UsageError("--database needs a database URL");
     const out = createOutput(io.stdout, io.stderr, parsed.json);

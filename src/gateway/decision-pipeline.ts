@@ -4,6 +4,7 @@ import type { ModelRegistry, ResolvedModel } from "../models/registry.ts";
 import { modelServiceFailure } from "../models/registry.ts";
 import type { ModelAnswerSet } from "../models/model-service.ts";
 import type { Organization, Store, UsageOutcome, UsageRecord, UsageSource } from "../store/store.ts";
+import type { Admission, AdmissionPolicy } from "./admission.ts";
 import { checkAnswers } from "./answer-check.ts";
 import type { Clock } from "./clock.ts";
 import { GatewayError } from "./errors.ts";
@@ -16,22 +17,37 @@ export interface DecisionContext {
   source: UsageSource;
   /** performance.now() when the request arrived. */
   startedAt: number;
-  /** Fires when the client has gone away or the server is shutting down. */
+  /** Fires when the server gives up on the request (shutdown). */
   signal?: AbortSignal;
 }
 
 export interface PipelineDeps {
   store: Store;
   registry: ModelRegistry;
+  admission: AdmissionPolicy;
   clock: Clock;
   config: Pick<Config, "serviceMode" | "limits" | "modelTimeoutMs">;
   /** Monotonic milliseconds, for latencies. */
   monotonicMs?: () => number;
 }
 
+/** What an accepted request's record needs besides its outcome. */
+interface Accepted {
+  ctx: DecisionContext;
+  model: ResolvedModel;
+  admission: Admission;
+  acceptedAtMs: number;
+  /** Wall time of the model call, once it has ended. */
+  callMs: number;
+}
+
 const round3 = (ms: number) => Math.max(0, Math.round(ms * 1000) / 1000);
 
-/** admit → resolve model → call → check answers → settle → record. Pure logic over injected ports. */
+/**
+ * validate limits → resolve model → admit (rate, quota or reservation) → call the model →
+ * check answers → settle or release → record. Every accepted request is recorded exactly once
+ * and its reservation resolved exactly once; no store transaction spans the model call.
+ */
 export class DecisionPipeline {
   private readonly monotonicMs: () => number;
 
@@ -47,11 +63,11 @@ export class DecisionPipeline {
         errors: [{ field: "questions", message: `must have at most ${config.limits.maxQuestions} questions (max_questions); got ${questionCount}` }],
       });
     }
-    if (ctx.org.paused) throw new GatewayError("org_paused");
     const model = await this.deps.registry.resolve(request.model);
+    const admission = await this.deps.admission.admit(ctx.org, ctx.requestId, model);
 
-    // Accepted from here on: every outcome below is recorded exactly once.
-    const acceptedAtMs = clock.nowMs();
+    const accepted: Accepted = { ctx, model, admission, acceptedAtMs: clock.nowMs(), callMs: 0 };
+    const callStart = this.monotonicMs();
     let answerSet: ModelAnswerSet;
     try {
       answerSet = await model.service.decide(
@@ -59,96 +75,117 @@ export class DecisionPipeline {
         { timeoutMs: config.modelTimeoutMs, ...(ctx.signal ? { signal: ctx.signal } : {}) },
       );
     } catch (err) {
-      const failure = modelServiceFailure(err);
-      await this.recordFailure(ctx, model, acceptedAtMs, failure);
-      throw failure;
+      accepted.callMs = this.monotonicMs() - callStart;
+      throw await this.fail(accepted, modelServiceFailure(err));
     }
+    accepted.callMs = this.monotonicMs() - callStart;
 
     const checked = checkAnswers(request.questions, answerSet.answers);
     if (!checked.ok) {
       const failure = new GatewayError("model_invalid_response", `The model service returned answers that do not match the questions: ${checked.problem}`);
-      await this.recordFailure(ctx, model, acceptedAtMs, failure, answerSet);
-      throw failure;
+      throw await this.fail(accepted, failure, answerSet);
+    }
+    return this.succeed(accepted, answerSet, checked.answers);
+  }
+
+  private async succeed(accepted: Accepted, answerSet: ModelAnswerSet, answers: DecisionResponse["answers"]): Promise<DecisionResponse> {
+    const { ctx, model, admission } = accepted;
+    const { input_tokens, output_tokens } = answerSet.usage;
+    const paid = this.deps.config.serviceMode === "paid";
+    const reservation = admission.reservation;
+    const fullCost = paid ? tokenCost(model.price, input_tokens, output_tokens) : 0;
+    const overReservation = reservation !== null && fullCost > reservation.amountMicrousd;
+    const cost = overReservation ? reservation.amountMicrousd : fullCost;
+    const latencyMs = round3(answerSet.latencyMs);
+    const gatewayLatencyMs = this.gatewayLatency(accepted);
+    const record = this.record(accepted, "succeeded", 200, {
+      inputTokens: input_tokens,
+      outputTokens: output_tokens,
+      costMicrousd: cost,
+      latencyMs,
+      gatewayLatencyMs,
+      errorDetail: overReservation ? `model reported ${input_tokens} input and ${output_tokens} output tokens, more than reserved; charged the reservation` : null,
+      overReservation,
+    });
+
+    if (reservation) {
+      const settled = await this.deps.store.settleReservation({ reservationId: reservation.id, costMicrousd: cost, nowMs: this.deps.clock.nowMs(), usage: record });
+      if (settled !== "settled") {
+        const failure = new GatewayError("reservation_expired");
+        await this.deps.store.insertUsage(
+          this.record(accepted, "reservation_expired", 409, {
+            inputTokens: input_tokens,
+            outputTokens: output_tokens,
+            costMicrousd: 0,
+            latencyMs,
+            gatewayLatencyMs,
+            errorDetail: "the credit reservation expired before settlement; nothing was charged",
+            overReservation: false,
+          }),
+        );
+        throw failure;
+      }
+    } else {
+      await this.deps.store.insertUsage(record);
     }
 
-    const { input_tokens, output_tokens } = answerSet.usage;
-    const usage = this.usageFor(model, input_tokens, output_tokens);
-    const latencyMs = round3(answerSet.latencyMs);
-    const gatewayLatencyMs = round3(this.monotonicMs() - ctx.startedAt - answerSet.latencyMs);
-    await this.deps.store.insertUsage(
-      this.record(ctx, model, acceptedAtMs, "succeeded", 200, {
-        inputTokens: input_tokens,
-        outputTokens: output_tokens,
-        costMicrousd: usage.cost_microusd,
-        latencyMs,
-        gatewayLatencyMs,
-        errorDetail: null,
-      }),
-    );
+    const usage: Usage = paid
+      ? { input_tokens, output_tokens, cost_microusd: cost, cost_usd: formatUsd(cost), price_per_million_input_usd: model.priceInputUsd }
+      : { input_tokens, output_tokens, cost_microusd: 0, cost_usd: "0", price_per_million_input_usd: null };
     return {
       model: model.name,
       request_id: ctx.requestId,
-      service_mode: config.serviceMode,
-      answers: checked.answers,
+      service_mode: this.deps.config.serviceMode,
+      answers,
       usage,
       latency_ms: latencyMs,
       gateway_latency_ms: gatewayLatencyMs,
     };
   }
 
-  private usageFor(model: ResolvedModel, inputTokens: number, outputTokens: number): Usage {
-    if (this.deps.config.serviceMode === "preview") {
-      return { input_tokens: inputTokens, output_tokens: outputTokens, cost_microusd: 0, cost_usd: "0", price_per_million_input_usd: null };
+  /** Records the failure of an accepted request and returns its whole reservation; returns the error to throw. */
+  private async fail(accepted: Accepted, failure: GatewayError, answerSet?: ModelAnswerSet): Promise<GatewayError> {
+    const contextRejected = failure.code === "context_rejected";
+    const outcome: UsageOutcome = contextRejected ? "context_rejected" : "model_error";
+    const record = this.record(accepted, outcome, contextRejected ? 422 : 502, {
+      inputTokens: answerSet?.usage.input_tokens ?? 0,
+      outputTokens: answerSet?.usage.output_tokens ?? 0,
+      costMicrousd: 0,
+      latencyMs: answerSet ? round3(answerSet.latencyMs) : null,
+      gatewayLatencyMs: this.gatewayLatency(accepted),
+      errorDetail: (failure.detail ?? failure.code).slice(0, 500),
+      overReservation: false,
+    });
+    const reservation = accepted.admission.reservation;
+    if (reservation) {
+      await this.deps.store.releaseReservation({ reservationId: reservation.id, nowMs: this.deps.clock.nowMs(), usage: record });
+    } else {
+      await this.deps.store.insertUsage(record);
     }
-    const cost = tokenCost(model.price, inputTokens, outputTokens);
-    return {
-      input_tokens: inputTokens,
-      output_tokens: outputTokens,
-      cost_microusd: cost,
-      cost_usd: formatUsd(cost),
-      price_per_million_input_usd: model.priceInputUsd,
-    };
+    return failure;
   }
 
-  private async recordFailure(
-    ctx: DecisionContext,
-    model: ResolvedModel,
-    acceptedAtMs: number,
-    failure: GatewayError,
-    answerSet?: ModelAnswerSet,
-  ): Promise<void> {
-    const outcome: UsageOutcome = failure.code === "context_rejected" ? "context_rejected" : "model_error";
-    await this.deps.store.insertUsage(
-      this.record(ctx, model, acceptedAtMs, outcome, failure.code === "context_rejected" ? 422 : 502, {
-        inputTokens: answerSet?.usage.input_tokens ?? 0,
-        outputTokens: answerSet?.usage.output_tokens ?? 0,
-        costMicrousd: 0,
-        latencyMs: answerSet ? round3(answerSet.latencyMs) : null,
-        gatewayLatencyMs: round3(this.monotonicMs() - ctx.startedAt - (answerSet?.latencyMs ?? 0)),
-        errorDetail: (failure.detail ?? failure.code).slice(0, 500),
-      }),
-    );
+  private gatewayLatency(accepted: Accepted): number {
+    return round3(this.monotonicMs() - accepted.ctx.startedAt - accepted.callMs);
   }
 
   private record(
-    ctx: DecisionContext,
-    model: ResolvedModel,
-    createdAtMs: number,
+    accepted: Accepted,
     outcome: UsageOutcome,
     httpStatus: number,
-    numbers: Pick<UsageRecord, "inputTokens" | "outputTokens" | "costMicrousd" | "latencyMs" | "gatewayLatencyMs" | "errorDetail">,
+    numbers: Pick<UsageRecord, "inputTokens" | "outputTokens" | "costMicrousd" | "latencyMs" | "gatewayLatencyMs" | "errorDetail" | "overReservation">,
   ): UsageRecord {
+    const { ctx, model } = accepted;
     return {
       requestId: ctx.requestId,
       orgId: ctx.org.id,
       keyId: ctx.keyId,
-      createdAtMs,
+      createdAtMs: accepted.acceptedAtMs,
       source: ctx.source,
       model: model.name,
       mode: this.deps.config.serviceMode,
       outcome,
       httpStatus,
-      overReservation: false,
       ...numbers,
     };
   }

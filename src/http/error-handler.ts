@@ -2,6 +2,7 @@ import type { FastifyError, FastifyInstance, FastifyReply } from "fastify";
 import type { ErrorResponse, FieldError } from "../contract/errors.ts";
 import { MAX_FIELD_ERRORS, toFieldErrors } from "../contract/validation.ts";
 import { GatewayError } from "../gateway/errors.ts";
+import { isStoreUnavailable, StoreInputError } from "../store/store-errors.ts";
 import { ERROR_CATALOGUE, type ErrorCode } from "./error-catalogue.ts";
 import { HttpError } from "./http-error.ts";
 
@@ -40,7 +41,7 @@ function validationDetail(errors: FieldError[]): string {
 export function installErrorHandling(app: FastifyInstance): void {
   app.setNotFoundHandler((_request, reply) => sendError(reply, "route_not_found"));
 
-  app.setErrorHandler((error: FastifyError | GatewayError | HttpError, request, reply) => {
+  app.setErrorHandler((error: FastifyError | GatewayError | HttpError | StoreInputError, request, reply) => {
     if (error instanceof GatewayError) {
       const errors = error.extra.errors;
       const detail = error.detail ?? (errors && errors.length > 0 ? validationDetail(errors) : undefined);
@@ -55,6 +56,10 @@ export function installErrorHandling(app: FastifyInstance): void {
         ...(error.detail !== undefined ? { detail: error.detail } : {}),
         ...(error.errors ? { errors: error.errors } : {}),
       });
+    }
+    if (error instanceof StoreInputError) {
+      const field = `query.${error.field ?? "(query)"}`;
+      return sendError(reply, "invalid_query", { detail: `Invalid query: ${error.message}`, errors: [{ field, message: error.message }] });
     }
     const fe = error as FastifyError;
     if (fe.validation) {
@@ -77,6 +82,10 @@ export function installErrorHandling(app: FastifyInstance): void {
         return sendError(reply, "invalid_json", { detail: "Request body length does not match its Content-Length." });
       default:
         break;
+    }
+    if (isStoreUnavailable(error)) {
+      request.log.error({ err: error }, "storage unavailable");
+      return sendError(reply, "storage_unavailable");
     }
     const status = typeof fe.statusCode === "number" ? fe.statusCode : 500;
     if (status === 405) return sendError(reply, "method_not_allowed");

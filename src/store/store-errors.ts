@@ -12,3 +12,16 @@ export class StoreInputError extends Error {
     this.name = "StoreInputError";
   }
 }
+
+const UNAVAILABLE_SQLITE = /^SQLITE_(BUSY|LOCKED|IOERR|FULL|CANTOPEN|READONLY|PROTOCOL)/;
+
+/**
+ * True for failures of the storage itself (database busy or locked, disk full or failing, connection
+ * lost), as opposed to bad input or a bug: the API answers them with 503 and a retryable detail.
+ */
+export function isStoreUnavailable(err: unknown): boolean {
+  if (typeof err !== "object" || err === null) return false;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code !== "string") return false;
+  return UNAVAILABLE_SQLITE.test(code) || code === "ECONNREFUSED" || code === "ECONNRESET" || code.startsWith("57P") || code.startsWith("08");
+}

@@ -6,7 +6,11 @@ import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
+import { runCli } from "../../src/cli/cli.ts";
 import { apiKeyMatches, keyIdOf } from "../../src/gateway/api-keys.ts";
+import { openSqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
+import type { UsageRecord } from "../../src/store/store.ts";
+import { usageRecordJson } from "../../src/store/usage-json.ts";
 
 const PROJECT = fileURLToPath(new URL("../../", import.meta.url));
 const BIN = join(PROJECT, "bin", "tds.mjs");
@@ -277,5 +281,223 @@ describe("tds CLI", () => {
     assert.ok(hashes.length >= 2);
     const printed = transcript.join("\n");
     for (const hash of hashes) assert.ok(!printed.includes(hash));
+  });
+});
+
+describe("tds credits and tds usage", () => {
+  // In-process runs (runCli) on a database of their own, plus two spawned runs through main.ts.
+  const CREDITS_DB = join(dir, "credits", "tds.sqlite");
+  const ids: { acme?: string; other?: string } = {};
+
+  async function run(args: string[]): Promise<Run> {
+    let stdout = "";
+    let stderr = "";
+    const code = await runCli(args, {
+      stdout: { write: (text: string) => (stdout += text) },
+      stderr: { write: (text: string) => (stderr += text) },
+      env: { TDS_DATABASE_URL: `sqlite:${CREDITS_DB}` },
+      nowMs: () => T0 + 60_000,
+    });
+    transcript.push(stdout, stderr);
+    return { code, stdout, stderr };
+  }
+
+  const T0 = Date.UTC(2026, 0, 1);
+  function record(requestId: string, orgId: string, overrides: Partial<UsageRecord> = {}): UsageRecord {
+    return {
+      requestId,
+      orgId,
+      keyId: "key_1",
+      createdAtMs: T0,
+      source: "api",
+      model: "jev-1",
+      mode: "paid",
+      outcome: "succeeded",
+      httpStatus: 200,
+      inputTokens: 120,
+      outputTokens: 7,
+      costMicrousd: 1500,
+      latencyMs: 12.5,
+      gatewayLatencyMs: 14.25,
+      errorDetail: null,
+      overReservation: false,
+      ...overrides,
+    };
+  }
+
+  it("grants credits given in USD and shows the balance in USD and microUSD", async () => {
+    ids.acme = json(await run(["org", "create", "Acme", "--json"])).id as string;
+    ids.other = json(await run(["org", "create", "Other", "--json"])).id as string;
+    const zero = json(await run(["credits", "show", "--org", "Acme", "--json"]));
+    assert.deepEqual(zero, {
+      org_id: ids.acme,
+      available_microusd: 0,
+      available_usd: "0",
+      reserved_microusd: 0,
+      reserved_usd: "0",
+      spent_microusd: 0,
+      spent_usd: "0",
+      granted_microusd: 0,
+      granted_usd: "0",
+    });
+    const granted = json(await run(["credits", "grant", "--org", "Acme", "--usd", "12.50", "--note", "invoice 7", "--json"]));
+    assert.deepEqual(Object.keys(granted), Object.keys(zero), "grant prints the balance, same shape as show");
+    assert.deepEqual([granted.available_microusd, granted.available_usd, granted.granted_microusd, granted.granted_usd], [12_500_000, "12.5", 12_500_000, "12.5"]);
+    const human = await run(["credits", "grant", "--org", ids.acme!, "--usd", "0.000001"]);
+    assert.equal(human.code, 0, human.stderr);
+    assert.match(human.stdout, /Granted 0\.000001 USD to organization org_[a-z0-9]{12} \("Acme"\)/);
+    const shown = json(await run(["credits", "show", "--org", ids.acme!, "--json"]));
+    assert.deepEqual([shown.available_microusd, shown.available_usd, shown.reserved_usd, shown.spent_usd, shown.granted_usd], [12_500_001, "12.500001", "0", "0", "12.500001"]);
+    const table = await run(["credits", "show", "--org", "Acme"]);
+    assert.equal(table.code, 0);
+    assert.match(table.stdout, /available\s+12\.500001\s+12500001\n/);
+    assert.match(table.stdout, /granted\s+12\.500001\s+12500001\n/);
+
+    const store = openSqliteStore(CREDITS_DB);
+    try {
+      const ledger = await store.listLedger(ids.acme);
+      assert.deepEqual(ledger.map((e) => [e.kind, e.availableDelta, e.grantedDelta, e.note, e.createdAtMs]), [
+        ["grant", 12_500_000, 12_500_000, "invoice 7", T0 + 60_000],
+        ["grant", 1, 1, null, T0 + 60_000],
+      ]);
+      assert.deepEqual(await store.getBalance(ids.other), { available: 0, reserved: 0, spent: 0, granted: 0 });
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("exits 2 with usage on stderr for bad credits or usage arguments, 1 for an unknown organization", async () => {
+    const usage: string[][] = [
+      ["credits", "grant", "--org", "Acme"],
+      ["credits", "grant", "--org", "Acme", "--usd", "0"],
+      ["credits", "grant", "--org", "Acme", "--usd", "-1"],
+      ["credits", "grant", "--org", "Acme", "--usd", "1.0000001"],
+      ["credits", "grant", "--org", "Acme", "--usd", "1e3"],
+      ["credits", "grant", "--usd", "5"],
+      ["credits", "show"],
+      ["credits", "show", "--org", "Acme", "extra"],
+      ["usage"],
+      ["usage", "--org", "Acme", "--limit", "0"],
+      ["usage", "--org", "Acme", "--limit", "abc"],
+      ["usage", "--org", "Acme", "--outcome", "exploded"],
+      ["usage", "--org", "Acme", "--request-id", "req_a", "--limit", "5"],
+      ["usage", "--org", "Acme", "--bogus"],
+    ];
+    for (const args of usage) {
+      const r = await run(args);
+      assert.equal(r.code, 2, `tds ${args.join(" ")}: ${r.stderr}`);
+      assert.equal(r.stdout, "");
+      assert.match(r.stderr, /Usage: tds (credits|usage)/, `tds ${args.join(" ")}`);
+    }
+    const unknown: string[][] = [
+      ["credits", "grant", "--org", "Nobody", "--usd", "1", "--json"],
+      ["credits", "show", "--org", "Nobody"],
+      ["usage", "--org", "Nobody", "--json"],
+    ];
+    for (const args of unknown) {
+      const r = await run(args);
+      assert.equal(r.code, 1, `tds ${args.join(" ")}: ${r.stderr}`);
+      assert.equal(r.stdout, "");
+      assert.match(r.stderr, /^tds: No organization/);
+    }
+    const store = openSqliteStore(CREDITS_DB);
+    try {
+      assert.equal((await store.getBalance(ids.acme!)).granted, 12_500_001, "nothing was granted by the refused commands");
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("lists usage records newest first, filtered and limited, and shows one by request id", async () => {
+    const store = openSqliteStore(CREDITS_DB);
+    try {
+      await store.insertUsage(record("req_a", ids.acme!, { createdAtMs: T0 + 1000 }));
+      await store.insertUsage(
+        record("req_b", ids.acme!, {
+          createdAtMs: T0 + 2000,
+          source: "playground",
+          outcome: "model_error",
+          httpStatus: 502,
+          inputTokens: 0,
+          outputTokens: 0,
+          costMicrousd: 0,
+          latencyMs: null,
+          errorDetail: "model timed out",
+        }),
+      );
+      await store.insertUsage(record("req_c", ids.acme!, { createdAtMs: T0 + 3000, costMicrousd: 2_000_000, overReservation: true }));
+      await store.insertUsage(record("req_other", ids.other!, { createdAtMs: T0 + 4000 }));
+    } finally {
+      await store.close();
+    }
+
+    const all = json<Record<string, unknown>[]>(await run(["usage", "--org", "Acme", "--json"]));
+    assert.deepEqual(all.map((r) => r.request_id), ["req_c", "req_b", "req_a"]);
+    assert.deepEqual(all[1], {
+      request_id: "req_b",
+      created_at: "2026-01-01T00:00:02.000Z",
+      key_id: "key_1",
+      source: "playground",
+      model: "jev-1",
+      service_mode: "paid",
+      outcome: "model_error",
+      http_status: 502,
+      input_tokens: 0,
+      output_tokens: 0,
+      cost_microusd: 0,
+      cost_usd: "0",
+      latency_ms: null,
+      gateway_latency_ms: 14.25,
+      over_reservation: false,
+      error: "model timed out",
+    });
+    assert.deepEqual([all[0]?.cost_microusd, all[0]?.cost_usd, all[0]?.over_reservation], [2_000_000, "2", true]);
+    assert.equal(
+      JSON.stringify(all[0]),
+      JSON.stringify(usageRecordJson(record("req_c", ids.acme!, { createdAtMs: T0 + 3000, costMicrousd: 2_000_000, overReservation: true }))),
+      "exactly usageRecordJson, key order included",
+    );
+
+    const limited = json<Record<string, unknown>[]>(await run(["usage", "--org", ids.acme!, "--limit", "2", "--json"]));
+    assert.deepEqual(limited.map((r) => r.request_id), ["req_c", "req_b"]);
+    const failed = json<Record<string, unknown>[]>(await run(["usage", "--org", "Acme", "--outcome", "model_error", "--json"]));
+    assert.deepEqual(failed.map((r) => r.request_id), ["req_b"]);
+    assert.deepEqual(json<unknown[]>(await run(["usage", "--org", "Acme", "--outcome", "reservation_expired", "--json"])), []);
+
+    const one = json(await run(["usage", "--org", "Acme", "--request-id", "req_b", "--json"]));
+    assert.deepEqual(one, all[1]);
+    const elsewhere = await run(["usage", "--org", "Acme", "--request-id", "req_other", "--json"]);
+    assert.equal(elsewhere.code, 1, "another organization's record is not found");
+    assert.equal(elsewhere.stdout, "");
+    assert.match(elsewhere.stderr, /^tds: No usage record with request id "req_other" in organization/);
+    assert.equal((await run(["usage", "--org", "Acme", "--request-id", "req_missing"])).code, 1);
+
+    const table = await run(["usage", "--org", "Acme", "--limit", "2"]);
+    assert.equal(table.code, 0, table.stderr);
+    assert.match(table.stdout, /^CREATED\s+REQUEST ID\s+OUTCOME\s+STATUS/);
+    assert.match(table.stdout, /2026-01-01T00:00:03\.000Z\s+req_c\s+succeeded\*\s+200\s+jev-1\s+paid\s+api\s+120\s+7\s+2\s/);
+    assert.ok(!table.stdout.includes("req_a"));
+    assert.match(table.stderr, /more with --limit/);
+    const detail = await run(["usage", "--org", "Acme", "--request-id", "req_b"]);
+    assert.match(detail.stdout, /^request_id:\s+req_b$/m);
+    assert.match(detail.stdout, /^error:\s+model timed out$/m);
+    const none = await run(["usage", "--org", "Other", "--outcome", "model_error"]);
+    assert.match(none.stdout, /has no usage records with outcome model_error/);
+  });
+
+  it("runs credits and usage through main.ts, and lists them in the help", async () => {
+    const env = { TDS_DATABASE_URL: `sqlite:${CREDITS_DB}` };
+    const [shown, listed, help] = await Promise.all([
+      tds(["credits", "show", "--org", "Acme", "--json"], env),
+      tds(["--json", "usage", "--org", ids.acme!, "--limit", "1"], env),
+      run(["--help"]),
+    ]);
+    assert.equal(json(shown).available_usd, "12.500001");
+    assert.deepEqual(json<Record<string, unknown>[]>(listed).map((r) => r.request_id), ["req_c"]);
+    for (const line of ["tds credits grant --org ORG --usd USD", "tds credits show --org ORG", "tds usage --org ORG [--request-id ID] [--limit N] [--outcome O]"]) {
+      assert.ok(help.stdout.includes(line), `usage mentions ${line}`);
+    }
+    const usageHelp = await run(["help", "usage"]);
+    assert.match(usageHelp.stdout, /^Usage: tds usage --org ORG/);
   });
 });

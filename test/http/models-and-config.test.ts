@@ -79,6 +79,7 @@ describe("configured models, aliases and prices", () => {
     );
     const gw = await startGateway({ env: { TDS_CONFIG: path, TDS_SERVICE_MODE: "paid" } });
     try {
+      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 10_000_000, nowMs: Date.now() });
       const models = await json(await gw.get("/v1/models"));
       assert.deepEqual(models, { models: [{ name: "decider", context: { max_state: 1000, max_branch: 1200 } }, { name: "small" }] });
       for (const [requested, name, upstream] of [
@@ -92,6 +93,7 @@ describe("configured models, aliases and prices", () => {
         assert.equal(res.status, 200, JSON.stringify(body));
         assert.equal(body.model, name);
         assert.equal(gw.fake!.received.at(-1)!.model, upstream);
+        assert.equal(body.usage.price_per_million_input_usd, name === "decider" ? "2.5" : "0.5", "per-model price, else the default");
       }
       const unknown = await errorBody(await gw.decide({ ...sampleRequest(), model: "fake-large" }), 422);
       assert.equal(unknown.errors?.[0]?.field, "model");

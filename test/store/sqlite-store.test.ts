@@ -9,6 +9,7 @@ import Database from "better-sqlite3";
 import { hashApiKey } from "../../src/gateway/api-keys.ts";
 import { openStore, sqlitePathOf } from "../../src/store/open-store.ts";
 import { applyMigrations, readMigrations, SQLITE_MIGRATIONS_DIR } from "../../src/store/sqlite/migrations.ts";
+import { DUE_RESERVATIONS_SQL } from "../../src/store/sqlite/sqlite-credits.ts";
 import { openSqliteStore, usageListQuery } from "../../src/store/sqlite/sqlite-store.ts";
 import type { UsageQuery } from "../../src/store/store.ts";
 import { decodeUsageCursor, encodeUsageCursor } from "../../src/store/sqlite/usage-cursor.ts";
@@ -46,6 +47,45 @@ async function openInProcesses(count: number, path: string, migrationsDir: strin
         }),
     ),
   );
+}
+
+/** Runs `count` processes that each try `attempts` reservations of `amount` from org_1, all starting at one moment. */
+async function reserveInProcesses(count: number, path: string, attempts: number, amount: number): Promise<number[]> {
+  const startAt = Date.now() + 1500;
+  const code = (worker: number) => `
+    const { openSqliteStore } = await import(${JSON.stringify(SQLITE_STORE_MODULE)});
+    const store = openSqliteStore(${JSON.stringify(path)});
+    while (Date.now() < ${startAt}) await new Promise((r) => setTimeout(r, 1));
+    let reserved = 0;
+    for (let i = 0; i < ${attempts}; i++) {
+      const id = "w${worker}_" + i;
+      const now = Date.now();
+      const result = await store.reserveCredits({ reservationId: id, orgId: "org_1", requestId: id, amountMicrousd: ${amount}, nowMs: now, expiresAtMs: now + 3600000 });
+      if (result === "reserved") reserved++;
+      // A pause now and then lets the other processes take the lock in between.
+      if (i % 10 === 9) await new Promise((r) => setTimeout(r, 1));
+    }
+    await store.close();
+    process.stdout.write(JSON.stringify({ reserved }));
+  `;
+  const runs = await Promise.all(
+    Array.from(
+      { length: count },
+      (_, worker) =>
+        new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+          const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", code(worker)], { stdio: ["ignore", "pipe", "pipe"] });
+          let stdout = "";
+          let stderr = "";
+          child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
+          child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
+          child.on("close", (exitCode) => resolve({ code: exitCode, stdout, stderr }));
+        }),
+    ),
+  );
+  return runs.map((run) => {
+    assert.equal(run.code, 0, run.stderr);
+    return (JSON.parse(run.stdout) as { reserved: number }).reserved;
+  });
 }
 
 describe("SQLite store", () => {
@@ -127,6 +167,32 @@ describe("SQLite store", () => {
     }
   });
 
+  it("processes reserving from one balance at the same moment never overdraw it", async () => {
+    const path = tempFile("reserve-race");
+    const setup = openSqliteStore(path);
+    await setup.createOrganization({ id: "org_1", name: "Acme", nowMs: 1 });
+    await setup.grantCredits({ orgId: "org_1", amountMicrousd: 10_000, nowMs: 2 });
+    await setup.close();
+    // 4 × 500 attempts of 7 for 10,000: exactly floor(10000 / 7) = 1428 can succeed.
+    const perProcess = await reserveInProcesses(4, path, 500, 7);
+    assert.equal(perProcess.reduce((a, b) => a + b, 0), 1428, `reserved per process: ${perProcess.join(", ")}`);
+    assert.ok(perProcess.filter((n) => n > 0).length >= 2, `the processes overlapped: ${perProcess.join(", ")}`);
+    const store = openSqliteStore(path);
+    try {
+      assert.deepEqual(await store.getBalance("org_1"), { available: 10_000 - 1428 * 7, reserved: 1428 * 7, spent: 0, granted: 10_000 });
+      assert.deepEqual(store.db.prepare("SELECT count(*) AS n, sum(amount_microusd) AS total FROM reservations WHERE status = 'pending'").get(), { n: 1428, total: 9996 });
+      const order = store.db.prepare("SELECT id FROM reservations ORDER BY rowid").pluck().all() as string[];
+      const switches = order.filter((id, i) => i > 0 && id.split("_")[0] !== order[i - 1]!.split("_")[0]).length;
+      assert.ok(switches > 3, `the processes took turns, not one after another (${switches} switches)`);
+      const sums = store.db
+        .prepare("SELECT sum(available_delta) AS available, sum(reserved_delta) AS reserved, sum(spent_delta) AS spent, sum(granted_delta) AS granted FROM ledger_entries WHERE org_id = 'org_1'")
+        .get();
+      assert.deepEqual(sums, await store.getBalance("org_1"));
+    } finally {
+      await store.close();
+    }
+  });
+
   it("keeps data when reopened", async () => {
     const path = tempFile();
     const first = openSqliteStore(path);
@@ -182,6 +248,45 @@ describe("SQLite store", () => {
         assert.doesNotMatch(plan, /TEMP B-TREE/);
         if (query.cursor && !(query.toMs !== undefined && query.toMs <= 5000)) assert.match(plan, /\(created_at_ms,request_id\)<\(\?,\?\)/, JSON.stringify(query));
       }
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("the expiry sweep seeks the index of pending reservations by expiry time", async () => {
+    const store = openSqliteStore(":memory:");
+    try {
+      const plan = (store.db.prepare(`EXPLAIN QUERY PLAN ${DUE_RESERVATIONS_SQL}`).all(1000, 10) as { detail: string }[]).map((p) => p.detail).join("\n");
+      assert.match(plan, /SEARCH reservations USING INDEX reservations_by_status_expiry \(status=\? AND expires_at_ms<\?\)/);
+      assert.doesNotMatch(plan, /TEMP B-TREE/);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("the schema itself refuses balances, reservations and ledger entries that break the invariants", async () => {
+    const store = openSqliteStore(":memory:");
+    try {
+      await store.createOrganization({ id: "org_1", name: "Acme", nowMs: 1 });
+      await store.grantCredits({ orgId: "org_1", amountMicrousd: 1000, nowMs: 2 });
+      await store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 100, nowMs: 3, expiresAtMs: 10 });
+      const db = store.db;
+      const refused = [
+        "UPDATE org_balances SET available = available + 1",
+        "UPDATE org_balances SET available = -1, granted = granted - 901",
+        "UPDATE org_balances SET reserved = reserved - 101, granted = granted - 101",
+        "UPDATE reservations SET status = 'settled', cost_microusd = 101, resolved_at_ms = 4",
+        "UPDATE reservations SET status = 'settled', resolved_at_ms = 4",
+        "UPDATE reservations SET status = 'expired'",
+        "UPDATE reservations SET status = 'cancelled', resolved_at_ms = 4",
+        "INSERT INTO ledger_entries (org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms) VALUES ('org_1', 'grant', NULL, 5, 0, 0, 4, 5)",
+        "INSERT INTO ledger_entries (org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms) VALUES ('org_1', 'settle', NULL, 0, 0, 0, 0, 5)",
+        "INSERT INTO org_balances (org_id) VALUES ('org_missing')",
+        "INSERT INTO preview_counters (scope, day, count) VALUES ('org_1', '2026-1-1', 1)",
+        "INSERT INTO idempotency_keys (org_id, key, request_hash, request_id, state, lock_until_ms, expires_at_ms) VALUES ('org_1', 'k', 'h', 'q', 'completed', 1, 2)",
+      ];
+      for (const sql of refused) assert.throws(() => db.exec(sql), /constraint failed/, sql);
+      assert.deepEqual(await store.getBalance("org_1"), { available: 900, reserved: 100, spent: 0, granted: 1000 });
     } finally {
       await store.close();
     }

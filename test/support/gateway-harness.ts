@@ -46,6 +46,10 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
     ...(fake ? { TDS_MODEL_SERVICE_URL: fake.url } : {}),
     LOG_LEVEL: "silent",
     TDS_BOOTSTRAP: "false",
+    // Generous limits unless a test is about them.
+    TDS_REQUESTS_PER_MINUTE: "100000",
+    TDS_PREVIEW_REQUEST_LIMIT: "1000000",
+    TDS_PREVIEW_GLOBAL_REQUEST_LIMIT: "1000000",
     ...options.env,
   });
   const store = await openStore(config.databaseUrl);

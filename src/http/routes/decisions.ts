@@ -1,19 +1,32 @@
+import { Type } from "@sinclair/typebox";
 import type { FastifyInstance } from "fastify";
 import { DecisionRequest, DecisionResponse } from "../../contract/decision.ts";
 import { ErrorResponse } from "../../contract/errors.ts";
-import type { DecisionPipeline } from "../../gateway/decision-pipeline.ts";
+import type { IdempotentDecisions } from "../../gateway/idempotent-decisions.ts";
 import type { Store, UsageSource } from "../../store/store.ts";
 import { authenticate, authOf } from "../auth.ts";
 
 const errorStatuses = [401, 402, 403, 409, 413, 422, 429, 502, 503] as const;
+
+const DecisionHeaders = Type.Object({
+  "idempotency-key": Type.Optional(
+    Type.String({
+      minLength: 1,
+      maxLength: 255,
+      pattern: "^[\\x21-\\x7E]+$",
+      description: "Optional. The same key with the same body within 24 h replays the first 200 response (Idempotent-Replayed: true) without a second charge",
+    }),
+  ),
+  "x-tds-source": Type.Optional(Type.String({ description: '"playground" marks Playground requests; they share every quota with the API' })),
+});
 
 /** Playground requests identify themselves; they share every quota with the API. */
 function sourceOf(header: string | string[] | undefined): UsageSource {
   return header === "playground" ? "playground" : "api";
 }
 
-export function decisionRoutes(app: FastifyInstance, deps: { store: Store; pipeline: DecisionPipeline; maxRequestBytes: number }) {
-  app.post<{ Body: DecisionRequest }>(
+export function decisionRoutes(app: FastifyInstance, deps: { store: Store; decisions: IdempotentDecisions; maxRequestBytes: number }) {
+  app.post<{ Body: DecisionRequest; Headers: { "idempotency-key"?: string; "x-tds-source"?: string } }>(
     "/v1/systemone",
     {
       bodyLimit: deps.maxRequestBytes,
@@ -21,22 +34,25 @@ export function decisionRoutes(app: FastifyInstance, deps: { store: Store; pipel
       schema: {
         summary: "Answer typed questions about one state",
         security: [{ bearer: [] }],
+        headers: DecisionHeaders,
         body: DecisionRequest,
         response: { 200: DecisionResponse, ...Object.fromEntries(errorStatuses.map((s) => [s, ErrorResponse])) },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const auth = authOf(request);
-      return deps.pipeline.decide(
-        {
-          requestId: request.id,
-          org: auth.org,
-          keyId: auth.keyId,
-          source: sourceOf(request.headers["x-tds-source"]),
-          startedAt: request.startedAt,
-        },
+      const key = request.headers["idempotency-key"];
+      const result = await deps.decisions.handle(
+        { requestId: request.id, org: auth.org, keyId: auth.keyId, source: sourceOf(request.headers["x-tds-source"]), startedAt: request.startedAt },
         request.body,
+        key !== undefined && request.bodySha256 ? { key, requestHash: request.bodySha256 } : null,
       );
+      if (result.replayed) {
+        reply.header("x-service-request-id", result.requestId);
+        reply.header("x-typesafe-request-id", result.requestId);
+        reply.header("idempotent-replayed", "true");
+      }
+      return reply.code(result.status).type("application/json; charset=utf-8").serializer((text: string) => text).send(result.body);
     },
   );
 }

@@ -5,8 +5,14 @@ import type { Statement } from "better-sqlite3";
 import {
   StoreConflictError,
   type ApiKeyRecord,
+  type Balance,
+  type IdempotencyClaim,
+  type LedgerEntry,
   type Organization,
+  type PreviewQuotaResult,
+  type Reservation,
   type Store,
+  type StoredResponse,
   type UsageOutcome,
   type UsagePage,
   type UsageQuery,
@@ -14,6 +20,10 @@ import {
 } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
 import { applyMigrations, readMigrations, SQLITE_MIGRATIONS_DIR } from "./migrations.ts";
+import { SqliteCredits } from "./sqlite-credits.ts";
+import { isConstraint, UNIQUE_CODES } from "./sqlite-errors.ts";
+import { SqliteIdempotency } from "./sqlite-idempotency.ts";
+import { SqlitePreviewQuotas } from "./sqlite-preview-quotas.ts";
 import { decodeUsageCursor, encodeUsageCursor } from "./usage-cursor.ts";
 
 export interface SqliteStore extends Store {
@@ -45,8 +55,8 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
   const db = new Database(fullPath);
   try {
     // busy_timeout first: switching to WAL and the migration transaction may have to wait for another process.
-    db.pragma("busy_timeout = 5000");
-    db.pragma("journal_mode = WAL");
+    db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
+    enableWal(db);
     db.pragma("synchronous = NORMAL");
     db.pragma("foreign_keys = ON");
     applyMigrations(db, migrations);
@@ -54,6 +64,26 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
   } catch (err) {
     db.close();
     throw err;
+  }
+}
+
+const BUSY_TIMEOUT_MS = 5000;
+
+/**
+ * PRAGMA journal_mode = WAL, retried for up to busy_timeout: when several processes open a new file at once,
+ * SQLite can answer SQLITE_BUSY here without calling the busy handler (while another connection switches the
+ * file to WAL, or checkpoints it on close), so busy_timeout alone does not cover this step.
+ */
+function enableWal(db: Database.Database): void {
+  const deadline = Date.now() + BUSY_TIMEOUT_MS;
+  for (;;) {
+    try {
+      db.pragma("journal_mode = WAL");
+      return;
+    } catch (err) {
+      if (!(err instanceof Database.SqliteError && err.code.startsWith("SQLITE_BUSY")) || Date.now() >= deadline) throw err;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5);
+    }
   }
 }
 
@@ -140,14 +170,6 @@ function toUsage(row: UsageRow): UsageRecord {
   };
 }
 
-type SqliteError = InstanceType<typeof Database.SqliteError>;
-
-function isConstraint(err: unknown, ...codes: string[]): err is SqliteError {
-  return err instanceof Database.SqliteError && codes.includes(err.code);
-}
-
-const UNIQUE_CODES = ["SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE"];
-
 function checkTime(value: number | undefined, field: string): void {
   if (value !== undefined && !Number.isFinite(value)) throw new StoreInputError(`${field} must be a finite number of epoch milliseconds`, field);
 }
@@ -204,6 +226,10 @@ class SqliteStoreImpl implements SqliteStore {
   /** listUsage statements, one per combination of filters, each prepared on first use. */
   readonly #listUsage = new Map<string, Statement<unknown[], UsageRow>>();
 
+  readonly #credits: SqliteCredits;
+  readonly #quotas: SqlitePreviewQuotas;
+  readonly #idempotency: SqliteIdempotency;
+
   constructor(db: Database.Database, path: string) {
     this.#db = db;
     this.#path = path;
@@ -225,6 +251,11 @@ class SqliteStoreImpl implements SqliteStore {
 
     this.#insertUsage = db.prepare(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${Array(16).fill("?").join(", ")})`);
     this.#getUsage = db.prepare(`SELECT ${USAGE_COLUMNS} FROM usage_records WHERE org_id = ? AND request_id = ?`);
+
+    // settle and release insert the usage record inside their own transaction.
+    this.#credits = new SqliteCredits(db, (record) => this.#insertUsageRow(record));
+    this.#quotas = new SqlitePreviewQuotas(db);
+    this.#idempotency = new SqliteIdempotency(db);
   }
 
   get db(): Database.Database {
@@ -309,6 +340,11 @@ class SqliteStoreImpl implements SqliteStore {
   }
 
   async insertUsage(record: UsageRecord): Promise<void> {
+    this.#insertUsageRow(record);
+  }
+
+  /** Inserts one usage record; StoreConflictError on a duplicate request id. Synchronous, so a transaction can include it. */
+  #insertUsageRow(record: UsageRecord): void {
     try {
       this.#insertUsage.run(
         record.requestId,
@@ -360,5 +396,74 @@ class SqliteStoreImpl implements SqliteStore {
     const records = (more ? rows.slice(0, limit) : rows).map(toUsage);
     const last = records[records.length - 1];
     return { records, nextCursor: more && last ? encodeUsageCursor({ createdAtMs: last.createdAtMs, requestId: last.requestId }) : null };
+  }
+
+  // ── Credits, preview quotas, idempotency keys: see sqlite-credits.ts, sqlite-preview-quotas.ts, sqlite-idempotency.ts. ──
+
+  async grantCredits(input: { orgId: string; amountMicrousd: number; nowMs: number; note?: string }): Promise<Balance> {
+    return this.#credits.grant(input);
+  }
+
+  async getBalance(orgId: string): Promise<Balance> {
+    return this.#credits.balance(orgId);
+  }
+
+  async reserveCredits(input: {
+    reservationId: string;
+    orgId: string;
+    requestId: string;
+    amountMicrousd: number;
+    nowMs: number;
+    expiresAtMs: number;
+  }): Promise<"reserved" | "insufficient"> {
+    return this.#credits.reserve(input);
+  }
+
+  async settleReservation(input: { reservationId: string; costMicrousd: number; nowMs: number; usage: UsageRecord }): Promise<"settled" | "expired" | "not_pending"> {
+    return this.#credits.settle(input);
+  }
+
+  async releaseReservation(input: { reservationId: string; nowMs: number; usage: UsageRecord | null }): Promise<"released" | "not_pending"> {
+    return this.#credits.release(input);
+  }
+
+  async expireReservations(input: { nowMs: number; limit: number }): Promise<number> {
+    return this.#credits.expire(input);
+  }
+
+  async getReservation(reservationId: string): Promise<Reservation | null> {
+    return this.#credits.reservation(reservationId);
+  }
+
+  async listLedger(orgId: string): Promise<LedgerEntry[]> {
+    return this.#credits.ledger(orgId);
+  }
+
+  async consumePreviewQuota(input: { orgId: string; day: string; orgLimit: number; globalLimit: number }): Promise<PreviewQuotaResult> {
+    return this.#quotas.consume(input);
+  }
+
+  async previewUsage(orgId: string, day: string): Promise<{ org: number; global: number }> {
+    return this.#quotas.usage(orgId, day);
+  }
+
+  async claimIdempotencyKey(input: {
+    orgId: string;
+    key: string;
+    requestHash: string;
+    requestId: string;
+    nowMs: number;
+    lockUntilMs: number;
+    expiresAtMs: number;
+  }): Promise<IdempotencyClaim> {
+    return this.#idempotency.claim(input);
+  }
+
+  async completeIdempotencyKey(input: { orgId: string; key: string; requestId: string; response: StoredResponse }): Promise<void> {
+    this.#idempotency.complete(input);
+  }
+
+  async releaseIdempotencyKey(input: { orgId: string; key: string; requestId: string }): Promise<void> {
+    this.#idempotency.release(input);
   }
 }

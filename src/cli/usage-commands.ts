@@ -1,0 +1,114 @@
+import { formatUsd } from "../gateway/money.ts";
+import type { UsageOutcome, UsageQuery, UsageRecord } from "../store/store.ts";
+import { usageRecordJson } from "../store/usage-json.ts";
+import { CliError, requiredOption, stringOption, UsageError, type CommandGroup } from "./command.ts";
+import { describeOrganization, findOrganizationOrFail } from "./org-commands.ts";
+import { isoTime, quoted } from "./output.ts";
+
+const OUTCOMES: readonly UsageOutcome[] = ["succeeded", "model_error", "context_rejected", "reservation_expired"];
+export const DEFAULT_USAGE_LIMIT = 20;
+export const MAX_USAGE_LIMIT = 10_000;
+/** The store's largest page (listUsage accepts 1 to 200). */
+const PAGE = 200;
+
+function parseLimit(text: string | undefined): number {
+  if (text === undefined) return DEFAULT_USAGE_LIMIT;
+  if (!/^[0-9]{1,5}$/.test(text) || Number(text) < 1 || Number(text) > MAX_USAGE_LIMIT) {
+    throw new UsageError(`--limit must be a whole number from 1 to ${MAX_USAGE_LIMIT}, got ${JSON.stringify(text)}`);
+  }
+  return Number(text);
+}
+
+function parseOutcome(text: string | undefined): UsageOutcome | undefined {
+  if (text === undefined) return undefined;
+  const outcome = OUTCOMES.find((o) => o === text);
+  if (!outcome) throw new UsageError(`--outcome must be one of ${OUTCOMES.join(", ")}, got ${JSON.stringify(text)}`);
+  return outcome;
+}
+
+function ms(value: number | null): string {
+  return value === null ? "" : String(value);
+}
+
+/** The lines of one record for people: `field: value`, in the JSON order. */
+function recordLines(record: UsageRecord): string[] {
+  const json = usageRecordJson(record);
+  const width = Math.max(...Object.keys(json).map((k) => k.length));
+  return Object.entries(json).map(([k, v]) => `${`${k}:`.padEnd(width + 1)} ${v === null ? "-" : String(v)}`);
+}
+
+export const usageCommands: CommandGroup = {
+  name: "usage",
+  summary: "Usage records of accepted decision requests",
+  commands: [
+    {
+      // The group is the command: `tds usage --org ORG …` (see the empty-name convention in cli.ts).
+      name: "",
+      positionals: [],
+      options: {
+        org: { type: "string", valueName: "ORG", description: "Organization id or name (required)" },
+        "request-id": { type: "string", valueName: "ID", description: "Show only this request's record (exit 1 if the organization has none)" },
+        limit: { type: "string", valueName: "N", description: `At most N records, newest first (1 to ${MAX_USAGE_LIMIT}, default ${DEFAULT_USAGE_LIMIT})` },
+        outcome: { type: "string", valueName: "O", description: `Only records with this outcome: ${OUTCOMES.join(", ")}` },
+      },
+      synopsis: "--org ORG [--request-id ID] [--limit N] [--outcome O]",
+      summary: "An organization's usage records, newest first, or one record by request id",
+      async run(ctx, input) {
+        const orgRef = requiredOption(input, "org");
+        const requestId = stringOption(input, "request-id");
+        const limitText = stringOption(input, "limit");
+        const outcomeText = stringOption(input, "outcome");
+        if (requestId !== undefined && (limitText !== undefined || outcomeText !== undefined)) {
+          throw new UsageError("--request-id shows one record: it does not go with --limit or --outcome");
+        }
+        if (requestId !== undefined && requestId.trim() === "") throw new UsageError("--request-id must not be empty");
+        const limit = parseLimit(limitText);
+        const outcome = parseOutcome(outcomeText);
+        const store = await ctx.store();
+        const org = await findOrganizationOrFail(store, orgRef);
+
+        if (requestId !== undefined) {
+          const record = await store.getUsage(org.id, requestId);
+          if (!record) throw new CliError(`No usage record with request id ${quoted(requestId)} in organization ${describeOrganization(org)}`);
+          if (ctx.out.jsonMode) return ctx.out.json(usageRecordJson(record));
+          return ctx.out.line(...recordLines(record));
+        }
+
+        const records: UsageRecord[] = [];
+        let cursor: string | null = null;
+        do {
+          const query: UsageQuery = { limit: Math.min(PAGE, limit - records.length) };
+          if (outcome !== undefined) query.outcome = outcome;
+          if (cursor !== null) query.cursor = cursor;
+          const page = await store.listUsage(org.id, query);
+          records.push(...page.records);
+          cursor = page.nextCursor;
+        } while (cursor !== null && records.length < limit);
+
+        if (ctx.out.jsonMode) return ctx.out.json(records.map(usageRecordJson));
+        if (records.length === 0) {
+          return ctx.out.line(`Organization ${describeOrganization(org)} has no usage records${outcome ? ` with outcome ${outcome}` : ""}.`);
+        }
+        ctx.out.table(
+          ["CREATED", "REQUEST ID", "OUTCOME", "STATUS", "MODEL", "MODE", "SOURCE", "IN", "OUT", "COST USD", "LATENCY MS", "GATEWAY MS"],
+          records.map((r) => [
+            isoTime(r.createdAtMs),
+            r.requestId,
+            r.overReservation ? `${r.outcome}*` : r.outcome,
+            String(r.httpStatus),
+            r.model,
+            r.mode,
+            r.source,
+            String(r.inputTokens),
+            String(r.outputTokens),
+            formatUsd(r.costMicrousd),
+            ms(r.latencyMs),
+            String(r.gatewayLatencyMs),
+          ]),
+        );
+        if (records.some((r) => r.overReservation)) ctx.out.note("* the model reported more tokens than reserved; the reservation was charged");
+        if (cursor !== null) ctx.out.note(`Showing the newest ${records.length}; more with --limit N (up to ${MAX_USAGE_LIMIT}).`);
+      },
+    },
+  ],
+};

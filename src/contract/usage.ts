@@ -1,0 +1,53 @@
+import { Type, type Static } from "@sinclair/typebox";
+import { ServiceMode } from "./decision.ts";
+
+export const UsageOutcome = Type.Union(
+  [Type.Literal("succeeded"), Type.Literal("model_error"), Type.Literal("context_rejected"), Type.Literal("reservation_expired")],
+  { description: "succeeded, model_error (502), context_rejected (422), reservation_expired (409)" },
+);
+
+/** One accepted decision request, as GET /v1/usage… and `tds usage --json` show it. */
+export const UsageRecordJson = Type.Object(
+  {
+    request_id: Type.String(),
+    created_at: Type.String({ description: "ISO-8601 time the request was accepted" }),
+    key_id: Type.String({ description: "Id of the API key used (never the key)" }),
+    source: Type.Union([Type.Literal("api"), Type.Literal("playground")]),
+    model: Type.String(),
+    service_mode: ServiceMode,
+    outcome: UsageOutcome,
+    http_status: Type.Integer(),
+    input_tokens: Type.Integer({ minimum: 0 }),
+    output_tokens: Type.Integer({ minimum: 0 }),
+    cost_microusd: Type.Integer({ minimum: 0 }),
+    cost_usd: Type.String(),
+    latency_ms: Type.Union([Type.Number({ minimum: 0 }), Type.Null()], { description: "Model call time; null when no answer arrived" }),
+    gateway_latency_ms: Type.Number({ minimum: 0 }),
+    over_reservation: Type.Boolean({ description: "The model reported more tokens than reserved; the reservation was charged" }),
+    error: Type.Union([Type.String(), Type.Null()]),
+  },
+  { additionalProperties: false, title: "UsageRecord" },
+);
+
+export const UsagePageJson = Type.Object(
+  {
+    data: Type.Array(UsageRecordJson, { description: "Newest first" }),
+    next_cursor: Type.Union([Type.String(), Type.Null()], { description: "Pass as ?cursor= for the next page; null on the last" }),
+  },
+  { additionalProperties: false, title: "UsagePage" },
+);
+
+export const UsageListQuery = Type.Object(
+  {
+    from: Type.Optional(Type.String({ description: "ISO-8601 time, inclusive" })),
+    to: Type.Optional(Type.String({ description: "ISO-8601 time, exclusive" })),
+    outcome: Type.Optional(UsageOutcome),
+    cursor: Type.Optional(Type.String({ maxLength: 500 })),
+    limit: Type.Optional(Type.String({ pattern: "^[0-9]{1,3}$", description: "1 to 200, default 50" })),
+  },
+  { additionalProperties: false },
+);
+
+export type UsageRecordJson = Static<typeof UsageRecordJson>;
+export type UsagePageJson = Static<typeof UsagePageJson>;
+export type UsageListQuery = Static<typeof UsageListQuery>;

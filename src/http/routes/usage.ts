@@ -1,0 +1,68 @@
+import { Type } from "@sinclair/typebox";
+import type { FastifyInstance } from "fastify";
+import { ErrorResponse } from "../../contract/errors.ts";
+import { UsageListQuery, UsagePageJson, UsageRecordJson } from "../../contract/usage.ts";
+import { GatewayError } from "../../gateway/errors.ts";
+import type { Store, UsageQuery } from "../../store/store.ts";
+import { usageRecordJson } from "../../store/usage-json.ts";
+import { authenticate, authOf } from "../auth.ts";
+import { HttpError } from "../http-error.ts";
+
+const DEFAULT_PAGE = 50;
+
+function parseTime(name: string, text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  const ms = Date.parse(text);
+  if (!Number.isFinite(ms)) throw new HttpError("invalid_query", undefined, [{ field: `query.${name}`, message: "must be an ISO-8601 time such as 2026-11-26T00:00:00Z" }]);
+  return ms;
+}
+
+/** The organization's usage history; every lookup is scoped to the key's organization. */
+export function usageRoutes(app: FastifyInstance, deps: { store: Store }) {
+  const auth = authenticate(deps.store, { rejectPaused: false });
+
+  app.get<{ Params: { request_id: string } }>(
+    "/v1/usage/:request_id",
+    {
+      onRequest: auth,
+      schema: {
+        summary: "One usage record by request_id (404 for another organization's request)",
+        security: [{ bearer: [] }],
+        params: Type.Object({ request_id: Type.String({ minLength: 1, maxLength: 200 }) }),
+        response: { 200: UsageRecordJson, 401: ErrorResponse, 404: ErrorResponse },
+      },
+    },
+    async (request) => {
+      const record = await deps.store.getUsage(authOf(request).org.id, request.params.request_id);
+      if (!record) throw new GatewayError("not_found", `No usage record with request_id ${JSON.stringify(request.params.request_id)} in this organization.`);
+      return usageRecordJson(record);
+    },
+  );
+
+  app.get<{ Querystring: UsageListQuery }>(
+    "/v1/usage",
+    {
+      onRequest: auth,
+      schema: {
+        summary: "The organization's usage records, newest first, with cursor paging and filters",
+        security: [{ bearer: [] }],
+        querystring: UsageListQuery,
+        response: { 200: UsagePageJson, 401: ErrorResponse, 422: ErrorResponse },
+      },
+    },
+    async (request) => {
+      const q = request.query;
+      const limit = q.limit === undefined ? DEFAULT_PAGE : Number(q.limit);
+      if (limit < 1 || limit > 200) throw new HttpError("invalid_query", undefined, [{ field: "query.limit", message: "must be from 1 to 200" }]);
+      const query: UsageQuery = { limit };
+      const fromMs = parseTime("from", q.from);
+      const toMs = parseTime("to", q.to);
+      if (fromMs !== undefined) query.fromMs = fromMs;
+      if (toMs !== undefined) query.toMs = toMs;
+      if (q.outcome) query.outcome = q.outcome;
+      if (q.cursor) query.cursor = q.cursor;
+      const page = await deps.store.listUsage(authOf(request).org.id, query);
+      return { data: page.records.map(usageRecordJson), next_cursor: page.nextCursor };
+    },
+  );
+}

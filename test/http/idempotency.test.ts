@@ -1,0 +1,155 @@
+import assert from "node:assert/strict";
+import { createServer, connect, type Server, type Socket } from "node:net";
+import { describe, test } from "node:test";
+import { TypeSafeClient, choice, noul, score } from "@typesafe-ai/sdk";
+import { errorBody, json } from "../support/contract-check.ts";
+import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
+
+const PAID = { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "1000", TDS_REQUESTS_PER_MINUTE: "1000" };
+
+/**
+ * A TCP proxy to the gateway that loses the first response: it forwards the request, waits until
+ * the gateway has answered, then closes the client's connection without passing the answer on.
+ */
+async function startLossyProxy(target: URL): Promise<{ url: string; dropped: () => number; close: () => Promise<void> }> {
+  let dropped = 0;
+  let first = true;
+  const sockets = new Set<Socket>();
+  const server: Server = createServer((client) => {
+    sockets.add(client);
+    const upstream = connect(Number(target.port), target.hostname);
+    sockets.add(upstream);
+    const lose = first;
+    first = false;
+    client.pipe(upstream);
+    upstream.on("data", (chunk) => {
+      if (lose) {
+        dropped++;
+        client.destroy();
+        upstream.destroy();
+      } else client.write(chunk);
+    });
+    upstream.on("end", () => client.end());
+    upstream.on("error", () => client.destroy());
+    client.on("error", () => upstream.destroy());
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const port = (server.address() as { port: number }).port;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    dropped: () => dropped,
+    close: () =>
+      new Promise((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
+  };
+}
+
+describe("Idempotency-Key", () => {
+  test("the same key and body replays the stored response; charged and counted once", async () => {
+    const gw = await startGateway({ env: PAID });
+    try {
+      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 100_000, nowMs: Date.now() });
+      const headers = { "idempotency-key": "order-42-classify" };
+      const first = await gw.decide(sampleRequest(), headers);
+      const firstText = await first.text();
+      assert.equal(first.status, 200);
+      assert.equal(first.headers.get("idempotent-replayed"), null);
+      const balanceAfterFirst = await gw.store.getBalance(gw.orgId);
+
+      const second = await gw.decide(sampleRequest(), headers);
+      assert.equal(second.status, 200);
+      assert.equal(await second.text(), firstText, "byte-for-byte the stored body");
+      assert.equal(second.headers.get("idempotent-replayed"), "true");
+      const requestId = JSON.parse(firstText).request_id;
+      assert.equal(second.headers.get("x-service-request-id"), requestId);
+      assert.equal(second.headers.get("x-typesafe-request-id"), requestId);
+
+      assert.deepEqual(await gw.store.getBalance(gw.orgId), balanceAfterFirst);
+      assert.equal(gw.fake!.calls.decide, 1);
+      assert.equal((await gw.store.listUsage(gw.orgId, { limit: 10 })).records.length, 1);
+
+      const other = await gw.decide(sampleRequest({ state: "a different body" }), headers);
+      assert.match((await errorBody(other, 422)).detail, /different request body/);
+
+      const otherOrg = await gw.newOrg("other");
+      await gw.store.grantCredits({ orgId: otherOrg.orgId, amountMicrousd: 100_000, nowMs: Date.now() });
+      const scoped = await gw.decide(sampleRequest(), { ...headers, authorization: `Bearer ${otherOrg.key}` });
+      assert.equal(scoped.status, 200);
+      assert.equal(scoped.headers.get("idempotent-replayed"), null, "keys are per organization");
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test("the same key while the first is still running → 409 that says so; a failed first attempt can be retried", async () => {
+    const gw = await startGateway({ env: { ...PAID, TDS_MODEL_TIMEOUT_MS: "2000" } });
+    try {
+      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 100_000, nowMs: Date.now() });
+      const slow = sampleRequest({ state: { fake_behavior: "delay:800" } });
+      const firstPromise = gw.decide(slow, { "idempotency-key": "k1" });
+      await new Promise((r) => setTimeout(r, 200));
+      const concurrent = await gw.decide(slow, { "idempotency-key": "k1" });
+      const body = await errorBody(concurrent, 409);
+      assert.match(body.detail, /still being processed/);
+      assert.doesNotMatch(body.detail, /reservation expired/);
+      assert.equal((await firstPromise).status, 200);
+
+      const failing = sampleRequest({ state: { fake_behavior: "status:503" } });
+      assert.equal((await gw.decide(failing, { "idempotency-key": "k2" })).status, 502);
+      const retried = await gw.decide(failing, { "idempotency-key": "k2" });
+      assert.equal(retried.status, 502, "the failed attempt released its key: the retry ran again instead of 409 or a replay");
+      assert.equal(gw.fake!.calls.decide, 3);
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test("an invalid Idempotency-Key header is 422", async () => {
+    const gw = await startGateway();
+    try {
+      const res = await gw.decide(sampleRequest(), { "idempotency-key": "x".repeat(256) });
+      await errorBody(res, 422);
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test("the official SDK with its default retries, first response lost, sending an Idempotency-Key: charged once", async () => {
+    const gw = await startGateway({ env: PAID });
+    const proxy = await startLossyProxy(new URL(gw.url));
+    try {
+      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 100_000, nowMs: Date.now() });
+      const client = new TypeSafeClient({ apiKey: gw.key, baseURL: proxy.url, logLevel: "off" });
+      const { data, requestId, response } = await client
+        .systemOne(
+          {
+            state: "I was charged twice.",
+            questions: { topic: choice("Topic?", { billing: null, other: null }), mood: score("Mood?", ["calm", "angry"]), refund: noul("Refund?") },
+          },
+          { headers: { "Idempotency-Key": "sdk-retry-1" } },
+        )
+        .withResponse();
+      assert.equal(proxy.dropped(), 1, "the first response was lost");
+      assert.equal(response.headers.get("idempotent-replayed"), "true", "the retry got the stored response");
+      assert.equal(requestId, (data as unknown as { request_id: string }).request_id);
+      assert.equal(gw.fake!.calls.decide, 1, "the model ran once");
+      const records = (await gw.store.listUsage(gw.orgId, { limit: 10 })).records;
+      assert.equal(records.length, 1);
+      const balance = await gw.store.getBalance(gw.orgId);
+      assert.equal(balance.spent, records[0]!.costMicrousd, "charged once");
+      assert.equal(balance.available, 100_000 - records[0]!.costMicrousd);
+
+      // Without the key, the same loss would run (and charge) the request twice: the spec's rule 5.
+      const noKey = await startLossyProxy(new URL(gw.url));
+      const unsafe = new TypeSafeClient({ apiKey: gw.key, baseURL: noKey.url, logLevel: "off" });
+      await unsafe.systemOne({ state: "again", questions: { refund: noul("Refund?") } });
+      assert.equal(gw.fake!.calls.decide, 3);
+      await noKey.close();
+    } finally {
+      await proxy.close();
+      await gw.close();
+    }
+  });
+});

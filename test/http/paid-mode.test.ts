@@ -1,0 +1,178 @@
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { FixedClock } from "../../src/gateway/clock.ts";
+import type { ModelService } from "../../src/models/model-service.ts";
+import { createSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
+import type { Store } from "../../src/store/store.ts";
+import { startFakeModelServer } from "../fixtures/fake-model-server.ts";
+import { assertShape, errorBody, json } from "../support/contract-check.ts";
+import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
+
+/** 1 USD per million input tokens = 1 microUSD per token; 1000 tokens reserved = 1000 microUSD per request. */
+const PAID = {
+  TDS_SERVICE_MODE: "paid",
+  TDS_PRICE_PER_MILLION_INPUT_USD: "1",
+  TDS_RESERVE_TOKENS: "1000",
+  TDS_REQUESTS_PER_MINUTE: "100000",
+};
+
+async function assertBooks(store: Store, orgId: string) {
+  const balance = await store.getBalance(orgId);
+  const ledger = await store.listLedger(orgId);
+  const sum = (f: (e: (typeof ledger)[number]) => number) => ledger.reduce((a, e) => a + f(e), 0);
+  assert.equal(sum((e) => e.availableDelta), balance.available, "ledger sums to available");
+  assert.equal(sum((e) => e.reservedDelta), balance.reserved, "ledger sums to reserved");
+  assert.equal(sum((e) => e.spentDelta), balance.spent, "ledger sums to spent");
+  assert.equal(sum((e) => e.grantedDelta), balance.granted, "ledger sums to granted");
+  assert.equal(balance.granted - balance.spent, balance.available + balance.reserved);
+  assert.ok(balance.available >= 0 && balance.reserved >= 0);
+  return balance;
+}
+
+describe("paid mode", () => {
+  test("credits for exactly k reservations, 5k parallel requests: exactly k succeed, the rest get 402, the books balance", async () => {
+    const k = 12;
+    const gw = await startGateway({ env: PAID });
+    try {
+      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: k * 1000, nowMs: Date.now() });
+      // The model answers slowly, so every reservation is attempted before any is settled.
+      const body = sampleRequest({ state: { fake_behavior: "delay:1500", text: "slow" } });
+      const responses = await Promise.all(Array.from({ length: 5 * k }, () => gw.decide(body)));
+      const ok = responses.filter((r) => r.status === 200);
+      const refused = responses.filter((r) => r.status === 402);
+      assert.equal(ok.length, k);
+      assert.equal(refused.length, 4 * k);
+      for (const r of refused) assert.match((await errorBody(r, 402)).detail, /cannot cover the token reservation/);
+      let charged = 0;
+      for (const r of ok) {
+        const b = await json(r);
+        assertShape("decision", b);
+        assert.equal(b.service_mode, "paid");
+        assert.equal(b.usage.cost_microusd, b.usage.input_tokens, "1 microUSD per input token");
+        assert.equal(b.usage.price_per_million_input_usd, "1");
+        charged += b.usage.cost_microusd;
+      }
+      const balance = await assertBooks(gw.store, gw.orgId);
+      assert.deepEqual(balance, { available: k * 1000 - charged, reserved: 0, spent: charged, granted: k * 1000 });
+      assert.equal(gw.fake!.calls.decide, k, "no model call for a 402");
+      assert.equal((await gw.store.listUsage(gw.orgId, { limit: 200 })).records.length, k, "nothing recorded for a 402");
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test("cost fields are exact decimal strings of the integer cost", async () => {
+    const gw = await startGateway({ env: { ...PAID, TDS_PRICE_PER_MILLION_INPUT_USD: "0.25", TDS_PRICE_PER_MILLION_OUTPUT_USD: "2" } });
+    try {
+      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 5_000_000, nowMs: Date.now() });
+      const res = await gw.decide(sampleRequest({ state: { fake_behavior: "tokens:1000001:3" } }));
+      const tooMany = await json(res);
+      assert.equal(res.status, 200);
+      assert.equal(tooMany.usage.cost_microusd, 2250, "over the reservation: charged the reservation, 1000 tokens × (0.25 + 2) USD per million");
+      const record = await gw.store.getUsage(gw.orgId, tooMany.request_id);
+      assert.equal(record?.overReservation, true);
+
+      const b = await json(await gw.decide(sampleRequest({ state: { fake_behavior: "tokens:7:3" } })));
+      // 7 × 0.25 + 3 × 2 = 7.75 microUSD → 8, rounded up to a whole microUSD.
+      assert.equal(b.usage.cost_microusd, 8);
+      assert.equal(b.usage.cost_usd, "0.000008");
+      assert.equal(b.usage.price_per_million_input_usd, "0.25");
+      assert.equal((await gw.store.getBalance(gw.orgId)).available, 5_000_000 - 2250 - 8);
+      await assertBooks(gw.store, gw.orgId);
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test("every model failure leaves the balance exactly as it was and records the outcome", async () => {
+    const gw = await startGateway({ env: { ...PAID, TDS_MODEL_TIMEOUT_MS: "300" } });
+    try {
+      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 10_000, nowMs: Date.now() });
+      const before = await gw.store.getBalance(gw.orgId);
+      for (const [behavior, status, outcome] of [
+        ["hang", 502, "model_error"],
+        ["reset", 502, "model_error"],
+        ["reset-mid-body", 502, "model_error"],
+        ["status:500", 502, "model_error"],
+        ["status:429", 502, "model_error"],
+        ["garbage", 502, "model_error"],
+        ["no-usage", 502, "model_error"],
+        ["wrong-options", 502, "model_error"],
+        ["bad-probabilities", 502, "model_error"],
+        ["context-rejected", 422, "context_rejected"],
+      ] as const) {
+        const res = await gw.decide(sampleRequest({ state: { fake_behavior: behavior } }));
+        await errorBody(res, status);
+        const record = await gw.store.getUsage(gw.orgId, res.headers.get("x-service-request-id")!);
+        assert.equal(record?.outcome, outcome, behavior);
+        assert.equal(record?.costMicrousd, 0);
+        assert.deepEqual(await gw.store.getBalance(gw.orgId), before, `balance unchanged after ${behavior}`);
+        assert.equal((await gw.store.getReservation(record!.requestId))?.status, "released");
+      }
+      await assertBooks(gw.store, gw.orgId);
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test("a reservation that expires during the model call gives 409 and charges nothing", async () => {
+    const clock = new FixedClock(Date.parse("2026-11-26T10:00:00Z"));
+    const fake = await startFakeModelServer();
+    const upstream = createSystemOneHttpService({ baseUrl: fake.url });
+    // A model call that outlives the reservation: the clock passes its expiry while the model works.
+    const slow: ModelService = {
+      listModels: (o) => upstream.listModels(o),
+      decide: async (call, o) => {
+        const answer = await upstream.decide(call, o);
+        clock.advance(121_000);
+        return answer;
+      },
+      close: () => upstream.close(),
+    };
+    const gw = await startGateway({ clock, modelService: slow, env: { ...PAID, TDS_RESERVATION_TTL_SECONDS: "120" } });
+    try {
+      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 5000, nowMs: clock.nowMs() });
+      const res = await gw.decide(sampleRequest());
+      const body = await errorBody(res, 409);
+      assert.match(body.detail, /reservation expired.*Check Usage/);
+      const record = await gw.store.getUsage(gw.orgId, res.headers.get("x-service-request-id")!);
+      assert.equal(record?.outcome, "reservation_expired");
+      assert.equal(record?.httpStatus, 409);
+      assert.equal(record?.costMicrousd, 0);
+      assert.equal((await gw.store.getReservation(record!.requestId))?.status, "expired");
+      const balance = await assertBooks(gw.store, gw.orgId);
+      assert.deepEqual(balance, { available: 5000, reserved: 0, spent: 0, granted: 5000 });
+    } finally {
+      await gw.close();
+      await fake.close();
+    }
+  });
+
+  test("the sweep returns the funds of reservations left pending", async () => {
+    const clock = new FixedClock(Date.parse("2026-11-26T10:00:00Z"));
+    const gw = await startGateway({ clock, env: PAID });
+    try {
+      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 3000, nowMs: clock.nowMs() });
+      await gw.store.reserveCredits({ reservationId: "stuck", orgId: gw.orgId, requestId: "stuck", amountMicrousd: 1000, nowMs: clock.nowMs(), expiresAtMs: clock.nowMs() + 120_000 });
+      assert.equal(await gw.app.sweepReservations(), 0);
+      clock.advance(120_000);
+      assert.equal(await gw.app.sweepReservations(), 1);
+      assert.deepEqual(await gw.store.getBalance(gw.orgId), { available: 3000, reserved: 0, spent: 0, granted: 3000 });
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test("/api/config publishes the paid prices", async () => {
+    const gw = await startGateway({ env: { ...PAID, TDS_PRICE_PER_MILLION_OUTPUT_USD: "0.10" } });
+    try {
+      const config = await json(await fetch(`${gw.url}/api/config`));
+      assert.equal(config.service_mode, "paid");
+      assert.equal(config.pricing.price_per_million_input_usd, "1");
+      assert.equal(config.pricing.price_per_million_output_usd, "0.1");
+      assert.equal(config.limits.reserve_tokens, 1000);
+    } finally {
+      await gw.close();
+    }
+  });
+});

@@ -1,0 +1,104 @@
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { FixedClock } from "../../src/gateway/clock.ts";
+import { errorBody } from "../support/contract-check.ts";
+import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
+
+describe("per-minute rate limit", () => {
+  test("3× the limit at once: exactly the limit is accepted, every 429 has Retry-After, nothing recorded for them", async () => {
+    const clock = new FixedClock(Date.parse("2026-11-26T12:00:00Z"));
+    const gw = await startGateway({ clock, env: { TDS_REQUESTS_PER_MINUTE: "5" } });
+    try {
+      const responses = await Promise.all(Array.from({ length: 15 }, () => gw.decide(sampleRequest())));
+      const statuses = responses.map((r) => r.status);
+      assert.equal(statuses.filter((s) => s === 200).length, 5);
+      assert.equal(statuses.filter((s) => s === 429).length, 10);
+      for (const res of responses.filter((r) => r.status === 429)) {
+        assert.equal(res.headers.get("retry-after"), "60");
+        assert.equal(res.headers.get("retry-after-ms"), "60000");
+        assert.match((await errorBody(res, 429)).detail, /requests_per_minute = 5/);
+      }
+      assert.equal(gw.fake!.calls.decide, 5);
+      assert.equal((await gw.store.listUsage(gw.orgId, { limit: 100 })).records.length, 5);
+
+      clock.advance(59_999);
+      const still = await gw.decide(sampleRequest());
+      assert.equal(still.status, 429);
+      assert.equal(still.headers.get("retry-after-ms"), "1");
+      clock.advance(1);
+      assert.equal((await gw.decide(sampleRequest())).status, 200, "the window slides: 60 s after the first, a slot is free");
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test("all keys of an organization and the Playground share one limit; other organizations have their own", async () => {
+    const gw = await startGateway({ env: { TDS_REQUESTS_PER_MINUTE: "2" } });
+    try {
+      const { generateApiKey } = await import("../../src/gateway/api-keys.ts");
+      const second = generateApiKey();
+      await gw.store.createApiKey({ id: second.id, orgId: gw.orgId, name: null, hash: second.hash, nowMs: Date.now() });
+      assert.equal((await gw.decide(sampleRequest())).status, 200);
+      assert.equal((await gw.decide(sampleRequest(), { authorization: `Bearer ${second.raw}`, "x-tds-source": "playground" })).status, 200);
+      assert.equal((await gw.decide(sampleRequest(), { authorization: `Bearer ${second.raw}` })).status, 429);
+      const other = await gw.newOrg("other");
+      assert.equal((await gw.decide(sampleRequest(), { authorization: `Bearer ${other.key}` })).status, 200);
+    } finally {
+      await gw.close();
+    }
+  });
+});
+
+describe("preview daily quotas", () => {
+  test("reset at 00:00:00.000 UTC for the organization and the service; Playground and API share the counters", async () => {
+    const clock = new FixedClock(Date.parse("2026-11-26T23:59:59.000Z"));
+    const gw = await startGateway({ clock, env: { TDS_PREVIEW_REQUEST_LIMIT: "2", TDS_PREVIEW_GLOBAL_REQUEST_LIMIT: "3", TDS_REQUESTS_PER_MINUTE: "1000" } });
+    try {
+      const b = await gw.newOrg("org-b");
+      const asB = { authorization: `Bearer ${b.key}` };
+      assert.equal((await gw.decide(sampleRequest())).status, 200);
+      assert.equal((await gw.decide(sampleRequest(), { "x-tds-source": "playground" })).status, 200);
+      const orgFull = await gw.decide(sampleRequest());
+      assert.match((await errorBody(orgFull, 429)).detail, /preview_request_limit = 2/);
+      assert.equal(orgFull.headers.get("retry-after"), "1", "until midnight UTC");
+      assert.equal(orgFull.headers.get("retry-after-ms"), "1000");
+
+      assert.equal((await gw.decide(sampleRequest(), asB)).status, 200);
+      const globalFull = await gw.decide(sampleRequest(), asB);
+      assert.match((await errorBody(globalFull, 429)).detail, /preview_global_request_limit = 3/);
+
+      clock.set(Date.parse("2026-11-26T23:59:59.999Z"));
+      assert.equal((await gw.decide(sampleRequest())).status, 429);
+      assert.equal((await gw.decide(sampleRequest(), asB)).status, 429);
+
+      clock.set(Date.parse("2026-11-27T00:00:00.000Z"));
+      assert.equal((await gw.decide(sampleRequest(), { "x-tds-source": "playground" })).status, 200);
+      assert.equal((await gw.decide(sampleRequest(), asB)).status, 200);
+      assert.deepEqual(await gw.store.previewUsage(gw.orgId, "2026-11-27"), { org: 1, global: 2 });
+      assert.deepEqual(await gw.store.previewUsage(gw.orgId, "2026-11-26"), { org: 2, global: 3 });
+
+      const records = (await gw.store.listUsage(gw.orgId, { limit: 10 })).records;
+      assert.deepEqual(records.map((r) => r.source).sort(), ["api", "playground", "playground"]);
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test("accepted requests that fail still consume quota; requests rejected before acceptance do not", async () => {
+    const gw = await startGateway({ env: { TDS_PREVIEW_REQUEST_LIMIT: "3", TDS_MODEL_TIMEOUT_MS: "300" } });
+    try {
+      const day = new Date().toISOString().slice(0, 10);
+      await (await gw.decide({ state: 1 })).text(); // 422 validation
+      await (await gw.decide({ ...sampleRequest(), model: "nope" })).text(); // 422 unknown model
+      await (await gw.decide(sampleRequest(), { authorization: "Bearer x" })).text(); // 401
+      assert.equal((await gw.store.previewUsage(gw.orgId, day)).org, 0);
+      assert.equal((await gw.decide(sampleRequest({ state: { fake_behavior: "status:503" } }))).status, 502);
+      assert.equal((await gw.decide(sampleRequest({ state: { fake_behavior: "context-rejected" } }))).status, 422);
+      assert.equal((await gw.store.previewUsage(gw.orgId, day)).org, 2);
+      assert.equal((await gw.decide(sampleRequest())).status, 200);
+      assert.equal((await gw.decide(sampleRequest())).status, 429);
+    } finally {
+      await gw.close();
+    }
+  });
+});
