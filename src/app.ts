@@ -1,4 +1,4 @@
-import Fastify, { type FastifyInstance } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import type { Config } from "./config.ts";
 import { compileSchema } from "./contract/validation.ts";
 import { type Clock, systemClock } from "./gateway/clock.ts";
@@ -7,6 +7,7 @@ import { DecisionPipeline } from "./gateway/decision-pipeline.ts";
 import { IdempotentDecisions } from "./gateway/idempotent-decisions.ts";
 import { startReservationSweeper } from "./gateway/reservation-sweeper.ts";
 import { installErrorHandling } from "./http/error-handler.ts";
+import { InFlight } from "./http/in-flight.ts";
 import { installJsonBodyParser } from "./http/json-body-parser.ts";
 import { installOpenApi } from "./http/openapi.ts";
 import { installRequestContext, newRequestId } from "./http/request-context.ts";
@@ -16,21 +17,31 @@ import { serviceConfigRoutes } from "./http/routes/service-config.ts";
 import { usageRoutes } from "./http/routes/usage.ts";
 import { MemoryRateLimiter } from "./limits/memory-rate-limiter.ts";
 import type { RateLimiter } from "./limits/rate-limiter.ts";
+import { Metrics, metricsObserver } from "./observability/metrics.ts";
+import { metricsRoutes } from "./http/routes/metrics.ts";
 import type { ModelService } from "./models/model-service.ts";
 import { ModelRegistry } from "./models/registry.ts";
 import type { Store } from "./store/store.ts";
 
 export interface AppDeps {
   store: Store;
-  /** null: no model service configured (503 on the model endpoints). */
+  /** The System One model service; null when none is configured. */
   modelService: ModelService | null;
+  /** In-process engines by public model name (configured models with engine "llama"). */
+  engines?: ReadonlyMap<string, ModelService>;
   clock?: Clock;
   /** Defaults to the in-memory limiter (one process). */
   rateLimiter?: RateLimiter;
   /** How often expired reservations are swept; default a quarter of the reservation TTL. */
   sweepIntervalMs?: number;
+  /** Defaults to a fresh registry (with process metrics only when true is passed to the server's). */
+  metrics?: Metrics;
+  /** How long close() lets in-flight decisions finish before abandoning their model calls (default 10 s). */
+  shutdownGraceMs?: number;
   /** pino options or false; defaults to JSON logs at config.logLevel. */
   logger?: boolean | Record<string, unknown>;
+  /** A pino logger shared with the rest of the process (wins over `logger`). */
+  loggerInstance?: FastifyBaseLogger;
 }
 
 export const SERVICE_VERSION = "0.1.0";
@@ -46,10 +57,14 @@ declare module "fastify" {
 export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyInstance> {
   const clock = deps.clock ?? systemClock;
   const app = Fastify({
-    logger: deps.logger ?? {
-      level: config.logLevel,
-      redact: { paths: ["req.headers.authorization", "req.headers.cookie"], censor: "[redacted]" },
-    },
+    ...(deps.loggerInstance
+      ? { loggerInstance: deps.loggerInstance }
+      : {
+          logger: deps.logger ?? {
+            level: config.logLevel,
+            redact: { paths: ["req.headers.authorization", "req.headers.cookie"], censor: "[redacted]" },
+          },
+        }),
     genReqId: newRequestId,
     return503OnClosing: true,
     forceCloseConnections: "idle",
@@ -67,10 +82,12 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   });
 
   const { store } = deps;
-  const registry = new ModelRegistry(config, deps.modelService, () => clock.nowMs());
+  const registry = new ModelRegistry(config, deps.modelService, deps.engines ?? new Map(), () => clock.nowMs());
   const limiter = deps.rateLimiter ?? new MemoryRateLimiter(clock);
-  const admission = new AdmissionPolicy({ store, limiter, clock, config });
-  const pipeline = new DecisionPipeline({ store, registry, admission, clock, config });
+  const metrics = deps.metrics ?? new Metrics();
+  const observer = metricsObserver(metrics);
+  const admission = new AdmissionPolicy({ store, limiter, clock, config, observer });
+  const pipeline = new DecisionPipeline({ store, registry, admission, clock, config, observer });
   const decisions = new IdempotentDecisions(pipeline, store, clock, config.reservationTtlSeconds * 1000);
 
   const sweeper = startReservationSweeper(
@@ -79,13 +96,19 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     deps.sweepIntervalMs ?? Math.max(1000, (config.reservationTtlSeconds * 1000) / 4),
     (err) => app.log.error({ err }, "reservation sweep failed"),
   );
+  const inFlight = new InFlight();
+  app.addHook("preClose", async () => {
+    const { finished } = await inFlight.drain(deps.shutdownGraceMs ?? 10_000);
+    if (!finished) app.log.warn("shutdown deadline passed: abandoned in-flight model calls (their reservations were released)");
+  });
   app.addHook("onClose", async () => {
     await sweeper.stop();
     if (!deps.rateLimiter) await limiter.close();
   });
   app.decorate("sweepReservations", () => sweeper.sweepNow());
 
-  decisionRoutes(app, { store, decisions, maxRequestBytes: config.limits.maxRequestBytes });
+  metricsRoutes(app, { metrics, token: config.metricsToken });
+  decisionRoutes(app, { store, decisions, maxRequestBytes: config.limits.maxRequestBytes, inFlight });
   modelRoutes(app, { store, registry });
   usageRoutes(app, { store });
   serviceConfigRoutes(app, config);

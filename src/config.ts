@@ -4,12 +4,26 @@ import { compileSchema, toFieldErrors } from "./contract/validation.ts";
 import type { ModelContext } from "./contract/models.ts";
 import type { ServiceMode } from "./contract/decision.ts";
 import { formatUsd, parseUsd } from "./gateway/money.ts";
+import { DEFAULT_EMBEDDED_MODEL } from "./models/llama/default-model.ts";
 
 export const DEFAULT_DATABASE_URL = "sqlite:./data/tds.sqlite";
+
+export interface EmbeddedModelSettings {
+  /** Local GGUF path or hf: reference. */
+  source: string;
+  threads?: number;
+  contextSize?: number;
+  poolSize?: number;
+  queueLimit?: number;
+  batchSize?: number;
+}
 
 export interface ConfiguredModel {
   /** Public name, as listed by GET /v1/models. */
   name: string;
+  /** Who answers: the configured model service, or the in-process llama.cpp engine. */
+  engine: "upstream" | "llama";
+  llama?: EmbeddedModelSettings;
   /** Name sent to the model service. */
   upstreamName: string;
   aliases: string[];
@@ -32,13 +46,19 @@ export interface Config {
   host: string;
   port: number;
   databaseUrl: string;
+  /** Shared rate limits for several instances; null = in-memory limiter (one process). */
+  redisUrl: string | null;
+  /** When set, GET /metrics requires `Authorization: Bearer <token>`. */
+  metricsToken: string | null;
   serviceMode: ServiceMode;
   modelService: { url: string; apiKey?: string } | null;
   defaultModel: string | null;
   /** Alias → public or alias name. `jev-latest` → the default model unless configured otherwise. */
   aliases: Record<string, string>;
-  /** Empty: the model service's own list is offered. */
+  /** Listed models (upstream or embedded); with no upstream model listed, the model service's own list is offered too. */
   models: ConfiguredModel[];
+  /** Download folder of hub model references. */
+  modelCacheDir: string;
   pricing: { pricePerMillionInputUsd: string; pricePerMillionOutputUsd: string | null };
   limits: Limits;
   modelTimeoutMs: number;
@@ -118,6 +138,12 @@ function parseAliases(text: string, problems: string[]): Record<string, string> 
   return out;
 }
 
+/** "qwen2.5-0.5b-instruct-q8_0" for ./models/qwen2.5-0.5b-instruct-q8_0.gguf or hf:owner/repo/qwen2.5-0.5b-instruct-q8_0.gguf. */
+function embeddedModelName(source: string): string {
+  const last = source.replace(/^hf:/, "").split(/[/\\]/).at(-1) ?? source;
+  return last.replace(/\.gguf$/i, "").replace(/:/g, "-").slice(0, 100) || "local";
+}
+
 /** Reads the configuration file (TDS_CONFIG) and the environment, which wins; throws ConfigError listing every problem. */
 export function loadConfig(env: Env = process.env): Config {
   const problems: string[] = [];
@@ -155,12 +181,40 @@ export function loadConfig(env: Env = process.env): Config {
 
   const models: ConfiguredModel[] = (file.models ?? []).map((m) => ({
     name: m.name,
+    engine: m.engine ?? "upstream",
+    ...(m.engine === "llama"
+      ? {
+          llama: {
+            source: m.source ?? "",
+            ...(m.threads ? { threads: m.threads } : {}),
+            ...(m.context_size ? { contextSize: m.context_size } : {}),
+            ...(m.pool_size ? { poolSize: m.pool_size } : {}),
+            ...(m.queue_limit !== undefined ? { queueLimit: m.queue_limit } : {}),
+            ...(m.batch_size ? { batchSize: m.batch_size } : {}),
+          },
+        }
+      : {}),
     upstreamName: m.upstream_name ?? m.name,
     aliases: m.aliases ?? [],
     ...(m.context ? { context: m.context } : {}),
     ...(m.price_per_million_input_usd ? { pricePerMillionInputUsd: formatUsd(parseUsd(m.price_per_million_input_usd)!) } : {}),
     ...(m.price_per_million_output_usd ? { pricePerMillionOutputUsd: formatUsd(parseUsd(m.price_per_million_output_usd)!) } : {}),
   }));
+  for (const m of file.models ?? []) {
+    if (m.engine === "llama" && !m.source) problems.push(`models: "${m.name}" has engine "llama" but no source (a GGUF path or hf: reference)`);
+    if (m.engine !== "llama" && m.source) problems.push(`models: "${m.name}" has a source but engine is not "llama"`);
+    if (m.engine !== "llama" && serviceUrl === undefined) problems.push(`models: "${m.name}" is served by the model service, but TDS_MODEL_SERVICE_URL is not set`);
+  }
+  const modelPath = envString(env, "TDS_MODEL_PATH");
+  const embeddedName = envString(env, "TDS_MODEL_NAME");
+  if (modelPath !== undefined) {
+    const name = embeddedName ?? embeddedModelName(modelPath);
+    if (!models.some((m) => m.name === name)) models.push({ name, engine: "llama", llama: { source: modelPath }, upstreamName: name, aliases: [] });
+  } else if (serviceUrl === undefined && models.length === 0) {
+    // Nothing configured at all: the in-process engine with its default model, fetched on first start.
+    const name = embeddedName ?? DEFAULT_EMBEDDED_MODEL.name;
+    models.push({ name, engine: "llama", llama: { source: DEFAULT_EMBEDDED_MODEL.source }, upstreamName: name, aliases: [] });
+  }
   const names = new Set<string>();
   for (const m of models) {
     for (const n of [m.name, ...m.aliases]) {
@@ -181,11 +235,14 @@ export function loadConfig(env: Env = process.env): Config {
     host: envString(env, "HOST") ?? file.host ?? "127.0.0.1",
     port: envInt(env, "PORT", 0, 65535, problems) ?? file.port ?? 8080,
     databaseUrl: envString(env, "TDS_DATABASE_URL") ?? file.database_url ?? DEFAULT_DATABASE_URL,
+    redisUrl: envString(env, "TDS_REDIS_URL") ?? file.redis_url ?? null,
+    metricsToken: envString(env, "TDS_METRICS_TOKEN") ?? null,
     serviceMode: mode === "paid" ? "paid" : "preview",
     modelService: serviceUrl === undefined ? null : { url: serviceUrl.replace(/\/+$/, ""), ...(serviceKey ? { apiKey: serviceKey } : {}) },
     defaultModel,
     aliases,
     models,
+    modelCacheDir: envString(env, "TDS_MODEL_CACHE_DIR") ?? file.model_cache_dir ?? "./data/models",
     pricing: { pricePerMillionInputUsd: inputPrice, pricePerMillionOutputUsd: outputPrice },
     limits,
     modelTimeoutMs: envInt(env, "TDS_MODEL_TIMEOUT_MS", 1, 3_600_000, problems) ?? file.model_timeout_ms ?? 30_000,
@@ -193,6 +250,9 @@ export function loadConfig(env: Env = process.env): Config {
     bootstrap: bootstrapText === undefined ? (file.bootstrap ?? true) : bootstrapText === "true" || bootstrapText === "1",
     logLevel: envString(env, "LOG_LEVEL") ?? file.log_level ?? "info",
   };
+  if (config.redisUrl !== null && !/^rediss?:\/\//.test(config.redisUrl)) {
+    problems.push(`TDS_REDIS_URL must be a redis:// or rediss:// URL (got ${JSON.stringify(config.redisUrl)})`);
+  }
   if (config.modelTimeoutMs >= config.reservationTtlSeconds * 1000) {
     problems.push(
       `TDS_MODEL_TIMEOUT_MS (${config.modelTimeoutMs}) must be shorter than TDS_RESERVATION_TTL_SECONDS (${config.reservationTtlSeconds} s), so a model call ends before its reservation expires`,

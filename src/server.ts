@@ -1,10 +1,17 @@
 import { buildApp } from "./app.ts";
 import { bootstrapFirstKey } from "./bootstrap.ts";
 import { ConfigError, loadConfig } from "./config.ts";
-import { openModelService } from "./models/open-model-service.ts";
+import { systemClock } from "./gateway/clock.ts";
+import { MemoryRateLimiter } from "./limits/memory-rate-limiter.ts";
+import type { RateLimiter } from "./limits/rate-limiter.ts";
+import { createRedisRateLimiter } from "./limits/redis-rate-limiter.ts";
+import { openEngines, openModelService } from "./models/open-model-service.ts";
+import { Metrics } from "./observability/metrics.ts";
 import { openStore } from "./store/open-store.ts";
+import pino from "pino";
 
-const SHUTDOWN_DEADLINE_MS = 10_000;
+/** The process exits by then even if something hangs; in-flight decisions get 10 s of it (buildApp's grace). */
+const SHUTDOWN_DEADLINE_MS = 15_000;
 
 async function main(): Promise<void> {
   let config;
@@ -18,9 +25,29 @@ async function main(): Promise<void> {
     throw err;
   }
 
+  const log = pino({ level: config.logLevel, redact: { paths: ["req.headers.authorization", "req.headers.cookie"], censor: "[redacted]" } });
+  const metrics = new Metrics({ processMetrics: true });
   const store = await openStore(config.databaseUrl);
   const modelService = openModelService(config);
-  const app = await buildApp(config, { store, modelService });
+  const engineLog = log.child({ component: "embedded-engine" });
+  const engines = await openEngines(config, {
+    info: (msg) => engineLog.info(msg),
+    warn: (msg) => engineLog.warn(msg),
+    error: (msg) => engineLog.error(msg),
+  });
+
+  let rateLimiter: RateLimiter | undefined;
+  if (config.redisUrl) {
+    const limiterLog = log.child({ component: "rate-limiter" });
+    rateLimiter = createRedisRateLimiter({
+      url: config.redisUrl,
+      fallback: new MemoryRateLimiter(systemClock),
+      logger: { warn: (obj, msg) => limiterLog.warn(obj, msg), info: (obj, msg) => limiterLog.info(obj, msg) },
+      onModeChange: (mode) => metrics.rateLimiterModeChanged(mode),
+    });
+  }
+
+  const app = await buildApp(config, { store, modelService, engines, metrics, loggerInstance: log, ...(rateLimiter ? { rateLimiter } : {}) });
 
   if (config.bootstrap) {
     const created = await bootstrapFirstKey(store, Date.now());
@@ -32,8 +59,8 @@ async function main(): Promise<void> {
       );
     }
   }
-  if (!modelService) {
-    app.log.warn("No model service configured: set TDS_MODEL_SERVICE_URL (a System One server). /v1/systemone and /v1/models answer 503 until then.");
+  if (!modelService && engines.size === 0) {
+    app.log.warn("No model service configured: set TDS_MODEL_SERVICE_URL (a System One server) or TDS_MODEL_PATH (a GGUF model). /v1/systemone and /v1/models answer 503 until then.");
   }
 
   await app.listen({ host: config.host, port: config.port });
@@ -49,7 +76,8 @@ async function main(): Promise<void> {
     }, SHUTDOWN_DEADLINE_MS);
     timer.unref();
     await app.close();
-    await modelService?.close();
+    await rateLimiter?.close();
+    await Promise.all([modelService?.close(), ...[...engines.values()].map((e) => e.close())]);
     await store.close();
     process.exit(0);
   };

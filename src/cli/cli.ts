@@ -3,6 +3,7 @@ import type { Store } from "../store/store.ts";
 import { CliError, UsageError, type Command, type CommandGroup, type CommandInput, type OptionSpec } from "./command.ts";
 import { creditCommands } from "./credit-commands.ts";
 import { keyCommands } from "./key-commands.ts";
+import { migrateCommands } from "./migrate-command.ts";
 import { orgCommands } from "./org-commands.ts";
 import { createOutput, quoted, type TextSink } from "./output.ts";
 import { usageCommands } from "./usage-commands.ts";
@@ -11,7 +12,7 @@ import { usageCommands } from "./usage-commands.ts";
  * Every command group, in help order. A new group is a new file and one line here.
  * A group whose only command has the empty name is itself the command: `tds usage --org ORG`.
  */
-export const COMMAND_GROUPS: CommandGroup[] = [orgCommands, keyCommands, creditCommands, usageCommands];
+export const COMMAND_GROUPS: CommandGroup[] = [orgCommands, keyCommands, creditCommands, usageCommands, migrateCommands];
 
 /** The command of a group that is itself a command (its only command, named ""), else null. */
 function groupCommand(group: CommandGroup): Command | null {

@@ -11,6 +11,7 @@ export const ConfigFile = Type.Object(
     host: Type.Optional(Type.String({ minLength: 1 })),
     port: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535 })),
     database_url: Type.Optional(Type.String({ minLength: 1 })),
+    redis_url: Type.Optional(Type.String({ minLength: 1 })),
     service_mode: Type.Optional(ServiceMode),
     model_service: Type.Optional(
       Type.Object(
@@ -25,7 +26,14 @@ export const ConfigFile = Type.Object(
         Type.Object(
           {
             name: Type.String({ minLength: 1, maxLength: 100 }),
+            engine: Type.Optional(Type.Union([Type.Literal("upstream"), Type.Literal("llama")], { description: "upstream (default): the model service; llama: in-process engine" })),
             upstream_name: Type.Optional(Type.String({ minLength: 1 })),
+            source: Type.Optional(Type.String({ minLength: 1, description: "llama: a local GGUF path or hf: reference" })),
+            threads: Type.Optional(PositiveInt),
+            context_size: Type.Optional(Type.Integer({ minimum: 256 })),
+            pool_size: Type.Optional(PositiveInt),
+            queue_limit: Type.Optional(Type.Integer({ minimum: 0 })),
+            batch_size: Type.Optional(PositiveInt),
             aliases: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 100 }))),
             context: Type.Optional(ModelContext),
             price_per_million_input_usd: Type.Optional(DecimalUsd),
@@ -57,6 +65,7 @@ export const ConfigFile = Type.Object(
         { additionalProperties: false },
       ),
     ),
+    model_cache_dir: Type.Optional(Type.String({ minLength: 1 })),
     model_timeout_ms: Type.Optional(PositiveInt),
     reservation_ttl_seconds: Type.Optional(PositiveInt),
     bootstrap: Type.Optional(Type.Boolean()),

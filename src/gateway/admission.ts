@@ -5,6 +5,8 @@ import type { Organization, Store } from "../store/store.ts";
 import type { Clock } from "./clock.ts";
 import { GatewayError } from "./errors.ts";
 import { formatUsd, tokenCost } from "./money.ts";
+import type { DecisionObserver } from "./observer.ts";
+import { silentObserver } from "./observer.ts";
 import { msUntilUtcMidnight, utcDay } from "./utc-day.ts";
 
 /** What admitting a request set aside: in paid mode, its credit reservation. */
@@ -17,6 +19,7 @@ export interface AdmissionDeps {
   limiter: RateLimiter;
   clock: Clock;
   config: Pick<Config, "serviceMode" | "limits" | "reservationTtlSeconds">;
+  observer?: DecisionObserver;
 }
 
 /**
@@ -24,7 +27,11 @@ export interface AdmissionDeps {
  * preview day quotas (429) or the credit reservation (402). Each is one atomic step in its port.
  */
 export class AdmissionPolicy {
-  constructor(private readonly deps: AdmissionDeps) {}
+  private readonly observer: DecisionObserver;
+
+  constructor(private readonly deps: AdmissionDeps) {
+    this.observer = deps.observer ?? silentObserver;
+  }
 
   /** The credit reservation of one paid request: reserve_tokens × (input price + output price). */
   reservationAmount(model: ResolvedModel): number {
@@ -36,6 +43,7 @@ export class AdmissionPolicy {
     const { store, limiter, clock, config } = this.deps;
     const rate = await limiter.consume(org.id, config.limits.requestsPerMinute);
     if (!rate.allowed) {
+      this.observer.rejected("rate_limited");
       throw new GatewayError(
         "rate_limited",
         `Per-minute request limit of the organization reached (requests_per_minute = ${config.limits.requestsPerMinute}); retry in ${Math.ceil(rate.retryAfterMs / 1000)} s.`,
@@ -53,6 +61,7 @@ export class AdmissionPolicy {
       });
       if (quota !== "ok") {
         const orgLimit = quota === "org_exhausted";
+        this.observer.rejected(orgLimit ? "preview_quota_org" : "preview_quota_global");
         throw new GatewayError(
           orgLimit ? "preview_quota_org" : "preview_quota_global",
           orgLimit
@@ -73,7 +82,9 @@ export class AdmissionPolicy {
       nowMs: now,
       expiresAtMs: now + config.reservationTtlSeconds * 1000,
     });
+    this.observer.reservation(reserved);
     if (reserved === "insufficient") {
+      this.observer.rejected("insufficient_credits");
       const balance = await store.getBalance(org.id);
       throw new GatewayError(
         "insufficient_credits",

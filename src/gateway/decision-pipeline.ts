@@ -2,13 +2,14 @@ import type { Config } from "../config.ts";
 import type { DecisionRequest, DecisionResponse, Usage } from "../contract/decision.ts";
 import type { ModelRegistry, ResolvedModel } from "../models/registry.ts";
 import { modelServiceFailure } from "../models/registry.ts";
-import type { ModelAnswerSet } from "../models/model-service.ts";
+import { type ModelAnswerSet, ModelServiceError } from "../models/model-service.ts";
 import type { Organization, Store, UsageOutcome, UsageRecord, UsageSource } from "../store/store.ts";
 import type { Admission, AdmissionPolicy } from "./admission.ts";
 import { checkAnswers } from "./answer-check.ts";
 import type { Clock } from "./clock.ts";
 import { GatewayError } from "./errors.ts";
 import { formatUsd, tokenCost } from "./money.ts";
+import { type DecisionObserver, silentObserver } from "./observer.ts";
 
 export interface DecisionContext {
   requestId: string;
@@ -29,6 +30,7 @@ export interface PipelineDeps {
   config: Pick<Config, "serviceMode" | "limits" | "modelTimeoutMs">;
   /** Monotonic milliseconds, for latencies. */
   monotonicMs?: () => number;
+  observer?: DecisionObserver;
 }
 
 /** What an accepted request's record needs besides its outcome. */
@@ -50,9 +52,11 @@ const round3 = (ms: number) => Math.max(0, Math.round(ms * 1000) / 1000);
  */
 export class DecisionPipeline {
   private readonly monotonicMs: () => number;
+  private readonly observer: DecisionObserver;
 
   constructor(private readonly deps: PipelineDeps) {
     this.monotonicMs = deps.monotonicMs ?? (() => performance.now());
+    this.observer = deps.observer ?? silentObserver;
   }
 
   async decide(ctx: DecisionContext, request: DecisionRequest): Promise<DecisionResponse> {
@@ -76,12 +80,14 @@ export class DecisionPipeline {
       );
     } catch (err) {
       accepted.callMs = this.monotonicMs() - callStart;
+      this.observer.modelFailed(err instanceof ModelServiceError ? err.kind : "unexpected");
       throw await this.fail(accepted, modelServiceFailure(err));
     }
     accepted.callMs = this.monotonicMs() - callStart;
 
     const checked = checkAnswers(request.questions, answerSet.answers);
     if (!checked.ok) {
+      this.observer.modelFailed("answers_mismatch");
       const failure = new GatewayError("model_invalid_response", `The model service returned answers that do not match the questions: ${checked.problem}`);
       throw await this.fail(accepted, failure, answerSet);
     }
@@ -110,6 +116,7 @@ export class DecisionPipeline {
 
     if (reservation) {
       const settled = await this.deps.store.settleReservation({ reservationId: reservation.id, costMicrousd: cost, nowMs: this.deps.clock.nowMs(), usage: record });
+      this.observer.reservation(settled === "settled" ? "settled" : "expired");
       if (settled !== "settled") {
         const failure = new GatewayError("reservation_expired");
         await this.deps.store.insertUsage(
@@ -128,6 +135,7 @@ export class DecisionPipeline {
     } else {
       await this.deps.store.insertUsage(record);
     }
+    this.observer.decided(gatewayLatencyMs, accepted.callMs);
 
     const usage: Usage = paid
       ? { input_tokens, output_tokens, cost_microusd: cost, cost_usd: formatUsd(cost), price_per_million_input_usd: model.priceInputUsd }
@@ -147,7 +155,8 @@ export class DecisionPipeline {
   private async fail(accepted: Accepted, failure: GatewayError, answerSet?: ModelAnswerSet): Promise<GatewayError> {
     const contextRejected = failure.code === "context_rejected";
     const outcome: UsageOutcome = contextRejected ? "context_rejected" : "model_error";
-    const record = this.record(accepted, outcome, contextRejected ? 422 : 502, {
+    const status = contextRejected ? 422 : failure.code === "model_not_ready" ? 503 : 502;
+    const record = this.record(accepted, outcome, status, {
       inputTokens: answerSet?.usage.input_tokens ?? 0,
       outputTokens: answerSet?.usage.output_tokens ?? 0,
       costMicrousd: 0,
@@ -158,7 +167,8 @@ export class DecisionPipeline {
     });
     const reservation = accepted.admission.reservation;
     if (reservation) {
-      await this.deps.store.releaseReservation({ reservationId: reservation.id, nowMs: this.deps.clock.nowMs(), usage: record });
+      const released = await this.deps.store.releaseReservation({ reservationId: reservation.id, nowMs: this.deps.clock.nowMs(), usage: record });
+      this.observer.reservation(released === "released" ? "released" : "expired");
     } else {
       await this.deps.store.insertUsage(record);
     }

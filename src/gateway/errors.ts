@@ -5,6 +5,7 @@ export type GatewayErrorCode =
   | "invalid_body"
   | "unknown_model"
   | "model_not_configured"
+  | "model_not_ready"
   | "model_unavailable"
   | "model_timeout"
   | "model_invalid_response"

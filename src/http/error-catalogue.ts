@@ -31,6 +31,7 @@ export const ERROR_CATALOGUE: Record<GatewayErrorCode | HttpErrorCode, { status:
   model_timeout: { status: 502, detail: "The model service timed out; no credits were charged." },
   model_invalid_response: { status: 502, detail: "The model service returned an invalid response; no credits were charged." },
   model_not_configured: { status: 503, detail: "No model service is configured." },
+  model_not_ready: { status: 503, detail: "The model is not ready." },
   storage_unavailable: { status: 503, detail: "Storage is temporarily unavailable; retry later." },
   not_found: { status: 404, detail: "Not found." },
   route_not_found: { status: 404, detail: "No such endpoint." },

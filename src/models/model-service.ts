@@ -36,7 +36,8 @@ export type ModelErrorKind =
   | "overloaded" // 429 / 529 from the model service
   | "invalid_response" // not JSON, wrong envelope, bad usage numbers
   | "context_rejected" // 400/413/422 from the model service about the request's size or context
-  | "aborted"; // our own signal fired
+  | "aborted" // our own signal fired
+  | "not_ready"; // model still loading or failed to load
 
 export class ModelServiceError extends Error {
   constructor(

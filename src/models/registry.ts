@@ -24,6 +24,7 @@ export interface ResolvedModel {
 interface Offered {
   name: string;
   upstreamName: string;
+  service: ModelService;
   context?: ModelContext;
   priceInputUsd?: string;
   priceOutputUsd?: string;
@@ -40,7 +41,10 @@ export class ModelRegistry {
 
   constructor(
     private readonly config: Pick<Config, "models" | "aliases" | "defaultModel" | "pricing" | "modelTimeoutMs">,
-    private readonly service: ModelService | null,
+    /** The System One model service, if one is configured. */
+    private readonly upstream: ModelService | null,
+    /** In-process engines by public model name (models with engine "llama"). */
+    private readonly engines: ReadonlyMap<string, ModelService> = new Map(),
     private readonly nowMs: () => number = Date.now,
   ) {
     this.aliases = new Map(Object.entries(config.aliases));
@@ -48,7 +52,12 @@ export class ModelRegistry {
   }
 
   get configured(): boolean {
-    return this.service !== null;
+    return this.upstream !== null || this.engines.size > 0;
+  }
+
+  /** Every model service behind the registry (for readiness checks and shutdown). */
+  services(): ModelService[] {
+    return [...(this.upstream ? [this.upstream] : []), ...this.engines.values()];
   }
 
   async list(): Promise<ModelEntry[]> {
@@ -58,7 +67,6 @@ export class ModelRegistry {
 
   /** Resolves a requested name (null/undefined = default) to a model, or throws GatewayError. */
   async resolve(requested: string | null | undefined): Promise<ResolvedModel> {
-    const service = this.requireService();
     const offered = await this.offered();
     const byName = new Map(offered.map((m) => [m.name, m]));
     const defaultName = this.config.defaultModel ?? offered[0]?.name ?? null;
@@ -87,7 +95,7 @@ export class ModelRegistry {
     return {
       name: model.name,
       upstreamName: model.upstreamName,
-      service,
+      service: model.service,
       ...(model.context ? { context: model.context } : {}),
       price: { inputPerMillion: parseUsd(priceInputUsd)!, outputPerMillion: priceOutputUsd === null ? 0n : parseUsd(priceOutputUsd)! },
       priceInputUsd,
@@ -95,33 +103,49 @@ export class ModelRegistry {
     };
   }
 
-  private requireService(): ModelService {
-    if (!this.service) throw new GatewayError("model_not_configured");
-    return this.service;
-  }
-
+  /**
+   * Configured models (each answered by the model service or by its in-process engine), then,
+   * when no configured model names the model service, the model service's own list.
+   */
   private async offered(): Promise<Offered[]> {
-    const service = this.requireService();
-    if (this.config.models.length > 0) {
-      return this.config.models.map((m) => ({
+    if (!this.configured) throw new GatewayError("model_not_configured");
+    const listed: Offered[] = [];
+    for (const m of this.config.models) {
+      const service = m.engine === "llama" ? this.engines.get(m.name) : this.upstream;
+      if (!service) continue;
+      let context = m.context;
+      if (m.engine === "llama") {
+        try {
+          context = (await service.listModels({ timeoutMs: this.config.modelTimeoutMs }))[0]?.context ?? context;
+        } catch (err) {
+          throw modelServiceFailure(err);
+        }
+      }
+      listed.push({
         name: m.name,
         upstreamName: m.upstreamName,
-        ...(m.context ? { context: m.context } : {}),
+        service,
+        ...(context ? { context } : {}),
         ...(m.pricePerMillionInputUsd ? { priceInputUsd: m.pricePerMillionInputUsd } : {}),
         ...(m.pricePerMillionOutputUsd ? { priceOutputUsd: m.pricePerMillionOutputUsd } : {}),
-      }));
+      });
     }
+    if (!this.upstream || this.config.models.some((m) => m.engine === "upstream")) return listed;
+    return [...listed, ...(await this.upstreamList(this.upstream)).filter((m) => !listed.some((l) => l.name === m.name))];
+  }
+
+  private async upstreamList(upstream: ModelService): Promise<Offered[]> {
     const now = this.nowMs();
     if (this.cached && now - this.cached.at < UPSTREAM_LIST_TTL_MS) return this.cached.models;
-    let upstream: UpstreamModel[];
+    let models: UpstreamModel[];
     try {
-      upstream = await service.listModels({ timeoutMs: this.config.modelTimeoutMs });
+      models = await upstream.listModels({ timeoutMs: this.config.modelTimeoutMs });
     } catch (err) {
       throw modelServiceFailure(err);
     }
-    const models = upstream.map((m) => ({ name: m.name, upstreamName: m.name, ...(m.context ? { context: m.context } : {}) }));
-    this.cached = { at: now, models };
-    return models;
+    const offered = models.map((m) => ({ name: m.name, upstreamName: m.name, service: upstream, ...(m.context ? { context: m.context } : {}) }));
+    this.cached = { at: now, models: offered };
+    return offered;
   }
 }
 
@@ -133,6 +157,8 @@ export function modelServiceFailure(err: unknown): GatewayError {
   switch (err.kind) {
     case "timeout":
       return new GatewayError("model_timeout", `The model service did not answer in time: ${err.message}`);
+    case "not_ready":
+      return new GatewayError("model_not_ready", err.message);
     case "context_rejected":
       return new GatewayError("context_rejected", `The model rejected the request's context: ${err.message}`);
     case "invalid_response":

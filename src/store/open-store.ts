@@ -1,10 +1,14 @@
+import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
+import Database from "better-sqlite3";
 import type { Store } from "./store.ts";
+import { openPostgresStore } from "./postgres/postgres-store.ts";
 import { openSqliteStore } from "./sqlite/sqlite-store.ts";
 
 const ACCEPTED_FORMS =
   "sqlite:PATH (relative to the current directory, e.g. sqlite:./data/tds.sqlite), sqlite::memory:, " +
-  "file:PATH or file:///absolute/path, or a bare path ending in .sqlite or .db";
+  "file:PATH or file:///absolute/path, a bare path ending in .sqlite or .db, " +
+  "or postgres://USER:PASSWORD@HOST:PORT/DATABASE (also postgresql://)";
 
 /**
  * Where a SQLite database URL points: a file path (relative paths stay relative to the current
@@ -28,14 +32,76 @@ export function sqlitePathOf(databaseUrl: string): string | null {
   return path;
 }
 
-/** Opens the store a database URL names and applies its pending migrations. */
+/** True for a PostgreSQL database URL (`postgres://…` or `postgresql://…`). */
+export function isPostgresUrl(databaseUrl: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(databaseUrl.trim());
+}
+
+export interface MigrationRecord {
+  version: number;
+  name: string;
+}
+
+/** What opening a store did to its schema (for `tds migrate`). */
+export interface MigrationReport {
+  dialect: Store["dialect"];
+  /** The migrations applied while opening, in order; empty when the schema was up to date. */
+  applied: MigrationRecord[];
+  /** Every migration recorded in the database afterwards, in version order. */
+  current: MigrationRecord[];
+}
+
+const reports = new WeakMap<Store, MigrationReport>();
+
+/** The migration report of a store opened by openStore (null for a store opened any other way). */
+export function migrationReportOf(store: Store): MigrationReport | null {
+  return reports.get(store) ?? null;
+}
+
+/**
+ * Opens the store a database URL names and applies its pending migrations:
+ * `postgres://` / `postgresql://` → PostgreSQL (openPostgresStore; the URL may carry `pool_size` and
+ * `statement_timeout_ms`, see postgres-connection.ts), anything sqlitePathOf accepts → SQLite.
+ */
 export async function openStore(databaseUrl: string): Promise<Store> {
-  if (/^postgres(ql)?:\/\//i.test(databaseUrl.trim())) {
-    throw new Error("PostgreSQL support is not available yet: use a SQLite database URL such as sqlite:./data/tds.sqlite");
+  if (isPostgresUrl(databaseUrl)) {
+    const store = await openPostgresStore(databaseUrl.trim());
+    reports.set(store, { dialect: "postgres", applied: store.migrations.applied, current: store.migrations.current });
+    return store;
   }
   const path = sqlitePathOf(databaseUrl);
   if (path === null) {
     throw new Error(`Unsupported database URL ${JSON.stringify(databaseUrl)}; accepted forms: ${ACCEPTED_FORMS}`);
   }
-  return openSqliteStore(path);
+  const before = sqliteMigrationsOf(path);
+  const store = openSqliteStore(path);
+  try {
+    const current = store.db.prepare<[], MigrationRecord>("SELECT version, name FROM schema_migrations ORDER BY version").all();
+    const known = new Set(before.map((m) => m.version));
+    reports.set(store, { dialect: "sqlite", applied: current.filter((m) => !known.has(m.version)), current });
+  } catch (err) {
+    await store.close();
+    throw err;
+  }
+  return store;
+}
+
+/**
+ * The migrations recorded in an existing SQLite file before it is opened (none for a new file or :memory:),
+ * so that openStore can tell which ones the open applied. Read (only) on a separate connection; a file that
+ * cannot be read here is left to openSqliteStore to report. Another process migrating the same file at the same
+ * moment may make this report a migration as applied by this open: the report is for people, not for logic.
+ */
+function sqliteMigrationsOf(path: string): MigrationRecord[] {
+  if (path === ":memory:" || !existsSync(path)) return [];
+  let db: Database.Database | undefined;
+  try {
+    db = new Database(path, { fileMustExist: true, timeout: 5000 });
+    const table = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'").get();
+    return table ? db.prepare<[], MigrationRecord>("SELECT version, name FROM schema_migrations ORDER BY version").all() : [];
+  } catch {
+    return [];
+  } finally {
+    db?.close();
+  }
 }

@@ -14,6 +14,11 @@ export class StoreInputError extends Error {
 }
 
 const UNAVAILABLE_SQLITE = /^SQLITE_(BUSY|LOCKED|IOERR|FULL|CANTOPEN|READONLY|PROTOCOL)/;
+/** PostgreSQL SQLSTATEs: connection (08), resources (53), operator intervention (57: shutdown, statement timeout), system (58), lock timeout, serialization, read-only standby. */
+const UNAVAILABLE_PG = /^(08|53|57|58)...$|^(55P03|40001|40P01|25006|25P03)$/;
+const UNAVAILABLE_NET = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN"]);
+/** node-postgres errors that carry no code. */
+const UNAVAILABLE_MESSAGE = /Connection terminated|connection error and is not queryable|timeout exceeded when trying to connect/;
 
 /**
  * True for failures of the storage itself (database busy or locked, disk full or failing, connection
@@ -22,6 +27,6 @@ const UNAVAILABLE_SQLITE = /^SQLITE_(BUSY|LOCKED|IOERR|FULL|CANTOPEN|READONLY|PR
 export function isStoreUnavailable(err: unknown): boolean {
   if (typeof err !== "object" || err === null) return false;
   const code = (err as { code?: unknown }).code;
-  if (typeof code !== "string") return false;
-  return UNAVAILABLE_SQLITE.test(code) || code === "ECONNREFUSED" || code === "ECONNRESET" || code.startsWith("57P") || code.startsWith("08");
+  if (typeof code !== "string") return err instanceof Error && UNAVAILABLE_MESSAGE.test(err.message);
+  return UNAVAILABLE_SQLITE.test(code) || UNAVAILABLE_PG.test(code) || UNAVAILABLE_NET.has(code);
 }

@@ -6,6 +6,8 @@ import { buildApp } from "../../src/app.ts";
 import { loadConfig, type Config } from "../../src/config.ts";
 import { generateApiKey, newOrganizationId } from "../../src/gateway/api-keys.ts";
 import type { Clock } from "../../src/gateway/clock.ts";
+import type { RateLimiter } from "../../src/limits/rate-limiter.ts";
+import type { Metrics } from "../../src/observability/metrics.ts";
 import type { ModelService } from "../../src/models/model-service.ts";
 import { openModelService } from "../../src/models/open-model-service.ts";
 import { openStore } from "../../src/store/open-store.ts";
@@ -35,6 +37,9 @@ export interface GatewayOptions {
   fake?: boolean;
   modelService?: ModelService | null;
   clock?: Clock;
+  rateLimiter?: RateLimiter;
+  metrics?: Metrics;
+  shutdownGraceMs?: number;
 }
 
 /** A real listening gateway on 127.0.0.1:<random>, a temp SQLite file and (by default) the fake model server. */
@@ -44,6 +49,8 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
   const config = loadConfig({
     TDS_DATABASE_URL: `sqlite:${join(dir, "tds.sqlite")}`,
     ...(fake ? { TDS_MODEL_SERVICE_URL: fake.url } : {}),
+    // An injected model service stands for the configured upstream (no embedded default model).
+    ...(options.modelService ? { TDS_MODEL_SERVICE_URL: "http://127.0.0.1:9" } : {}),
     LOG_LEVEL: "silent",
     TDS_BOOTSTRAP: "false",
     // Generous limits unless a test is about them.
@@ -54,7 +61,15 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
   });
   const store = await openStore(config.databaseUrl);
   const modelService = options.modelService !== undefined ? options.modelService : openModelService(config);
-  const app = await buildApp(config, { store, modelService, ...(options.clock ? { clock: options.clock } : {}), logger: false });
+  const app = await buildApp(config, {
+    store,
+    modelService,
+    ...(options.clock ? { clock: options.clock } : {}),
+    ...(options.rateLimiter ? { rateLimiter: options.rateLimiter } : {}),
+    ...(options.metrics ? { metrics: options.metrics } : {}),
+    ...(options.shutdownGraceMs !== undefined ? { shutdownGraceMs: options.shutdownGraceMs } : {}),
+    logger: false,
+  });
   await app.listen({ host: "127.0.0.1", port: 0 });
   const address = app.server.address();
   if (!address || typeof address === "string") throw new Error("no address");

@@ -3,6 +3,7 @@ import type { FastifyInstance } from "fastify";
 import { DecisionRequest, DecisionResponse } from "../../contract/decision.ts";
 import { ErrorResponse } from "../../contract/errors.ts";
 import type { IdempotentDecisions } from "../../gateway/idempotent-decisions.ts";
+import type { InFlight } from "../in-flight.ts";
 import type { Store, UsageSource } from "../../store/store.ts";
 import { authenticate, authOf } from "../auth.ts";
 
@@ -25,7 +26,7 @@ function sourceOf(header: string | string[] | undefined): UsageSource {
   return header === "playground" ? "playground" : "api";
 }
 
-export function decisionRoutes(app: FastifyInstance, deps: { store: Store; decisions: IdempotentDecisions; maxRequestBytes: number }) {
+export function decisionRoutes(app: FastifyInstance, deps: { store: Store; decisions: IdempotentDecisions; maxRequestBytes: number; inFlight: InFlight }) {
   app.post<{ Body: DecisionRequest; Headers: { "idempotency-key"?: string; "x-tds-source"?: string } }>(
     "/v1/systemone",
     {
@@ -42,10 +43,19 @@ export function decisionRoutes(app: FastifyInstance, deps: { store: Store; decis
     async (request, reply) => {
       const auth = authOf(request);
       const key = request.headers["idempotency-key"];
-      const result = await deps.decisions.handle(
-        { requestId: request.id, org: auth.org, keyId: auth.keyId, source: sourceOf(request.headers["x-tds-source"]), startedAt: request.startedAt },
-        request.body,
-        key !== undefined && request.bodySha256 ? { key, requestHash: request.bodySha256 } : null,
+      const result = await deps.inFlight.track(
+        deps.decisions.handle(
+          {
+            requestId: request.id,
+            org: auth.org,
+            keyId: auth.keyId,
+            source: sourceOf(request.headers["x-tds-source"]),
+            startedAt: request.startedAt,
+            signal: deps.inFlight.signal,
+          },
+          request.body,
+          key !== undefined && request.bodySha256 ? { key, requestHash: request.bodySha256 } : null,
+        ),
       );
       if (result.replayed) {
         reply.header("x-service-request-id", result.requestId);

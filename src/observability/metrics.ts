@@ -1,0 +1,82 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+
+/** The service's Prometheus metrics, one registry per app (tests build several apps in one process). */
+export class Metrics {
+  readonly registry = new Registry();
+
+  readonly httpRequests = new Counter({
+    name: "tds_http_requests_total",
+    help: "HTTP requests by route and status",
+    labelNames: ["method", "route", "status"] as const,
+    registers: [this.registry],
+  });
+
+  readonly gatewayLatency = new Histogram({
+    name: "tds_gateway_latency_seconds",
+    help: "Time spent in the gateway itself per decision (excluding the model call)",
+    buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+    registers: [this.registry],
+  });
+
+  readonly modelLatency = new Histogram({
+    name: "tds_model_latency_seconds",
+    help: "Model call time per decision",
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [this.registry],
+  });
+
+  readonly modelErrors = new Counter({
+    name: "tds_model_errors_total",
+    help: "Failed model calls by kind",
+    labelNames: ["kind"] as const,
+    registers: [this.registry],
+  });
+
+  readonly reservations = new Counter({
+    name: "tds_reservations_total",
+    help: "Credit reservations by outcome (reserved, insufficient, settled, released, expired)",
+    labelNames: ["outcome"] as const,
+    registers: [this.registry],
+  });
+
+  readonly rejections = new Counter({
+    name: "tds_admission_rejections_total",
+    help: "Requests refused at admission by reason (rate_limited, preview_quota_org, preview_quota_global, insufficient_credits)",
+    labelNames: ["reason"] as const,
+    registers: [this.registry],
+  });
+
+  readonly rateLimiterFallback = new Gauge({
+    name: "tds_rate_limiter_fallback",
+    help: "1 while the shared (Redis) rate limiter is unreachable and the local fallback limit applies",
+    registers: [this.registry],
+  });
+
+  readonly rateLimiterFallbackEvents = new Counter({
+    name: "tds_rate_limiter_fallback_events_total",
+    help: "Times the rate limiter switched to its local fallback",
+    registers: [this.registry],
+  });
+
+  constructor(options: { processMetrics?: boolean } = {}) {
+    if (options.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: "tds_" });
+  }
+
+  rateLimiterModeChanged(mode: "redis" | "fallback"): void {
+    this.rateLimiterFallback.set(mode === "fallback" ? 1 : 0);
+    if (mode === "fallback") this.rateLimiterFallbackEvents.inc();
+  }
+}
+
+/** The pipeline's observations as Prometheus metrics. */
+export function metricsObserver(metrics: Metrics): import("../gateway/observer.ts").DecisionObserver {
+  return {
+    decided: (gatewayMs, modelMs) => {
+      metrics.gatewayLatency.observe(gatewayMs / 1000);
+      metrics.modelLatency.observe(modelMs / 1000);
+    },
+    modelFailed: (kind) => metrics.modelErrors.inc({ kind }),
+    reservation: (outcome) => metrics.reservations.inc({ outcome }),
+    rejected: (reason) => metrics.rejections.inc({ reason }),
+  };
+}

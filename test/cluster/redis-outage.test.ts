@@ -1,0 +1,65 @@
+import assert from "node:assert/strict";
+import type { ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, test } from "node:test";
+import { systemClock } from "../../src/gateway/clock.ts";
+import { MemoryRateLimiter } from "../../src/limits/memory-rate-limiter.ts";
+import { createRedisRateLimiter } from "../../src/limits/redis-rate-limiter.ts";
+import { Metrics } from "../../src/observability/metrics.ts";
+import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
+import { freePort, startRedisServer, stopRedisServer } from "../support/redis-server.ts";
+
+async function fallbackGauge(url: string): Promise<number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith("tds_rate_limiter_fallback "));
+  return Number(line?.split(" ")[1]);
+}
+
+describe("Redis stopped and started under a running gateway", () => {
+  test("the local fallback engages (limited, not unlimited), shows in /metrics, and releases when Redis returns", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "tds-redis-"));
+    const port = await freePort();
+    let redis: ChildProcess | undefined = await startRedisServer(port, dir);
+    const metrics = new Metrics();
+    const warnings: string[] = [];
+    const limiter = createRedisRateLimiter({
+      url: `redis://127.0.0.1:${port}`,
+      fallback: new MemoryRateLimiter(systemClock),
+      logger: { warn: (_o, msg) => warnings.push(msg), info: () => {} },
+      onModeChange: (mode) => metrics.rateLimiterModeChanged(mode),
+    });
+    const gw = await startGateway({ rateLimiter: limiter, metrics, env: { TDS_REQUESTS_PER_MINUTE: "5" } });
+    try {
+      for (let i = 0; i < 2; i++) assert.equal((await gw.decide(sampleRequest())).status, 200);
+      assert.equal(limiter.mode(), "redis");
+      assert.equal(await fallbackGauge(gw.url), 0);
+
+      await stopRedisServer(redis);
+      redis = undefined;
+      const statuses: number[] = [];
+      const started = performance.now();
+      for (let i = 0; i < 6; i++) statuses.push((await gw.decide(sampleRequest())).status);
+      assert.ok(performance.now() - started < 5000, "requests stay fast while Redis is down");
+      assert.deepEqual(statuses, [200, 200, 200, 200, 200, 429], "the fallback limits each instance to the same per-minute limit");
+      assert.equal(limiter.mode(), "fallback");
+      assert.equal(await fallbackGauge(gw.url), 1);
+      assert.equal(warnings.length, 1, "logged once per outage");
+
+      redis = await startRedisServer(port, dir);
+      const deadline = Date.now() + 8000;
+      while (limiter.mode() !== "redis" && Date.now() < deadline) {
+        await (await gw.decide(sampleRequest())).text();
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal(limiter.mode(), "redis", "back on Redis without a restart");
+      assert.equal(await fallbackGauge(gw.url), 0);
+    } finally {
+      await gw.close();
+      await limiter.close();
+      await stopRedisServer(redis);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});

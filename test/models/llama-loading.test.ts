@@ -1,0 +1,190 @@
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { copyFileSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { createServer } from "node:net";
+import type { AddressInfo } from "node:net";
+import type { Question } from "../../src/contract/decision.ts";
+import { checkAnswers } from "../../src/gateway/answer-check.ts";
+import { createLlamaService, NOT_READY_HINT, type LlamaService } from "../../src/models/llama/llama-service.ts";
+import { DEFAULT_MODEL_SOURCE, modelSourceKind, resolveModelSource } from "../../src/models/llama/model-source.ts";
+import { startFakeHub, type FakeHub } from "../fixtures/gguf/fake-hub.ts";
+import { expectKind, makeModelDir, recordingLogger, tinyService, type ModelDir } from "../fixtures/gguf/tiny-model.ts";
+
+const questions: Record<string, Question> = {
+  c: { type: "choice", criteria: { x: null, y: null } },
+  s: { type: "score", criteria: ["low", "high"] },
+  n: { type: "noul" },
+};
+const call = { model: "tiny", state: "facts", questions };
+const OPTS = { timeoutMs: 30_000 };
+
+let models: ModelDir;
+
+before(() => {
+  models = makeModelDir();
+});
+after(() => models?.cleanup());
+
+/** Asserts a service that cannot load: state "failed", one clear error logged, not_ready everywhere, no crash. */
+async function expectFailed(service: LlamaService, logger: ReturnType<typeof recordingLogger>, reason: RegExp): Promise<void> {
+  await expectKind(service.ready(), "not_ready");
+  const status = service.status();
+  assert.equal(status.state, "failed");
+  assert.match(status.detail ?? "", reason);
+  assert.ok(status.detail?.endsWith(NOT_READY_HINT), status.detail);
+  const errors = logger.lines.filter((l) => l.level === "error");
+  assert.equal(errors.length, 1, `one error line, got ${JSON.stringify(logger.lines)}`);
+  assert.equal(errors[0]?.msg, status.detail);
+  const e1 = await expectKind(service.decide(call, OPTS), "not_ready");
+  assert.equal(e1.message, status.detail);
+  const e2 = await expectKind(service.listModels(OPTS), "not_ready");
+  assert.equal(e2.message, status.detail);
+  // Still one line: failures are logged once, not per call.
+  assert.equal(logger.lines.filter((l) => l.level === "error").length, 1);
+  await service.close();
+}
+
+describe("embedded engine: loading and failures", () => {
+  test("reports 'loading' with its progress until the model is ready", async () => {
+    const logger = recordingLogger();
+    const service = tinyService(models.model("tiny"), { logger });
+    assert.equal(service.status().state, "loading");
+    await expectKind(service.listModels(OPTS), "not_ready", /^the model is still loading \(\d+%\)/);
+    await expectKind(service.decide(call, OPTS), "not_ready", /^the model is still loading \(\d+%\)/);
+    await service.ready();
+    assert.equal(service.status().state, "ready");
+    const result = await service.decide(call, OPTS);
+    assert.ok(checkAnswers(questions, result.answers).ok);
+    assert.ok(logger.lines.some((l) => l.level === "info" && /ready/.test(l.msg)));
+    assert.equal(logger.lines.filter((l) => l.level === "error").length, 0);
+    await service.close();
+  });
+
+  test("a path with no file fails with one clear message", async () => {
+    const logger = recordingLogger();
+    const service = tinyService(join(models.dir, "missing.gguf"), { logger });
+    await expectFailed(service, logger, /failed to load: no model file at .*missing\.gguf/);
+  });
+
+  test("a file that is not GGUF fails with one clear message", async () => {
+    const path = join(models.dir, "garbage.gguf");
+    writeFileSync(path, Buffer.from("this is not a model at all, just some text that goes on for a while".repeat(50)));
+    const logger = recordingLogger();
+    await expectFailed(tinyService(path, { logger }), logger, /garbage\.gguf is not a usable GGUF model/);
+  });
+
+  test("a truncated GGUF file fails with one clear message", async () => {
+    const whole = readFileSync(models.model("tiny"));
+    const path = join(models.dir, "truncated.gguf");
+    writeFileSync(path, whole.subarray(0, Math.floor(whole.length * 0.6)));
+    const logger = recordingLogger();
+    await expectFailed(tinyService(path, { logger }), logger, /truncated\.gguf is not a usable GGUF model/);
+  });
+
+  test("limits that leave no room for a state fail with one clear message", async () => {
+    const logger = recordingLogger();
+    await expectFailed(tinyService(models.model("tiny"), { logger, maxBranch: 60 }), logger, /leave no room for a state: max_branch is 60 tokens/);
+  });
+
+  test("an unreachable model hub fails with one clear message", async () => {
+    const port = await new Promise<number>((resolve) => {
+      const s = createServer();
+      s.listen(0, "127.0.0.1", () => {
+        const p = (s.address() as AddressInfo).port;
+        s.close(() => resolve(p));
+      });
+    });
+    const logger = recordingLogger();
+    const service = createLlamaService({
+      name: "tiny",
+      source: "hf:acme/Tiny-GGUF:Q8_0",
+      cacheDir: join(models.dir, "cache-offline"),
+      hubEndpoint: `http://127.0.0.1:${port}/`,
+      logger,
+    });
+    await expectFailed(service, logger, /cannot download hf:acme\/Tiny-GGUF:Q8_0 into .*cache-offline/);
+  });
+});
+
+describe("embedded engine: model sources", () => {
+  let hub: FakeHub;
+  let big: string;
+
+  before(async () => {
+    big = models.model("big", { width: 512, layers: 6, weightType: "F16" });
+    hub = await startFakeHub({
+      tiny: { repo: "acme/Tiny-GGUF", quant: "Q8_0", fileName: "Tiny.Q8_0.gguf", path: models.model("tiny") },
+      big: { repo: "acme/Big-GGUF", quant: "F16", fileName: "Big.F16.gguf", path: big },
+    });
+  });
+  after(async () => hub?.close());
+
+  test("source kinds", () => {
+    assert.equal(modelSourceKind("/models/x.gguf"), "file");
+    assert.equal(modelSourceKind("./x.gguf"), "file");
+    assert.equal(modelSourceKind("hf:owner/repo:Q8_0"), "hub");
+    assert.equal(modelSourceKind("hf:owner/repo/file.gguf"), "hub");
+    assert.equal(modelSourceKind("https://example.com/x.gguf"), "url");
+    assert.equal(DEFAULT_MODEL_SOURCE, "hf:bartowski/Qwen2.5-0.5B-Instruct-GGUF:Q8_0");
+  });
+
+  test("a hub reference is downloaded once with progress, then found in the cache without the hub", async () => {
+    const cacheDir = join(models.dir, "cache");
+    const logger = recordingLogger();
+    const service = createLlamaService({ name: "tiny", source: "hf:acme/Tiny-GGUF:Q8_0", cacheDir, hubEndpoint: hub.url, logger, threads: 1 });
+    await service.ready();
+    const files = readdirSync(cacheDir);
+    assert.equal(files.length, 1);
+    assert.deepEqual(readFileSync(join(cacheDir, files[0] as string)), readFileSync(models.model("tiny")));
+    assert.ok(logger.lines.some((l) => /^downloading hf:acme\/Tiny-GGUF:Q8_0: .* MB of .* MB \(\d+%\)$/.test(l.msg)), JSON.stringify(logger.lines));
+    assert.ok(checkAnswers(questions, (await service.decide(call, OPTS)).answers).ok);
+    await service.close();
+
+    // Second start: the hub is not asked again (a hub that is gone would fail the load).
+    const before = hub.requests.length;
+    const again = createLlamaService({ name: "tiny", source: "hf:acme/Tiny-GGUF:Q8_0", cacheDir, hubEndpoint: "http://127.0.0.1:9/", logger: recordingLogger(), threads: 1 });
+    await again.ready();
+    assert.equal(hub.requests.length, before);
+    await again.close();
+  });
+
+  test("an interrupted download resumes: only the missing parts are fetched again", async () => {
+    const cacheDir = join(models.dir, "cache-resume");
+    const size = statSync(big).size;
+    hub.throttle = 400_000; // bytes per 10 ms and connection
+    const cancel = new AbortController();
+    await assert.rejects(
+      resolveModelSource("hf:acme/Big-GGUF:F16", {
+        cacheDir,
+        hubEndpoint: hub.url,
+        signal: cancel.signal,
+        onProgress: ({ downloadedBytes }) => {
+          if (downloadedBytes > size * 0.6) cancel.abort();
+        },
+      }),
+      /cancelled/,
+    );
+    const partial = readdirSync(cacheDir);
+    assert.ok(partial.some((f) => f.endsWith(".ipull")), `a partial download is kept: ${partial.join(", ")}`);
+
+    hub.throttle = 0;
+    const mark = hub.requests.length;
+    const path = await resolveModelSource("hf:acme/Big-GGUF:F16", { cacheDir, hubEndpoint: hub.url });
+    assert.deepEqual(readFileSync(path), readFileSync(big));
+    const fetched = hub.requests
+      .slice(mark)
+      .map((r) => /^bytes=(\d+)-(\d+)$/.exec(r.range ?? ""))
+      .filter((m): m is RegExpExecArray => m !== null)
+      .reduce((acc, m) => acc + Number(m[2]) - Number(m[1]) + 1, 0);
+    assert.ok(fetched > 0 && fetched < size, `resumed by fetching ${fetched} of ${size} bytes`);
+    assert.ok(!readdirSync(cacheDir).some((f) => f.endsWith(".ipull")));
+  });
+
+  test("a local path relative to the working directory is used as it is", async () => {
+    const path = join(models.dir, "copy.gguf");
+    copyFileSync(models.model("tiny"), path);
+    assert.equal(await resolveModelSource(path), path);
+    await assert.rejects(resolveModelSource(models.dir), /is not a file/);
+  });
+});

@@ -1,0 +1,888 @@
+/**
+ * The PostgreSQL adapter: the Store contract suite, unchanged, plus what only a server database has —
+ * concurrent instances, advisory-locked migrations, SKIP LOCKED sweeps, connection loss and timeouts.
+ *
+ * Server: TDS_TEST_POSTGRES_URL (default postgres://postgres@127.0.0.1:5432/test). The contract tests each get a
+ * fresh schema in that database (CREATE SCHEMA, reached through the URL's `options=-c search_path=…`); the tests
+ * of migrations and concurrency each get a fresh database (CREATE DATABASE from the `postgres` maintenance
+ * database). All are named tds_test_<epoch seconds>_<random>_<n> and dropped at the end; ones left by a run that
+ * was killed are dropped by a later run once they are an hour old. Without a reachable server the file FAILS,
+ * unless TDS_SKIP_POSTGRES=1.
+ */
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { copyFileSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { createServer, connect as netConnect, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, describe, it } from "node:test";
+import pg from "pg";
+import { runCli } from "../../src/cli/cli.ts";
+import { hashApiKey } from "../../src/gateway/api-keys.ts";
+import { isPostgresUrl, migrationReportOf, openStore } from "../../src/store/open-store.ts";
+import { connectionSettings, parseBigint } from "../../src/store/postgres/postgres-connection.ts";
+import { DUE_RESERVATIONS_SQL } from "../../src/store/postgres/postgres-credits.ts";
+import { MIGRATION_LOCK_KEY, POSTGRES_MIGRATIONS_DIR, readPostgresMigrations } from "../../src/store/postgres/postgres-migrations.ts";
+import { openPostgresStore, type PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres/postgres-store.ts";
+import { postgresUsageListQuery } from "../../src/store/postgres/postgres-usage.ts";
+import { encodeUsageCursor } from "../../src/store/sqlite/usage-cursor.ts";
+import { isStoreUnavailable, StoreInputError } from "../../src/store/store-errors.ts";
+import { checkBalanceInvariants, describeStoreContract, usageRecord } from "./store-contract.ts";
+
+const BASE_URL = process.env.TDS_TEST_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
+const SKIP = process.env.TDS_SKIP_POSTGRES === "1";
+const T0 = 1_767_225_600_000;
+const HOUR = 3_600_000;
+const MIGRATION_COUNT = readPostgresMigrations().length;
+
+/** The URL with another database name. */
+function databaseUrl(database: string): string {
+  const url = new URL(BASE_URL);
+  url.pathname = `/${database}`;
+  return url.toString();
+}
+
+/** The URL whose connections use `schema` (libpq's `options` parameter, which pg passes on). */
+function schemaUrl(schema: string): string {
+  return `${BASE_URL}${BASE_URL.includes("?") ? "&" : "?"}options=${encodeURIComponent(`-c search_path=${schema}`)}`;
+}
+
+function redacted(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = "***";
+    return u.toString();
+  } catch {
+    return "(unparsable URL)";
+  }
+}
+
+/** null when the server answers, else why not. */
+async function unreachable(): Promise<string | null> {
+  const client = new pg.Client({ connectionString: BASE_URL, connectionTimeoutMillis: 3000 });
+  client.on("error", () => undefined);
+  try {
+    await client.connect();
+    await client.query("SELECT 1");
+    return null;
+  } catch (err) {
+    return `${(err as Error).message}${(err as { code?: string }).code ? ` (${(err as { code?: string }).code})` : ""}`;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
+const problem = SKIP ? null : await unreachable();
+
+if (SKIP) {
+  it("PostgreSQL store tests", { skip: "TDS_SKIP_POSTGRES=1" }, () => undefined);
+} else if (problem !== null) {
+  it("PostgreSQL is reachable for the PostgreSQL store tests", () => {
+    assert.fail(
+      `PostgreSQL is not reachable at ${redacted(BASE_URL)}: ${problem}.\n` +
+        "Start it (pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start), point TDS_TEST_POSTGRES_URL at a server, " +
+        "or set TDS_SKIP_POSTGRES=1 to skip these tests.",
+    );
+  });
+} else {
+  definePostgresTests();
+}
+
+function definePostgresTests(): void {
+  const admin = new pg.Pool({ connectionString: BASE_URL, max: 3 });
+  admin.on("error", () => undefined);
+  const maintenance = new pg.Pool({ connectionString: databaseUrl("postgres"), max: 1 });
+  maintenance.on("error", () => undefined);
+  const RUN = `${Math.floor(Date.now() / 1000)}_${randomBytes(3).toString("hex")}`;
+  const LEFTOVER = /^tds_test_(\d+)_[0-9a-f]{6}_\d+$/;
+  const schemas: string[] = [];
+  const databases: string[] = [];
+  let names = 0;
+  const nextName = () => `tds_test_${RUN}_${++names}`;
+  const opened: PostgresStore[] = [];
+  const tempDirs: string[] = [];
+
+  async function freshSchema(): Promise<{ schema: string; url: string }> {
+    const schema = nextName();
+    await admin.query(`CREATE SCHEMA ${schema}`);
+    schemas.push(schema);
+    return { schema, url: schemaUrl(schema) };
+  }
+
+  async function freshDatabase(): Promise<{ database: string; url: string }> {
+    const database = nextName();
+    await maintenance.query(`CREATE DATABASE ${database}`);
+    databases.push(database);
+    return { database, url: databaseUrl(database) };
+  }
+
+  /** Opens a store that is closed at the end of the file (tests close it earlier when they can). */
+  async function open(url: string, options: PostgresStoreOptions = {}): Promise<PostgresStore> {
+    const store = await openPostgresStore(url, options);
+    opened.push(store);
+    return store;
+  }
+
+  /** A client of its own (not pooled) on `url`, for holding locks and looking at the server. */
+  async function rawClient(url: string): Promise<pg.Client> {
+    const client = new pg.Client({ connectionString: url });
+    client.on("error", () => undefined);
+    await client.connect();
+    return client;
+  }
+
+  /** Nothing checked out, nothing waiting, no more connections than the pool allows. */
+  function assertPoolIdle(store: PostgresStore): void {
+    const { totalCount, idleCount, waitingCount } = store.pool;
+    assert.equal(waitingCount, 0, "no call waits for a client");
+    assert.equal(idleCount, totalCount, `every client went back to the pool (total ${totalCount}, idle ${idleCount})`);
+    assert.ok(totalCount <= store.settings.poolSize);
+  }
+
+  async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 5000): Promise<T> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const value = await probe();
+      if (value !== undefined) return value;
+      if (Date.now() > deadline) throw new Error(`Timed out waiting for ${what}`);
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  }
+
+  async function dropLeftovers(): Promise<void> {
+    const cutoff = Date.now() / 1000 - 3600;
+    const old = (name: string) => {
+      const m = LEFTOVER.exec(name);
+      return m !== null && Number(m[1]) < cutoff;
+    };
+    const oldSchemas = (await admin.query<{ name: string }>("SELECT nspname AS name FROM pg_namespace WHERE nspname LIKE 'tds\\_test\\_%'")).rows
+      .map((r) => r.name)
+      .filter(old);
+    for (const s of oldSchemas) await admin.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`).catch(() => undefined);
+    const oldDatabases = (await maintenance.query<{ name: string }>("SELECT datname AS name FROM pg_database WHERE datname LIKE 'tds\\_test\\_%'")).rows
+      .map((r) => r.name)
+      .filter(old);
+    for (const d of oldDatabases) await maintenance.query(`DROP DATABASE IF EXISTS ${d} WITH (FORCE)`).catch(() => undefined);
+  }
+
+  const leftovers = dropLeftovers();
+
+  after(async () => {
+    await leftovers.catch(() => undefined);
+    await Promise.all(opened.map((s) => s.close().catch(() => undefined)));
+    // In a few statements (each DROP commits once), not one per schema.
+    for (let i = 0; i < schemas.length; i += 20) {
+      await admin.query(`DROP SCHEMA IF EXISTS ${schemas.slice(i, i + 20).join(", ")} CASCADE`);
+    }
+    for (const d of databases) await maintenance.query(`DROP DATABASE IF EXISTS ${d} WITH (FORCE)`);
+    await admin.end();
+    await maintenance.end();
+    for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+  });
+
+  describeStoreContract("postgres (fresh schema per test)", async () => openPostgresStore((await freshSchema()).url));
+
+  describe("PostgreSQL store: connections", () => {
+    it("gives every connection statement_timeout, idle_in_transaction_session_timeout and application_name; the pool size is set", async () => {
+      const { url } = await freshSchema();
+      const store = await open(url, { poolSize: 3, statementTimeoutMs: 1234, applicationName: "tds-test-settings" });
+      assert.equal(store.dialect, "postgres");
+      assert.deepEqual(store.settings, { poolSize: 3, statementTimeoutMs: 1234, applicationName: "tds-test-settings" });
+      assert.equal(store.pool.options.max, 3);
+      const clients = await Promise.all([store.pool.connect(), store.pool.connect(), store.pool.connect()]);
+      try {
+        const pids = new Set<number>();
+        for (const client of clients) {
+          const row = (
+            await client.query<{ st: string; idle: string; app: string; pid: number }>(
+              "SELECT current_setting('statement_timeout') AS st, current_setting('idle_in_transaction_session_timeout') AS idle, " +
+                "current_setting('application_name') AS app, pg_backend_pid() AS pid",
+            )
+          ).rows[0]!;
+          assert.deepEqual([row.st, row.idle, row.app], ["1234ms", "1234ms", "tds-test-settings"]);
+          pids.add(row.pid);
+        }
+        assert.equal(pids.size, 3, "three connections");
+      } finally {
+        for (const client of clients) client.release();
+      }
+      await store.close();
+    });
+
+    it("uses the defaults: a pool of 10 and a 5 s statement timeout", async () => {
+      const store = await open((await freshSchema()).url);
+      assert.deepEqual(store.settings, { poolSize: 10, statementTimeoutMs: 5000, applicationName: "typed-decision-service" });
+      const row = (await store.pool.query<{ st: string }>("SELECT current_setting('statement_timeout') AS st")).rows[0];
+      assert.equal(row?.st, "5s");
+      await store.close();
+    });
+
+    it("the URL parameters pool_size and statement_timeout_ms override the options and are not passed to the server", async () => {
+      const { url } = await freshSchema();
+      const store = await open(`${url}&pool_size=2&statement_timeout_ms=777&application_name=tds-from-url`, { poolSize: 9, statementTimeoutMs: 100 });
+      assert.equal(store.settings.poolSize, 2);
+      assert.equal(store.pool.options.max, 2);
+      const row = (await store.pool.query<{ st: string; app: string }>("SELECT current_setting('statement_timeout') AS st, current_setting('application_name') AS app")).rows[0];
+      assert.deepEqual([row?.st, row?.app], ["777ms", "tds-from-url"], "application_name in the URL is pg's own parameter and wins");
+      await store.close();
+    });
+
+    it("parses the adapter's URL parameters and refuses bad values without showing the password", () => {
+      const s = connectionSettings("postgresql://u:secret@db:5432/tds?sslmode=disable&pool_size=20&application_name=a%20b&statement_timeout_ms=3000");
+      assert.deepEqual(s, {
+        connectionString: "postgresql://u:secret@db:5432/tds?sslmode=disable&application_name=a%20b",
+        poolSize: 20,
+        statementTimeoutMs: 3000,
+        applicationName: "typed-decision-service",
+      });
+      assert.equal(connectionSettings("postgres://db/tds?pool_size=3").connectionString, "postgres://db/tds");
+      assert.equal(connectionSettings("postgres://db/tds", { poolSize: 4 }).poolSize, 4);
+      for (const bad of ["pool_size=0", "pool_size=abc", "pool_size=1.5", "pool_size=100000", "statement_timeout_ms=-1", "statement_timeout_ms=", "statement_timeout_ms=99999999999"]) {
+        assert.throws(
+          () => connectionSettings(`postgres://u:secret@db/tds?${bad}`),
+          (err: Error) => /PostgreSQL (pool_size|statement_timeout_ms) URL parameter must be a whole number/.test(err.message) && !err.message.includes("secret"),
+          bad,
+        );
+      }
+      assert.throws(() => connectionSettings("postgres://db/tds", { poolSize: 0 }), /pool size/);
+      assert.throws(() => connectionSettings("postgres://db/tds", { statementTimeoutMs: 1.5 }), /statement timeout/);
+      assert.throws(() => connectionSettings("mysql://db/tds"), /postgres:\/\//);
+    });
+
+    it("reads bigint columns as numbers and refuses one outside the safe integer range instead of rounding it", async () => {
+      assert.equal(parseBigint("9007199254740991"), Number.MAX_SAFE_INTEGER);
+      assert.equal(parseBigint("-42"), -42);
+      assert.throws(() => parseBigint("9007199254740993"), RangeError);
+      const { schema, url } = await freshSchema();
+      const store = await open(url);
+      await store.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
+      await store.grantCredits({ orgId: "org_1", amountMicrousd: 1000, nowMs: T0 });
+      assert.equal(typeof (await store.getBalance("org_1")).available, "number");
+      await admin.query(`UPDATE ${schema}.org_balances SET available = available + 9007199254740000, granted = granted + 9007199254740000`);
+      await assert.rejects(store.getBalance("org_1"), /outside the range of exact JavaScript numbers/);
+      assertPoolIdle(store);
+      assert.equal((await store.listLedger("org_1")).length, 1, "the store keeps working");
+      await store.close();
+    });
+
+    it("a statement that waits longer than statement_timeout fails; its transaction is rolled back and the client reused", async () => {
+      const { schema, url } = await freshSchema();
+      const app = `tds-test-timeout-${RUN}`;
+      const store = await open(url, { poolSize: 2, statementTimeoutMs: 300, applicationName: app });
+      await store.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
+      await store.grantCredits({ orgId: "org_1", amountMicrousd: 1000, nowMs: T0 });
+      const locker = await rawClient(schemaUrl(schema));
+      try {
+        await locker.query("BEGIN");
+        await locker.query("SELECT * FROM org_balances WHERE org_id = 'org_1' FOR UPDATE");
+        const started = Date.now();
+        await assert.rejects(
+          store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 10, nowMs: T0, expiresAtMs: T0 + HOUR }),
+          (err: { code?: string }) => err.code === "57014",
+        );
+        assert.ok(Date.now() - started < 3000);
+        await locker.query("ROLLBACK");
+      } finally {
+        await locker.end();
+      }
+      assertPoolIdle(store);
+      assert.equal(await store.getReservation("r1"), null);
+      assert.equal(await store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 10, nowMs: T0, expiresAtMs: T0 + HOUR }), "reserved");
+      await checkBalanceInvariants(store, "org_1");
+      const states = (await admin.query<{ state: string }>("SELECT state FROM pg_stat_activity WHERE application_name = $1", [app])).rows.map((r) => r.state);
+      assert.ok(states.length > 0 && states.every((state) => state === "idle"), `no transaction left open: ${states.join(", ")}`);
+      await store.close();
+    });
+
+    it("after pg_terminate_backend of its idle connections the next call fails cleanly or succeeds, and the store keeps working", async () => {
+      const { url } = await freshSchema();
+      const app = `tds-test-terminate-idle-${RUN}`;
+      const store = await open(url, { poolSize: 3, applicationName: app });
+      await store.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
+      await store.grantCredits({ orgId: "org_1", amountMicrousd: 1000, nowMs: T0 });
+      // Three connections in the pool.
+      await Promise.all([store.getBalance("org_1"), store.listLedger("org_1"), store.countOrganizations()]);
+      const seen: string[] = [];
+      for (let round = 0; round < 3; round++) {
+        const terminated = await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", [app]);
+        assert.ok((terminated.rowCount ?? 0) >= 1);
+        // Immediately, before the pool may have noticed.
+        for (let i = 0; i < 3; i++) {
+          try {
+            await store.reserveCredits({ reservationId: `r${round}_${i}`, orgId: "org_1", requestId: `q${round}_${i}`, amountMicrousd: 1, nowMs: T0, expiresAtMs: T0 + HOUR });
+            seen.push("ok");
+          } catch (err) {
+            const code = (err as { code?: string }).code;
+            seen.push(code ?? (err as Error).message);
+            assert.ok(isStoreUnavailable(err) || /Connection terminated/.test((err as Error).message), `a connection failure, not another error: ${String(err)}`);
+          }
+        }
+        for (let i = 0; i < 5; i++) assert.equal(await store.countOrganizations(), 1, "the pool recovered");
+        assertPoolIdle(store);
+      }
+      const balance = await checkBalanceInvariants(store, "org_1");
+      const reservations = (await store.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM reservations")).rows[0]!.n;
+      assert.equal(balance.reserved, reservations, "each reservation is there completely or not at all");
+      assert.ok(seen.includes("ok"));
+      await store.close();
+    });
+
+    it("pg_terminate_backend in the middle of a transaction: the call fails with 57P01, nothing of it stays, the client is discarded", async () => {
+      const { schema, url } = await freshSchema();
+      const app = `tds-test-terminate-busy-${RUN}`;
+      const store = await open(url, { poolSize: 2, applicationName: app });
+      await store.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
+      await store.grantCredits({ orgId: "org_1", amountMicrousd: 1000, nowMs: T0 });
+      const before = await store.getBalance("org_1");
+      const locker = await rawClient(schemaUrl(schema));
+      try {
+        await locker.query("BEGIN");
+        await locker.query("SELECT * FROM org_balances WHERE org_id = 'org_1' FOR UPDATE");
+        const call = store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 10, nowMs: T0, expiresAtMs: T0 + HOUR });
+        const failed = assert.rejects(call, (err) => {
+          assert.equal((err as { code?: string }).code, "57P01");
+          assert.equal(isStoreUnavailable(err), true);
+          return true;
+        });
+        const pid = await waitFor("the reservation to wait for the row lock", async () =>
+          (await admin.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [app])).rows[0]?.pid,
+        );
+        await admin.query("SELECT pg_terminate_backend($1)", [pid]);
+        await failed;
+        await locker.query("ROLLBACK");
+      } finally {
+        await locker.end();
+      }
+      assertPoolIdle(store);
+      assert.deepEqual(await store.getBalance("org_1"), before);
+      assert.equal(await store.getReservation("r1"), null);
+      assert.equal(await store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 10, nowMs: T0, expiresAtMs: T0 + HOUR }), "reserved");
+      await checkBalanceInvariants(store, "org_1");
+      assertPoolIdle(store);
+      await store.close();
+    });
+
+    it("a connection lost in the middle of a transaction (network, no server message): the call fails, the client is discarded, nothing of it stays", async () => {
+      // A TCP proxy in front of the server, whose connections the test cuts.
+      const sockets = new Set<Socket>();
+      const target = new URL(BASE_URL);
+      const proxy = createServer((downstream) => {
+        const upstream = netConnect(Number(target.port || 5432), target.hostname);
+        const cut = () => {
+          downstream.destroy();
+          upstream.destroy();
+        };
+        for (const socket of [downstream, upstream]) {
+          sockets.add(socket);
+          socket.on("error", cut);
+          socket.on("close", () => {
+            sockets.delete(socket);
+            cut();
+          });
+        }
+        downstream.pipe(upstream);
+        upstream.pipe(downstream);
+      });
+      await new Promise<void>((resolve) => proxy.listen(0, "127.0.0.1", resolve));
+      try {
+        const { schema, url } = await freshSchema();
+        const viaProxy = new URL(url);
+        viaProxy.hostname = "127.0.0.1";
+        viaProxy.port = String((proxy.address() as { port: number }).port);
+        const app = `tds-test-network-${RUN}`;
+        const store = await open(viaProxy.toString(), { poolSize: 2, applicationName: app });
+        await store.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
+        await store.grantCredits({ orgId: "org_1", amountMicrousd: 1000, nowMs: T0 });
+        const before = await store.getBalance("org_1");
+        const locker = await rawClient(schemaUrl(schema));
+        try {
+          await locker.query("BEGIN");
+          await locker.query("SELECT * FROM org_balances WHERE org_id = 'org_1' FOR UPDATE");
+          const call = store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 10, nowMs: T0, expiresAtMs: T0 + HOUR });
+          const failed = assert.rejects(call, /Connection terminated unexpectedly/);
+          await waitFor("the reservation to wait for the row lock", async () =>
+            (await admin.query("SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [app])).rowCount ? true : undefined,
+          );
+          for (const socket of sockets) socket.destroy();
+          await failed;
+          assertPoolIdle(store);
+          await locker.query("ROLLBACK");
+        } finally {
+          await locker.end();
+        }
+        // The server ends the orphaned session (and its transaction) once it notices the client is gone.
+        await waitFor("the orphaned session to end", async () =>
+          (await admin.query("SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND state <> 'idle'", [app])).rowCount === 0 ? true : undefined,
+        );
+        assert.deepEqual(await store.getBalance("org_1"), before);
+        assert.equal(await store.getReservation("r1"), null);
+        assert.equal(await store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 10, nowMs: T0, expiresAtMs: T0 + HOUR }), "reserved");
+        await checkBalanceInvariants(store, "org_1");
+        assertPoolIdle(store);
+        await store.close();
+      } finally {
+        for (const socket of sockets) socket.destroy();
+        await new Promise((resolve) => proxy.close(resolve));
+      }
+    });
+
+    it("a server that refuses connections gives ECONNREFUSED, which isStoreUnavailable recognises", async () => {
+      const url = new URL(BASE_URL);
+      url.port = "1";
+      await assert.rejects(openPostgresStore(url.toString()), (err) => {
+        assert.equal((err as { code?: string }).code, "ECONNREFUSED");
+        assert.equal(isStoreUnavailable(err), true);
+        return true;
+      });
+    });
+  });
+
+  describe("PostgreSQL store: migrations", () => {
+    it("records each migration once; reopening applies nothing", async () => {
+      const { schema, url } = await freshSchema();
+      const first = await open(url);
+      const files = readPostgresMigrations().map((m) => ({ version: m.version, name: m.name }));
+      assert.deepEqual(first.migrations.applied, files);
+      assert.deepEqual(first.migrations.current, files);
+      await first.close();
+      const second = await open(url);
+      assert.deepEqual(second.migrations.applied, []);
+      assert.deepEqual(second.migrations.current, files);
+      await second.close();
+      const rows = (await admin.query<{ version: number; name: string; applied_at_ms: string }>(`SELECT version, name, applied_at_ms FROM ${schema}.schema_migrations ORDER BY version`)).rows;
+      assert.deepEqual(rows.map((r) => ({ version: r.version, name: r.name })), files);
+      assert.ok(rows.every((r) => Math.abs(Number(r.applied_at_ms) - Date.now()) < 60_000));
+      assert.equal(rows[0]?.name, "initial");
+    });
+
+    it("the shipped folder mirrors the SQLite one: same versions and names, consecutive from 001_initial", () => {
+      const postgres = readPostgresMigrations();
+      assert.equal(postgres[0]?.file, "001_initial.sql");
+      assert.deepEqual(postgres.map((m) => m.version), postgres.map((_, i) => i + 1));
+      const sqliteDir = join(POSTGRES_MIGRATIONS_DIR, "..", "sqlite");
+      assert.deepEqual(postgres.map((m) => m.file), readdirSync(sqliteDir).filter((f) => f.endsWith(".sql")).sort());
+    });
+
+    it("applies a slow migration exactly once when 4 stores open the same fresh database at once", async () => {
+      const dir = mkdtempSync(join(tmpdir(), "tds-pg-migrations-"));
+      tempDirs.push(dir);
+      for (const file of readdirSync(POSTGRES_MIGRATIONS_DIR)) copyFileSync(join(POSTGRES_MIGRATIONS_DIR, file), join(dir, file));
+      // Not idempotent and slow: a second run would fail with "relation slow already exists".
+      writeFileSync(join(dir, "900_slow.sql"), "CREATE TABLE slow AS SELECT g AS x FROM generate_series(1, 100000) AS g;\nSELECT pg_sleep(0.3);\n");
+      const { database, url } = await freshDatabase();
+      const stores = await Promise.all(Array.from({ length: 4 }, () => open(url, { migrationsDir: dir, poolSize: 2 })));
+      const all = [...readPostgresMigrations().map((m) => ({ version: m.version, name: m.name })), { version: 900, name: "slow" }];
+      const appliedBy = stores.map((s) => s.migrations.applied.length);
+      assert.deepEqual([...appliedBy].sort(), [0, 0, 0, all.length], `one store applied them all, the others none: ${appliedBy.join(", ")}`);
+      for (const s of stores) assert.deepEqual(s.migrations.current, all);
+      const check = await rawClient(url);
+      try {
+        const versions = (await check.query<{ version: number }>("SELECT version FROM schema_migrations ORDER BY version")).rows.map((r) => r.version);
+        assert.deepEqual(versions, all.map((m) => m.version));
+        assert.deepEqual((await check.query("SELECT count(*)::int AS n FROM slow")).rows[0], { n: 100000 });
+        const locks = await check.query("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = $1)", [database]);
+        assert.equal(locks.rowCount, 0, "the migration lock was released");
+      } finally {
+        await check.end();
+      }
+      // All four work on the one schema.
+      await stores[0]!.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
+      for (const s of stores) assert.equal((await s.findOrganization("Acme"))?.id, "org_1");
+      await Promise.all(stores.map((s) => s.close()));
+    });
+
+    it("a failing migration names its file, leaves no trace of itself, keeps the ones before it and releases the lock", async () => {
+      const dir = mkdtempSync(join(tmpdir(), "tds-pg-migrations-"));
+      tempDirs.push(dir);
+      writeFileSync(join(dir, "001_ok.sql"), "CREATE TABLE a (x integer);");
+      writeFileSync(join(dir, "002_broken.sql"), "CREATE TABLE b (x integer);\nINSERT INTO nowhere VALUES (1);");
+      const { database, url } = await freshDatabase();
+      await assert.rejects(openPostgresStore(url, { migrationsDir: dir }), /Migration 002_broken\.sql failed: relation "nowhere" does not exist/);
+      const check = await rawClient(url);
+      try {
+        const tables = (await check.query<{ t: string }>("SELECT tablename AS t FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")).rows.map((r) => r.t);
+        assert.deepEqual(tables, ["a", "schema_migrations"]);
+        assert.deepEqual((await check.query("SELECT version, name FROM schema_migrations")).rows, [{ version: 1, name: "ok" }]);
+        const locks = await check.query("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = $1)", [database]);
+        assert.equal(locks.rowCount, 0, "the migration lock was released");
+        const idle = await check.query("SELECT 1 FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", [database]);
+        assert.equal(idle.rowCount, 0, "the migration connection was closed");
+      } finally {
+        await check.end();
+      }
+      // Fixed, the next start applies the rest.
+      writeFileSync(join(dir, "002_broken.sql"), "CREATE TABLE b (x integer);");
+      const store = await open(url, { migrationsDir: dir });
+      assert.deepEqual(store.migrations.applied, [{ version: 2, name: "broken" }]);
+      await store.close();
+    });
+
+    it("refuses a database that has a migration this version does not know", async () => {
+      const { schema, url } = await freshSchema();
+      await (await open(url)).close();
+      await admin.query(`INSERT INTO ${schema}.schema_migrations (version, name, applied_at_ms) VALUES (999, 'from_the_future', 0)`);
+      await assert.rejects(openPostgresStore(url), /migrations this version of the service does not know: 999 \(from_the_future\)\. It was used by a newer version\./);
+    });
+
+    it("takes the migration lock of the database: a store opening while another instance holds it waits", async () => {
+      const { url } = await freshDatabase();
+      const holder = await rawClient(url);
+      try {
+        await holder.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK_KEY.toString()]);
+        let done = false;
+        const opening = open(url).then((s) => {
+          done = true;
+          return s;
+        });
+        await new Promise((r) => setTimeout(r, 300));
+        assert.equal(done, false, "still waiting for the lock");
+        await holder.query("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK_KEY.toString()]);
+        const store = await opening;
+        assert.equal(store.migrations.applied.length, MIGRATION_COUNT);
+        await store.close();
+      } finally {
+        await holder.end();
+      }
+    });
+  });
+
+  describe("PostgreSQL store: concurrent instances", () => {
+    it("reservations from several pools on one balance never overdraw it: exactly floor(balance / amount) succeed", async () => {
+      const { url } = await freshDatabase();
+      const stores = await Promise.all(Array.from({ length: 4 }, () => open(url, { poolSize: 4 })));
+      await stores[0]!.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
+      await stores[0]!.grantCredits({ orgId: "org_1", amountMicrousd: 1000, nowMs: T0 });
+      // 4 stores × 4 workers × 40 attempts of 7 for 1000: exactly floor(1000 / 7) = 142 can succeed.
+      const perStore = await Promise.all(
+        stores.map(async (store, s) => {
+          let reserved = 0;
+          await Promise.all(
+            Array.from({ length: 4 }, async (_, w) => {
+              for (let i = 0; i < 40; i++) {
+                const id = `s${s}_w${w}_${i}`;
+                if ((await store.reserveCredits({ reservationId: id, orgId: "org_1", requestId: id, amountMicrousd: 7, nowMs: T0, expiresAtMs: T0 + HOUR })) === "reserved") reserved++;
+              }
+            }),
+          );
+          return reserved;
+        }),
+      );
+      assert.equal(perStore.reduce((a, b) => a + b, 0), 142, `reserved per store: ${perStore.join(", ")}`);
+      assert.ok(perStore.filter((n) => n > 0).length >= 2, `the stores overlapped: ${perStore.join(", ")}`);
+      assert.deepEqual(await checkBalanceInvariants(stores[1]!, "org_1"), { available: 1000 - 142 * 7, reserved: 142 * 7, spent: 0, granted: 1000 });
+      const pending = (await stores[2]!.pool.query("SELECT count(*)::int AS n, sum(amount_microusd)::bigint AS total FROM reservations WHERE status = 'pending'")).rows[0];
+      assert.deepEqual(pending, { n: 142, total: 994 });
+      for (const s of stores) assertPoolIdle(s);
+      await Promise.all(stores.map((s) => s.close()));
+    });
+
+    it("two sweeps at once expire each reservation exactly once", async () => {
+      const { url } = await freshDatabase();
+      const [a, b] = await Promise.all([open(url, { poolSize: 3 }), open(url, { poolSize: 3 })]);
+      for (const orgId of ["org_1", "org_2", "org_3"]) {
+        await a.createOrganization({ id: orgId, name: orgId, nowMs: T0 });
+        await a.grantCredits({ orgId, amountMicrousd: 1_000_000, nowMs: T0 });
+      }
+      const COUNT = 300;
+      const ids = Array.from({ length: COUNT }, (_, i) => `r${i}`);
+      for (let i = 0; i < COUNT; i += 30) {
+        await Promise.all(
+          ids.slice(i, i + 30).map((id, j) =>
+            a.reserveCredits({ reservationId: id, orgId: `org_${((i + j) % 3) + 1}`, requestId: `q_${id}`, amountMicrousd: 100 + ((i + j) % 7), nowMs: T0, expiresAtMs: T0 + 10 + ((i + j) % 5) }),
+          ),
+        );
+      }
+      const sweep = async (store: PostgresStore) => {
+        let total = 0;
+        for (;;) {
+          const n = await store.expireReservations({ nowMs: T0 + 100, limit: 15 });
+          if (n === 0) return total;
+          total += n;
+        }
+      };
+      const counts = await Promise.all([sweep(a), sweep(b), sweep(a), sweep(b)]);
+      assert.equal(counts.reduce((x, y) => x + y, 0), COUNT, `expired per sweep: ${counts.join(", ")}`);
+      const perReservation = (await a.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM ledger_entries WHERE kind = 'expire' GROUP BY reservation_id")).rows;
+      assert.equal(perReservation.length, COUNT);
+      assert.ok(perReservation.every((r) => r.n === 1), "one expire entry per reservation");
+      assert.equal((await a.pool.query("SELECT 1 FROM reservations WHERE status <> 'expired'")).rowCount, 0);
+      for (const orgId of ["org_1", "org_2", "org_3"]) {
+        assert.deepEqual(await checkBalanceInvariants(b, orgId), { available: 1_000_000, reserved: 0, spent: 0, granted: 1_000_000 });
+      }
+      assertPoolIdle(a);
+      assertPoolIdle(b);
+      await Promise.all([a.close(), b.close()]);
+    });
+
+    it("the sweep skips reservations another transaction holds instead of waiting for them", async () => {
+      const { schema, url } = await freshSchema();
+      const store = await open(url);
+      await store.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
+      await store.grantCredits({ orgId: "org_1", amountMicrousd: 10_000, nowMs: T0 });
+      for (let i = 0; i < 10; i++) {
+        await store.reserveCredits({ reservationId: `r${i}`, orgId: "org_1", requestId: `q${i}`, amountMicrousd: 100, nowMs: T0, expiresAtMs: T0 + 10 });
+      }
+      const locker = await rawClient(schemaUrl(schema));
+      try {
+        await locker.query("BEGIN");
+        await locker.query("SELECT id FROM reservations WHERE id IN ('r2', 'r7') FOR UPDATE");
+        const started = Date.now();
+        assert.equal(await store.expireReservations({ nowMs: T0 + 10, limit: 100 }), 8);
+        assert.ok(Date.now() - started < 2000, "did not wait for the locked rows");
+        await locker.query("COMMIT");
+      } finally {
+        await locker.end();
+      }
+      assert.equal(await store.expireReservations({ nowMs: T0 + 10, limit: 100 }), 2);
+      assert.equal((await store.getReservation("r7"))?.status, "expired");
+      await checkBalanceInvariants(store, "org_1");
+      await store.close();
+    });
+
+    it("settles racing the sweeps of two instances resolve each reservation exactly once", async () => {
+      const { url } = await freshDatabase();
+      const [a, b] = await Promise.all([open(url, { poolSize: 4 }), open(url, { poolSize: 4 })]);
+      await a.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
+      await a.createOrganization({ id: "org_2", name: "Beta", nowMs: T0 });
+      await a.grantCredits({ orgId: "org_1", amountMicrousd: 1_000_000, nowMs: T0 });
+      await a.grantCredits({ orgId: "org_2", amountMicrousd: 1_000_000, nowMs: T0 });
+      const COUNT = 120;
+      const orgOf = (i: number) => `org_${(i % 2) + 1}`;
+      await Promise.all(
+        Array.from({ length: COUNT }, (_, i) => a.reserveCredits({ reservationId: `r${i}`, orgId: orgOf(i), requestId: `q${i}`, amountMicrousd: 500, nowMs: T0, expiresAtMs: T0 + 10 })),
+      );
+      const settle = async (store: PostgresStore, from: number) => {
+        const results: string[] = [];
+        for (let i = from; i < COUNT; i += 2) {
+          results.push(await store.settleReservation({ reservationId: `r${i}`, costMicrousd: 200, nowMs: T0 + 5, usage: usageRecord({ requestId: `q${i}`, orgId: orgOf(i) }) }));
+        }
+        return results;
+      };
+      const sweep = async (store: PostgresStore) => {
+        let total = 0;
+        for (let round = 0; round < 40; round++) total += await store.expireReservations({ nowMs: T0 + 10, limit: 3 });
+        return total;
+      };
+      const [settledA, settledB, expiredA, expiredB] = await Promise.all([settle(a, 0), settle(b, 1), sweep(b), sweep(a)]);
+      const settled = [...settledA, ...settledB].filter((r) => r === "settled").length;
+      const notPending = [...settledA, ...settledB].filter((r) => r === "not_pending").length;
+      assert.equal(settled + notPending, COUNT);
+      const leftover = await a.expireReservations({ nowMs: T0 + 10, limit: 1000 });
+      assert.equal(settled + expiredA + expiredB + leftover, COUNT, `settled ${settled}, expired ${expiredA} + ${expiredB} + ${leftover}`);
+      const entries = (await a.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM ledger_entries WHERE kind IN ('settle', 'expire') GROUP BY reservation_id")).rows;
+      assert.equal(entries.length, COUNT);
+      assert.ok(entries.every((r) => r.n === 1), "each reservation resolved once");
+      assert.equal((await a.pool.query("SELECT 1 FROM usage_records")).rowCount, settled, "a usage record for each settle, none for the expired");
+      for (const orgId of ["org_1", "org_2"]) {
+        const balance = await checkBalanceInvariants(a, orgId);
+        assert.equal(balance.reserved, 0);
+      }
+      await Promise.all([a.close(), b.close()]);
+    });
+
+    it("concurrent preview requests from two instances never exceed the organization's or the service's limit", async () => {
+      const { url } = await freshSchema();
+      const [a, b] = await Promise.all([open(url, { poolSize: 4 }), open(url, { poolSize: 4 })]);
+      const DAY = "2026-01-01";
+      // 3 organizations × 40 requests, 30 allowed each, 50 for the service: exactly 50 succeed.
+      const results = await Promise.all(
+        Array.from({ length: 120 }, (_, i) => (i % 2 ? a : b).consumePreviewQuota({ orgId: `org_${i % 3}`, day: DAY, orgLimit: 30, globalLimit: 50 })),
+      );
+      assert.equal(results.filter((r) => r === "ok").length, 50);
+      const usage = await Promise.all([0, 1, 2].map((i) => a.previewUsage(`org_${i}`, DAY)));
+      assert.ok(usage.every((u) => u.global === 50 && u.org <= 30), JSON.stringify(usage));
+      assert.equal(usage.reduce((sum, u) => sum + u.org, 0), 50);
+      // And an organization limit under contention.
+      const one = await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).consumePreviewQuota({ orgId: "org_x", day: "2026-01-02", orgLimit: 7, globalLimit: 1000 })));
+      assert.equal(one.filter((r) => r === "ok").length, 7);
+      assert.deepEqual(await b.previewUsage("org_x", "2026-01-02"), { org: 7, global: 7 });
+      await Promise.all([a.close(), b.close()]);
+    });
+
+    it("runs its transactions at READ COMMITTED even when the server's default isolation is serializable", async () => {
+      const { schema } = await freshSchema();
+      const url = `${BASE_URL}${BASE_URL.includes("?") ? "&" : "?"}options=${encodeURIComponent(`-c search_path=${schema} -c default_transaction_isolation=serializable`)}`;
+      const store = await open(url, { poolSize: 6 });
+      assert.equal((await store.pool.query<{ i: string }>("SELECT current_setting('default_transaction_isolation') AS i")).rows[0]?.i, "serializable");
+      await store.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
+      await store.grantCredits({ orgId: "org_1", amountMicrousd: 100, nowMs: T0 });
+      // Concurrent writers of one balance row: under SERIALIZABLE most would fail with 40001.
+      const results = await Promise.all(
+        Array.from({ length: 30 }, (_, i) => store.reserveCredits({ reservationId: `r${i}`, orgId: "org_1", requestId: `q${i}`, amountMicrousd: 5, nowMs: T0, expiresAtMs: T0 + HOUR })),
+      );
+      assert.equal(results.filter((r) => r === "reserved").length, 20);
+      assert.equal(results.filter((r) => r === "insufficient").length, 10);
+      await checkBalanceInvariants(store, "org_1");
+      await store.close();
+    });
+
+    it("concurrent claims of one idempotency key from two instances: exactly one is claimed", async () => {
+      const { url } = await freshSchema();
+      const [a, b] = await Promise.all([open(url, { poolSize: 4 }), open(url, { poolSize: 4 })]);
+      const claim = (store: PostgresStore, i: number, nowMs: number) =>
+        store.claimIdempotencyKey({ orgId: "org_a", key: "k", requestHash: "h", requestId: `req_${i}`, nowMs, lockUntilMs: nowMs + 60_000, expiresAtMs: nowMs + HOUR });
+      const first = await Promise.all(Array.from({ length: 16 }, (_, i) => claim(i % 2 ? a : b, i, T0)));
+      assert.equal(first.filter((r) => r.kind === "claimed").length, 1);
+      assert.equal(first.filter((r) => r.kind === "in_progress").length, 15);
+      // The lock passed: again exactly one takes it over.
+      const again = await Promise.all(Array.from({ length: 16 }, (_, i) => claim(i % 2 ? a : b, 100 + i, T0 + 60_000)));
+      assert.equal(again.filter((r) => r.kind === "claimed").length, 1);
+      await Promise.all([a.close(), b.close()]);
+    });
+  });
+
+  describe("PostgreSQL store: schema and queries", () => {
+    it("the schema itself refuses balances, reservations and ledger entries that break the invariants", async () => {
+      const { schema, url } = await freshSchema();
+      const store = await open(url);
+      await store.createOrganization({ id: "org_1", name: "Acme", nowMs: 1 });
+      await store.grantCredits({ orgId: "org_1", amountMicrousd: 1000, nowMs: 2 });
+      await store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 100, nowMs: 3, expiresAtMs: 10 });
+      const client = await rawClient(schemaUrl(schema));
+      try {
+        const refused = [
+          "UPDATE org_balances SET available = available + 1",
+          "UPDATE org_balances SET available = -1, granted = granted - 901",
+          "UPDATE org_balances SET reserved = reserved - 101, granted = granted - 101",
+          "UPDATE reservations SET status = 'settled', cost_microusd = 101, resolved_at_ms = 4",
+          "UPDATE reservations SET status = 'settled', resolved_at_ms = 4",
+          "UPDATE reservations SET status = 'expired'",
+          "UPDATE reservations SET status = 'cancelled', resolved_at_ms = 4",
+          "INSERT INTO ledger_entries (org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms) VALUES ('org_1', 'grant', NULL, 5, 0, 0, 4, 5)",
+          "INSERT INTO ledger_entries (org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms) VALUES ('org_1', 'settle', NULL, 0, 0, 0, 0, 5)",
+          "INSERT INTO org_balances (org_id) VALUES ('org_missing')",
+          "INSERT INTO preview_counters (scope, day, count) VALUES ('org_1', '2026-1-1', 1)",
+          "INSERT INTO idempotency_keys (org_id, key, request_hash, request_id, state, lock_until_ms, expires_at_ms) VALUES ('org_1', 'k', 'h', 'q', 'completed', 1, 2)",
+          `INSERT INTO api_keys (id, org_id, hash, created_at_ms) VALUES ('k1', 'org_1', '${hashApiKey("x").toUpperCase()}', 1)`,
+          "INSERT INTO usage_records (request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens, output_tokens, cost_microusd, gateway_latency_ms) VALUES ('u', 'org_1', 'k', 1, 'api', 'm', 'paid', 'succeeded', 200, 1, 1, 1, 'NaN')",
+        ];
+        for (const sql of refused) {
+          await assert.rejects(client.query(sql), (err: { code?: string }) => /^23/.test(err.code ?? ""), sql);
+        }
+      } finally {
+        await client.end();
+      }
+      assert.deepEqual(await store.getBalance("org_1"), { available: 900, reserved: 100, spent: 0, granted: 1000 });
+      await store.close();
+    });
+
+    it("orders text by code point (COLLATE \"C\"), like SQLite, whatever the database's locale", async () => {
+      const store = await open((await freshSchema()).url);
+      const names = ["b", "B", "a_b", "ab", "a-b", "é", "z", "Z", "_", "1"];
+      for (const name of names) await store.createOrganization({ id: name, name: `n ${name}`, nowMs: T0 });
+      const byCodePoint = [...names].sort((x, y) => (x < y ? -1 : x > y ? 1 : 0));
+      assert.deepEqual((await store.listOrganizations()).map((o) => o.id), byCodePoint);
+      await store.close();
+    });
+
+    it("text with U+0000: lookups find nothing, writes fail with StoreInputError", async () => {
+      const store = await open((await freshSchema()).url);
+      await store.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
+      assert.equal(await store.findOrganization("org\0_1"), null);
+      assert.equal(await store.findApiKey("k\0"), null);
+      assert.equal(await store.getUsage("org_1", "req\0"), null);
+      assert.deepEqual(await store.listUsage("org\0", { limit: 5 }), { records: [], nextCursor: null });
+      assert.equal(await store.getReservation("r\0"), null);
+      assert.deepEqual(await store.listLedger("org\0"), []);
+      assert.deepEqual(await store.getBalance("org\0"), { available: 0, reserved: 0, spent: 0, granted: 0 });
+      assert.equal(await store.setOrganizationPaused("org\0", true), false);
+      assert.equal(await store.revokeApiKey("k\0", T0), false);
+      assert.deepEqual(await store.previewUsage("org\0", "2026-01-01"), { org: 0, global: 0 });
+      await assert.rejects(store.listUsage("org_1", { limit: 5, cursor: encodeUsageCursor({ createdAtMs: 1, requestId: "a\0b" }) }), StoreInputError);
+      await assert.rejects(store.createOrganization({ id: "org_2", name: "A\0B", nowMs: T0 }), StoreInputError);
+      await assert.rejects(store.insertUsage(usageRecord({ requestId: "req_1", orgId: "org_1", errorDetail: "bad\0" })), StoreInputError);
+      await assert.rejects(store.grantCredits({ orgId: "org_1", amountMicrousd: 5, nowMs: T0, note: "n\0" }), StoreInputError);
+      assert.equal(await store.countOrganizations(), 1);
+      assert.deepEqual(await store.listLedger("org_1"), []);
+      assertPoolIdle(store);
+      await store.close();
+    });
+
+    it("pages usage and sweeps expired reservations through their indexes, without sorting", async () => {
+      const { schema, url } = await freshSchema();
+      const store = await open(url);
+      const client = await rawClient(schemaUrl(schema));
+      try {
+        await client.query("SET enable_seqscan = off");
+        const cursor = encodeUsageCursor({ createdAtMs: 5000, requestId: "req_5" });
+        const queries = [{ limit: 10 }, { limit: 10, cursor }, { limit: 10, cursor, fromMs: 0, toMs: 9000 }, { limit: 10, cursor, fromMs: 0, toMs: 3000 }, { limit: 10, cursor, toMs: 9000, outcome: "succeeded" as const }];
+        for (const query of queries) {
+          const { sql, params } = postgresUsageListQuery("org", query);
+          const plan = (await client.query<{ "QUERY PLAN": string }>(`EXPLAIN ${sql}`, params)).rows.map((r) => r["QUERY PLAN"]).join("\n");
+          assert.match(plan, /Index Scan using usage_records_by_org_time/, `${JSON.stringify(query)}\n${plan}`);
+          assert.doesNotMatch(plan, /Sort/, plan);
+          if (query.cursor && !(query.toMs !== undefined && query.toMs <= 5000)) assert.match(plan, /ROW\(created_at_ms, request_id\) < ROW/, plan);
+        }
+        const plan = (await client.query<{ "QUERY PLAN": string }>(`EXPLAIN ${DUE_RESERVATIONS_SQL}`, [1000, 10])).rows.map((r) => r["QUERY PLAN"]).join("\n");
+        assert.match(plan, /Index Scan using reservations_by_status_expiry/, plan);
+        assert.match(plan, /LockRows/, plan);
+        assert.doesNotMatch(plan, /Sort/, plan);
+      } finally {
+        await client.end();
+      }
+      await store.close();
+    });
+  });
+
+  describe("openStore and tds migrate with PostgreSQL", () => {
+    it("openStore opens postgres:// and postgresql:// URLs with this adapter and reports the migrations it applied", async () => {
+      const { url } = await freshSchema();
+      assert.equal(isPostgresUrl(url), true);
+      assert.equal(isPostgresUrl(" postgresql://h/db"), true);
+      assert.equal(isPostgresUrl("sqlite:./x.sqlite"), false);
+      const store = await openStore(url);
+      assert.equal(store.dialect, "postgres");
+      assert.equal(migrationReportOf(store)?.applied.length, MIGRATION_COUNT);
+      await store.close();
+      const again = await openStore(url.replace(/^postgres:/, "postgresql:"));
+      assert.deepEqual(migrationReportOf(again)?.applied, []);
+      assert.equal(migrationReportOf(again)?.current.length, MIGRATION_COUNT);
+      await again.close();
+    });
+
+    async function tds(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+      let stdout = "";
+      let stderr = "";
+      const code = await runCli(args, { stdout: { write: (t: string) => (stdout += t) }, stderr: { write: (t: string) => (stderr += t) }, env: {} });
+      return { code, stdout, stderr };
+    }
+
+    it("tds migrate applies the pending migrations and says which, in text and JSON", async () => {
+      const { url } = await freshSchema();
+      const first = await tds(["migrate", "--database", url, "--json"]);
+      assert.equal(first.code, 0, first.stderr);
+      const files = readPostgresMigrations().map((m) => ({ version: m.version, name: m.name }));
+      assert.deepEqual(JSON.parse(first.stdout), { dialect: "postgres", applied: files, schema_version: MIGRATION_COUNT, migrations: files });
+      const second = await tds(["migrate", "--database", url, "--json"]);
+      assert.deepEqual(JSON.parse(second.stdout), { dialect: "postgres", applied: [], schema_version: MIGRATION_COUNT, migrations: files });
+      const text = await tds(["migrate", "--database", url]);
+      assert.equal(text.code, 0);
+      assert.match(text.stdout, /^No pending migrations: the PostgreSQL database is at schema version \d+ \(\d{3}_\w+\)\.\n$/);
+
+      const fresh = await freshSchema();
+      const applied = await tds(["--database", fresh.url, "migrate"]);
+      assert.equal(applied.code, 0, applied.stderr);
+      assert.match(applied.stdout, new RegExp(`^Applied ${MIGRATION_COUNT} migrations to the PostgreSQL database:\\n  001_initial\\n`));
+    });
+
+    it("tds migrate works on SQLite too", async () => {
+      const dir = mkdtempSync(join(tmpdir(), "tds-migrate-"));
+      tempDirs.push(dir);
+      const url = `sqlite:${join(dir, "tds.sqlite")}`;
+      const first = JSON.parse((await tds(["migrate", "--database", url, "--json"])).stdout) as { dialect: string; applied: unknown[]; schema_version: number };
+      assert.equal(first.dialect, "sqlite");
+      assert.equal(first.applied.length, first.schema_version);
+      assert.ok(first.schema_version >= 2);
+      const second = JSON.parse((await tds(["migrate", "--database", url, "--json"])).stdout) as { applied: unknown[] };
+      assert.deepEqual(second.applied, []);
+    });
+
+    it("tds migrate against an unreachable server exits 1 with pg's message", async () => {
+      const url = new URL(BASE_URL);
+      url.port = "1";
+      const run = await tds(["migrate", "--database", url.toString()]);
+      assert.equal(run.code, 1);
+      assert.match(run.stderr, /ECONNREFUSED/);
+    });
+  });
+}
