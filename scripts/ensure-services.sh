@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts what the test suite needs on this machine, if it is not running yet: PostgreSQL (127.0.0.1:5432,
-# trust auth, user postgres, database test) and Redis (127.0.0.1:6379). Installs them from Debian's
-# packages when missing (needs root). Fails with a clear message when it cannot.
+# trust auth, user postgres, database test) and Redis (127.0.0.1:6379), and installs Debian's Chromium
+# for the browser tests. Installs from Debian's packages when missing (needs root). Fails with a clear
+# message when it cannot.
 set -euo pipefail
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -56,4 +57,10 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null | grep -q PONG; then
   wait_for "redis-cli -h 127.0.0.1 -p 6379 ping | grep -q PONG" "Redis on 127.0.0.1:6379"
 fi
 
-echo "ensure-services: PostgreSQL and Redis are ready" >&2
+# Chromium for the browser tests (Debian's package; no tool may download a browser of its own)
+if [ ! -x /usr/bin/chromium ]; then
+  echo "ensure-services: installing Chromium" >&2
+  apt_install chromium
+fi
+
+echo "ensure-services: PostgreSQL, Redis and Chromium are ready" >&2

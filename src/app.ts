@@ -1,4 +1,4 @@
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import type { Config } from "./config.ts";
 import { compileSchema } from "./contract/validation.ts";
 import { type Clock, systemClock } from "./gateway/clock.ts";
@@ -15,10 +15,13 @@ import { decisionRoutes } from "./http/routes/decisions.ts";
 import { modelRoutes } from "./http/routes/models.ts";
 import { serviceConfigRoutes } from "./http/routes/service-config.ts";
 import { usageRoutes } from "./http/routes/usage.ts";
+import { organizationRoutes } from "./http/routes/organization.ts";
+import { consoleRoutes } from "./http/routes/console.ts";
 import { MemoryRateLimiter } from "./limits/memory-rate-limiter.ts";
 import type { RateLimiter } from "./limits/rate-limiter.ts";
 import { Metrics, metricsObserver } from "./observability/metrics.ts";
 import { metricsRoutes } from "./http/routes/metrics.ts";
+import { healthRoutes } from "./http/routes/health.ts";
 import type { ModelService } from "./models/model-service.ts";
 import { ModelRegistry } from "./models/registry.ts";
 import type { Store } from "./store/store.ts";
@@ -66,6 +69,7 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
           },
         }),
     genReqId: newRequestId,
+    logController: new LogController({ requestIdLogLabel: "request_id" }),
     return503OnClosing: true,
     forceCloseConnections: "idle",
   });
@@ -86,6 +90,13 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   const limiter = deps.rateLimiter ?? new MemoryRateLimiter(clock);
   const metrics = deps.metrics ?? new Metrics();
   const observer = metricsObserver(metrics);
+  metrics.watchDbPool(() => store.connectionStats?.() ?? null);
+  metrics.watchModelPools(() =>
+    [...(deps.engines ?? new Map<string, ModelService>())].flatMap(([model, service]) => {
+      const load = (service as Partial<{ load(): { busy: number; size: number; waiting: number } }>).load;
+      return load ? [{ model, ...load.call(service) }] : [];
+    }),
+  );
   const admission = new AdmissionPolicy({ store, limiter, clock, config, observer });
   const pipeline = new DecisionPipeline({ store, registry, admission, clock, config, observer });
   const decisions = new IdempotentDecisions(pipeline, store, clock, config.reservationTtlSeconds * 1000);
@@ -108,9 +119,12 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   app.decorate("sweepReservations", () => sweeper.sweepNow());
 
   metricsRoutes(app, { metrics, token: config.metricsToken });
+  healthRoutes(app, { store, registry });
   decisionRoutes(app, { store, decisions, maxRequestBytes: config.limits.maxRequestBytes, inFlight });
   modelRoutes(app, { store, registry });
   usageRoutes(app, { store });
   serviceConfigRoutes(app, config);
+  organizationRoutes(app, { config, store, clock });
+  consoleRoutes(app);
   return app;
 }

@@ -58,6 +58,50 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /** Sources of the pool and queue gauges, read at each scrape. */
+  private modelPools: () => Array<{ model: string; busy: number; size: number; waiting: number }> = () => [];
+  private dbPool: () => { total: number; idle: number; waiting: number } | null = () => null;
+
+  readonly modelPoolBusy = new Gauge({
+    name: "tds_model_pool_busy",
+    help: "In-process engine contexts evaluating a request",
+    labelNames: ["model"] as const,
+    registers: [this.registry],
+    collect: () => this.collectModelPools(),
+  });
+
+  readonly modelPoolSize = new Gauge({ name: "tds_model_pool_size", help: "In-process engine contexts", labelNames: ["model"] as const, registers: [this.registry] });
+
+  readonly modelQueueWaiting = new Gauge({ name: "tds_model_queue_waiting", help: "Requests waiting for an in-process engine context", labelNames: ["model"] as const, registers: [this.registry] });
+
+  readonly dbConnections = new Gauge({
+    name: "tds_db_pool_connections",
+    help: "Database pool connections by state (total, idle, waiting clients)",
+    labelNames: ["state"] as const,
+    registers: [this.registry],
+    collect: () => {
+      const stats = this.dbPool();
+      if (!stats) return;
+      for (const [state, value] of Object.entries(stats)) this.dbConnections.set({ state }, value);
+    },
+  });
+
+  watchModelPools(source: () => Array<{ model: string; busy: number; size: number; waiting: number }>): void {
+    this.modelPools = source;
+  }
+
+  watchDbPool(source: () => { total: number; idle: number; waiting: number } | null): void {
+    this.dbPool = source;
+  }
+
+  private collectModelPools(): void {
+    for (const p of this.modelPools()) {
+      this.modelPoolBusy.set({ model: p.model }, p.busy);
+      this.modelPoolSize.set({ model: p.model }, p.size);
+      this.modelQueueWaiting.set({ model: p.model }, p.waiting);
+    }
+  }
+
   constructor(options: { processMetrics?: boolean } = {}) {
     if (options.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: "tds_" });
   }

@@ -128,6 +128,8 @@ export class StoreConflictError extends Error {
 export interface Store {
   readonly dialect: "sqlite" | "postgres";
   close(): Promise<void>;
+  /** Connection pool figures, for metrics (adapters with a pool). */
+  connectionStats?(): { total: number; idle: number; waiting: number };
 
   /** Throws StoreConflictError when the name is taken. */
   createOrganization(input: { id: string; name: string; nowMs: number }): Promise<Organization>;

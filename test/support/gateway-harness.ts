@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { FastifyInstance } from "fastify";
+import type { FastifyBaseLogger, FastifyInstance } from "fastify";
 import { buildApp } from "../../src/app.ts";
 import { loadConfig, type Config } from "../../src/config.ts";
 import { generateApiKey, newOrganizationId } from "../../src/gateway/api-keys.ts";
@@ -40,6 +40,8 @@ export interface GatewayOptions {
   rateLimiter?: RateLimiter;
   metrics?: Metrics;
   shutdownGraceMs?: number;
+  /** A pino logger for the app (default: no logs). */
+  loggerInstance?: FastifyBaseLogger;
 }
 
 /** A real listening gateway on 127.0.0.1:<random>, a temp SQLite file and (by default) the fake model server. */
@@ -68,7 +70,7 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
     ...(options.rateLimiter ? { rateLimiter: options.rateLimiter } : {}),
     ...(options.metrics ? { metrics: options.metrics } : {}),
     ...(options.shutdownGraceMs !== undefined ? { shutdownGraceMs: options.shutdownGraceMs } : {}),
-    logger: false,
+    ...(options.loggerInstance ? { loggerInstance: options.loggerInstance } : { logger: false }),
   });
   await app.listen({ host: "127.0.0.1", port: 0 });
   const address = app.server.address();

@@ -81,6 +81,8 @@ export interface RenderedQuestion {
 
 export interface LlamaService extends ModelService {
   status(): LlamaServiceStatus;
+  /** Contexts in use, contexts in all, and requests waiting for one (zeros until the model is ready). */
+  load(): { busy: number; size: number; waiting: number };
   /** Resolves when the model is ready; rejects with a `not_ready` ModelServiceError when loading failed. */
   ready(): Promise<void>;
   /** The prompt and label tokens of a call, as `decide` would evaluate them (limits are checked too). */
@@ -429,6 +431,7 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
 
   return {
     status: () => ({ ...status }),
+    load: () => (engine ? { busy: engine.pool.busy, size: engine.pool.size, waiting: engine.pool.waiting } : { busy: 0, size: 0, waiting: 0 }),
 
     async ready() {
       await loading;

@@ -1,9 +1,10 @@
 import type pg from "pg";
-import { StoreConflictError, type Balance, type LedgerEntry, type LedgerKind, type Reservation, type ReservationStatus, type UsageRecord } from "../store.ts";
+import { StoreConflictError, type Balance, type LedgerEntry, type LedgerKind, type Reservation, type UsageRecord } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
-import { checkAmount, checkCount, checkEpochMs, checkText } from "../sqlite/input-checks.ts";
+import { checkAmount, checkCount, checkEpochMs, checkText } from "../input-checks.ts";
 import { hasNul, isUniqueViolation, transaction, withClient, type Client } from "./postgres-connection.ts";
 import { insertUsageRow } from "./postgres-usage.ts";
+import { type Delta, type LedgerRow, type ReleaseResult, type ReservationRow, type SettleResult, LEDGER_COLUMNS, RESERVATION_COLUMNS, toLedgerEntry, toReservation, ZERO_BALANCE } from "../credit-rows.ts";
 
 /**
  * Credits in PostgreSQL: balances, reservations and the ledger, with the same behaviour as SqliteCredits.
@@ -23,42 +24,7 @@ import { insertUsageRow } from "./postgres-usage.ts";
  * same deltas, so the ledger always sums to the balance. Times are the caller's nowMs, never the database clock.
  */
 
-interface ReservationRow {
-  id: string;
-  org_id: string;
-  request_id: string;
-  amount_microusd: number;
-  status: ReservationStatus;
-  cost_microusd: number | null;
-  created_at_ms: number;
-  expires_at_ms: number;
-  resolved_at_ms: number | null;
-}
-
-interface LedgerRow {
-  id: number;
-  org_id: string;
-  kind: LedgerKind;
-  reservation_id: string | null;
-  available_delta: number;
-  reserved_delta: number;
-  spent_delta: number;
-  granted_delta: number;
-  created_at_ms: number;
-  note: string | null;
-}
-
-interface Delta {
-  available: number;
-  reserved: number;
-  spent: number;
-  granted: number;
-}
-
-const RESERVATION_COLUMNS = "id, org_id, request_id, amount_microusd, status, cost_microusd, created_at_ms, expires_at_ms, resolved_at_ms";
-const LEDGER_COLUMNS = "id, org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms, note";
 const BALANCE_COLUMNS = "available, reserved, spent, granted";
-const ZERO: Balance = { available: 0, reserved: 0, spent: 0, granted: 0 };
 
 /** Reservations resolved per transaction by the expiry sweep (a call with a larger limit runs several). */
 export const EXPIRE_BATCH_SIZE = 200;
@@ -71,41 +37,9 @@ export const DUE_RESERVATIONS_SQL =
   "SELECT id, org_id, amount_microusd FROM reservations WHERE status = 'pending' AND expires_at_ms <= $1 " +
   "ORDER BY expires_at_ms LIMIT $2 FOR UPDATE SKIP LOCKED";
 
-function toReservation(row: ReservationRow): Reservation {
-  return {
-    id: row.id,
-    orgId: row.org_id,
-    requestId: row.request_id,
-    amountMicrousd: row.amount_microusd,
-    status: row.status,
-    costMicrousd: row.cost_microusd,
-    createdAtMs: row.created_at_ms,
-    expiresAtMs: row.expires_at_ms,
-    resolvedAtMs: row.resolved_at_ms,
-  };
-}
-
-function toLedgerEntry(row: LedgerRow): LedgerEntry {
-  return {
-    id: row.id,
-    orgId: row.org_id,
-    kind: row.kind,
-    reservationId: row.reservation_id,
-    availableDelta: row.available_delta,
-    reservedDelta: row.reserved_delta,
-    spentDelta: row.spent_delta,
-    grantedDelta: row.granted_delta,
-    createdAtMs: row.created_at_ms,
-    note: row.note,
-  };
-}
-
 function toBalance(row: Balance): Balance {
   return { available: row.available, reserved: row.reserved, spent: row.spent, granted: row.granted };
 }
-
-export type SettleResult = "settled" | "expired" | "not_pending";
-export type ReleaseResult = "released" | "not_pending";
 
 interface ReserveInput {
   reservationId: string;
@@ -189,9 +123,9 @@ export class PostgresCredits {
   }
 
   async balance(orgId: string): Promise<Balance> {
-    if (hasNul(orgId)) return { ...ZERO };
+    if (hasNul(orgId)) return { ...ZERO_BALANCE };
     const row = await withClient(this.#pool, async (c) => (await c.query<Balance>(`SELECT ${BALANCE_COLUMNS} FROM org_balances WHERE org_id = $1`, [orgId])).rows[0]);
-    return row ? toBalance(row) : { ...ZERO };
+    return row ? toBalance(row) : { ...ZERO_BALANCE };
   }
 
   async reserve(input: ReserveInput): Promise<"reserved" | "insufficient"> {

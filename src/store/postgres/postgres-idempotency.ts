@@ -1,7 +1,7 @@
 import type pg from "pg";
 import type { IdempotencyClaim, StoredResponse } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
-import { checkEpochMs, checkHttpStatus, checkText } from "../sqlite/input-checks.ts";
+import { checkEpochMs, checkHttpStatus, checkText } from "../input-checks.ts";
 import { hasNul, transaction, withClient } from "./postgres-connection.ts";
 
 interface ClaimInput {

@@ -1,6 +1,6 @@
 import type pg from "pg";
 import type { PreviewQuotaResult } from "../store.ts";
-import { checkCount, checkDay, checkPreviewOrg, GLOBAL_PREVIEW_SCOPE } from "../sqlite/input-checks.ts";
+import { checkCount, checkDay, checkPreviewOrg, GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
 import { hasNul, Rollback, transaction, withClient, type Client } from "./postgres-connection.ts";
 
 interface ConsumeInput {

@@ -151,6 +151,10 @@ class PostgresStoreImpl implements PostgresStore {
     return this.#pool;
   }
 
+  connectionStats(): { total: number; idle: number; waiting: number } {
+    return { total: this.#pool.totalCount, idle: this.#pool.idleCount, waiting: this.#pool.waitingCount };
+  }
+
   get migrations(): MigrationResult {
     return this.#migrations;
   }

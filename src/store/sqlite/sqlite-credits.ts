@@ -1,9 +1,10 @@
 import type Database from "better-sqlite3";
 import type { Statement } from "better-sqlite3";
-import { StoreConflictError, type Balance, type LedgerEntry, type LedgerKind, type Reservation, type ReservationStatus, type UsageRecord } from "../store.ts";
+import { StoreConflictError, type Balance, type LedgerEntry, type LedgerKind, type Reservation, type UsageRecord } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
-import { checkAmount, checkCount, checkEpochMs, checkText } from "./input-checks.ts";
+import { checkAmount, checkCount, checkEpochMs, checkText } from "../input-checks.ts";
 import { isConstraint, UNIQUE_CODES } from "./sqlite-errors.ts";
+import { type Delta, type LedgerRow, type ReleaseResult, type ReservationRow, type SettleResult, LEDGER_COLUMNS, RESERVATION_COLUMNS, toLedgerEntry, toReservation, ZERO_BALANCE } from "../credit-rows.ts";
 
 /**
  * Credits in SQLite: balances, reservations and the ledger. Every method that writes runs as ONE
@@ -21,77 +22,9 @@ interface BalanceRow {
   granted: number;
 }
 
-interface ReservationRow {
-  id: string;
-  org_id: string;
-  request_id: string;
-  amount_microusd: number;
-  status: ReservationStatus;
-  cost_microusd: number | null;
-  created_at_ms: number;
-  expires_at_ms: number;
-  resolved_at_ms: number | null;
-}
-
-interface LedgerRow {
-  id: number;
-  org_id: string;
-  kind: LedgerKind;
-  reservation_id: string | null;
-  available_delta: number;
-  reserved_delta: number;
-  spent_delta: number;
-  granted_delta: number;
-  created_at_ms: number;
-  note: string | null;
-}
-
-interface Delta {
-  available: number;
-  reserved: number;
-  spent: number;
-  granted: number;
-}
-
-const RESERVATION_COLUMNS = "id, org_id, request_id, amount_microusd, status, cost_microusd, created_at_ms, expires_at_ms, resolved_at_ms";
-const LEDGER_COLUMNS = "id, org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms, note";
-const ZERO: Balance = { available: 0, reserved: 0, spent: 0, granted: 0 };
-
-function toReservation(row: ReservationRow): Reservation {
-  return {
-    id: row.id,
-    orgId: row.org_id,
-    requestId: row.request_id,
-    amountMicrousd: row.amount_microusd,
-    status: row.status,
-    costMicrousd: row.cost_microusd,
-    createdAtMs: row.created_at_ms,
-    expiresAtMs: row.expires_at_ms,
-    resolvedAtMs: row.resolved_at_ms,
-  };
-}
-
-function toLedgerEntry(row: LedgerRow): LedgerEntry {
-  return {
-    id: row.id,
-    orgId: row.org_id,
-    kind: row.kind,
-    reservationId: row.reservation_id,
-    availableDelta: row.available_delta,
-    reservedDelta: row.reserved_delta,
-    spentDelta: row.spent_delta,
-    grantedDelta: row.granted_delta,
-    createdAtMs: row.created_at_ms,
-    note: row.note,
-  };
-}
-
 /** The expiry sweep's query, served by reservations_by_status_expiry: a seek to the pending ones already due, in expiry order. */
 export const DUE_RESERVATIONS_SQL =
   `SELECT ${RESERVATION_COLUMNS} FROM reservations WHERE status = 'pending' AND expires_at_ms <= ? ORDER BY expires_at_ms LIMIT ?`;
-
-export type SettleResult = "settled" | "expired" | "not_pending";
-export type ReleaseResult = "released" | "not_pending";
 
 interface GrantInput {
   orgId: string;
@@ -193,7 +126,7 @@ export class SqliteCredits {
 
     this.#grantTx = db.transaction((input: GrantInput): Balance => {
       if (!this.#orgExists.get(input.orgId)) throw new StoreInputError(`No organization with id ${JSON.stringify(input.orgId)}`, "orgId");
-      const current = this.#balance.get(input.orgId) ?? ZERO;
+      const current = this.#balance.get(input.orgId) ?? ZERO_BALANCE;
       if (!Number.isSafeInteger(current.granted + input.amountMicrousd)) {
         throw new StoreInputError("The grant would take the organization's credits beyond the safe integer range", "amountMicrousd");
       }
@@ -262,7 +195,7 @@ export class SqliteCredits {
 
   balance(orgId: string): Balance {
     const row = this.#balance.get(orgId);
-    return row ? { ...row } : { ...ZERO };
+    return row ? { ...row } : { ...ZERO_BALANCE };
   }
 
   reserve(input: ReserveInput): "reserved" | "insufficient" {

@@ -2,7 +2,7 @@ import type Database from "better-sqlite3";
 import type { Statement } from "better-sqlite3";
 import type { IdempotencyClaim, StoredResponse } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
-import { checkEpochMs, checkHttpStatus, checkText } from "./input-checks.ts";
+import { checkEpochMs, checkHttpStatus, checkText } from "../input-checks.ts";
 
 interface ClaimInput {
   orgId: string;

@@ -1,7 +1,7 @@
 import type Database from "better-sqlite3";
 import type { Statement } from "better-sqlite3";
 import type { PreviewQuotaResult } from "../store.ts";
-import { checkCount, checkDay, checkPreviewOrg, GLOBAL_PREVIEW_SCOPE } from "./input-checks.ts";
+import { checkCount, checkDay, checkPreviewOrg, GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
 
 interface ConsumeInput {
   orgId: string;

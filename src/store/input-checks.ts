@@ -1,4 +1,4 @@
-import { StoreInputError } from "../store-errors.ts";
+import { StoreInputError } from "./store-errors.ts";
 
 /**
  * Argument checks shared by the credit, quota and idempotency methods. Nothing here is dialect-specific,

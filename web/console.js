@@ -1,0 +1,157 @@
+// Entry point of the console: sign-in with an API key (sessionStorage only), the status strip,
+// and the two pages (Playground, Usage) chosen by the URL hash.
+
+import { createApi } from "./api.js";
+import { $, announce } from "./dom.js";
+import { createPlayground } from "./playground.js";
+import { forgetKey, loadKey, saveKey } from "./session.js";
+import { hideStatus, renderStatus } from "./status.js";
+import { createUsage } from "./usage.js";
+
+let key = loadKey();
+let config = null;
+let signedIn = false;
+
+const api = createApi(() => key);
+const playground = createPlayground({ api, afterRun: () => afterRun(), unauthorized: (message) => signOut(message) });
+const usage = createUsage({ api, unauthorized: (message) => signOut(message) });
+
+const PAGES = { playground: "Playground", usage: "Usage" };
+
+function currentPage() {
+  const name = location.hash.replace(/^#\/?/, "");
+  return name in PAGES ? name : "playground";
+}
+
+/** Shows the page named by the hash; `focusHeading` moves the focus to its heading (navigation). */
+function route(focusHeading = false) {
+  if (!signedIn) return;
+  const page = currentPage();
+  for (const name of Object.keys(PAGES)) $(`#page-${name}`).hidden = name !== page;
+  for (const link of document.querySelectorAll("#nav a")) {
+    if (link.dataset.page === page) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  }
+  document.title = `${PAGES[page]} · Typed Decision Service`;
+  if (focusHeading) $(`#${page}-title`).focus();
+  if (page === "usage") void usage.show();
+}
+
+async function refreshStatus() {
+  try {
+    renderStatus(await api.organization());
+  } catch (err) {
+    if (err?.status === 401) signOut(err.detail);
+  }
+}
+
+function afterRun() {
+  usage.invalidate();
+  void refreshStatus();
+}
+
+async function loadModels() {
+  try {
+    const { models } = await api.models();
+    playground.setModels(models, config?.default_model ?? null);
+  } catch (err) {
+    playground.setModels([], config?.default_model ?? null);
+    if (err?.status === 401) signOut(err.detail);
+  }
+}
+
+function showSignIn(message) {
+  signedIn = false;
+  $("#signin").hidden = false;
+  $("#nav").hidden = true;
+  $("#account").hidden = true;
+  for (const name of Object.keys(PAGES)) $(`#page-${name}`).hidden = true;
+  hideStatus();
+  document.title = "Sign in · Typed Decision Service";
+  const error = $("#signin-error");
+  error.hidden = !message;
+  error.textContent = message ?? "";
+  if (message) $("#api-key").setAttribute("aria-invalid", "true");
+  else $("#api-key").removeAttribute("aria-invalid");
+}
+
+/** Checks the key with GET /v1/organization and opens the console; false when it was refused. */
+async function enter() {
+  let org;
+  try {
+    org = await api.organization();
+  } catch (err) {
+    if (err?.status === 401) {
+      forgetKey();
+      key = null;
+      showSignIn(`This key was not accepted: ${err.detail}`);
+    } else {
+      showSignIn(`The gateway did not answer as expected: ${err?.detail ?? err?.message ?? err}`);
+    }
+    return false;
+  }
+  signedIn = true;
+  $("#signin").hidden = true;
+  $("#nav").hidden = false;
+  $("#account").hidden = false;
+  $("#org-name").textContent = org.name;
+  renderStatus(org);
+  route();
+  await loadModels();
+  return true;
+}
+
+function signOut(message) {
+  forgetKey();
+  key = null;
+  playground.reset();
+  usage.reset();
+  $("#api-key").value = "";
+  showSignIn(message ? `Signed out: ${message}` : undefined);
+  $("#api-key").focus();
+  announce(message ? `Signed out: ${message}` : "Signed out. The key was removed from this tab.");
+}
+
+$("#signin-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const value = $("#api-key").value.trim();
+  if (!value) {
+    showSignIn("Enter an API key.");
+    $("#api-key").focus();
+    return;
+  }
+  const button = $("#signin-button");
+  button.setAttribute("aria-disabled", "true");
+  key = value;
+  const ok = await enter();
+  button.removeAttribute("aria-disabled");
+  if (ok) {
+    saveKey(value);
+    $("#api-key").value = "";
+    announce(`Signed in to ${$("#org-name").textContent}.`);
+    $(`#${currentPage()}-title`).focus();
+  } else {
+    $("#api-key").focus();
+  }
+});
+
+$("#sign-out").addEventListener("click", () => signOut());
+// A limit's reset time has passed: show the fresh numbers.
+document.addEventListener("tds:limit-reset", () => {
+  if (signedIn) void refreshStatus();
+});
+window.addEventListener("hashchange", () => route(true));
+
+async function boot() {
+  try {
+    config = await api.config();
+    playground.setLimits(config);
+    $("#service-info").textContent = `This gateway runs in ${config.service_mode} mode${config.default_model ? `; default model ${config.default_model}` : ""}.`;
+  } catch {
+    /* the console still works without it */
+  }
+  if (key) await enter();
+  else showSignIn();
+}
+
+void boot();
