@@ -19,6 +19,8 @@ function NamedMap<T extends TSchema>(value: T, options: Record<string, unknown>)
 /** `oneOf` selected by the `type` tag, so validation reports errors of the chosen variant only. */
 function TaggedUnion<T extends TSchema[]>(variants: [...T], description: string) {
   return Type.Unsafe<Static<T[number]>>({
+    // Ajv's discriminator checks only objects: without this, an array would pass unchecked.
+    type: "object",
     oneOf: variants,
     discriminator: { propertyName: "type" },
     description,

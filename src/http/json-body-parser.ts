@@ -11,6 +11,23 @@ declare module "fastify" {
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
 
+/** Deeper JSON is refused (422): no state needs it, and recursive code downstream (serialisers, prompts) would overflow. */
+export const MAX_JSON_DEPTH = 256;
+
+/** True when arrays/objects nest deeper than `limit` (iterative: deep input cannot overflow the stack here). */
+export function nestedDeeperThan(value: unknown, limit: number): boolean {
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  while (stack.length > 0) {
+    const [node, depth] = stack.pop()!;
+    if (node === null || typeof node !== "object") continue;
+    if (depth > limit) return true;
+    for (const child of Array.isArray(node) ? node : Object.values(node)) {
+      if (child !== null && typeof child === "object") stack.push([child, depth + 1]);
+    }
+  }
+  return false;
+}
+
 /**
  * The only body parser: application/json, strict UTF-8, plain JSON.parse (so `__proto__` and
  * `constructor` stay ordinary keys). Size is enforced by each route's bodyLimit while streaming.
@@ -28,10 +45,16 @@ export function installJsonBodyParser(app: FastifyInstance): void {
     } catch {
       return done(new HttpError("invalid_utf8"), undefined);
     }
+    let parsed: unknown;
     try {
-      done(null, JSON.parse(text));
+      parsed = JSON.parse(text);
     } catch (err) {
-      done(new HttpError("invalid_json", `Request body is not valid JSON: ${(err as Error).message}`), undefined);
+      const detail = err instanceof RangeError ? `JSON nests deeper than ${MAX_JSON_DEPTH} levels` : (err as Error).message;
+      return done(new HttpError("invalid_json", `Request body is not valid JSON: ${detail}`), undefined);
     }
+    if (nestedDeeperThan(parsed, MAX_JSON_DEPTH)) {
+      return done(new HttpError("invalid_json", `Request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels.`), undefined);
+    }
+    done(null, parsed);
   });
 }

@@ -230,3 +230,33 @@ describe("max_questions below the contract's 32", () => {
     }
   });
 });
+
+describe("shapes that slip past naive validators", () => {
+  test("a question that is an array, even under __proto__, is rejected before the model", async () => {
+    const gw = await startGateway();
+    try {
+      for (const text of ['{"state":{},"questions":{" ":[]}}', '{"state":{},"questions":{"__proto__":[]}}', '{"state":{},"questions":{"q":null}}']) {
+        const body = await errorBody(await gw.decide(text), 422);
+        assert.match(body.errors![0]!.message, /must be an object/, text);
+      }
+      assert.equal(gw.fake!.calls.decide, 0);
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test("JSON nested deeper than 256 levels is 422, not a 5xx; 256 levels pass", async () => {
+    const gw = await startGateway();
+    try {
+      const nest = (n: number) => `${"[".repeat(n)}${"]".repeat(n)}`;
+      assert.equal((await gw.decide(`{"state":${nest(255)},"questions":{"q":{"type":"noul"}}}`)).status, 200);
+      for (const n of [256, 5000, 300_000]) {
+        const body = await errorBody(await gw.decide(`{"state":${nest(n)},"questions":{"q":{"type":"noul","instructions":1}}}`), 422);
+        assert.match(body.detail, /deeper than 256 levels/, String(n));
+      }
+      assert.equal(gw.fake!.calls.decide, 1);
+    } finally {
+      await gw.close();
+    }
+  });
+});
