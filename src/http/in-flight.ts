@@ -1,3 +1,5 @@
+import { setMaxListeners } from "node:events";
+
 /**
  * Decisions in progress, for a graceful shutdown: new requests are refused by Fastify while
  * closing, in-flight ones get until the deadline to finish, then their model calls are aborted
@@ -6,6 +8,11 @@
 export class InFlight {
   private readonly running = new Set<Promise<unknown>>();
   private readonly controller = new AbortController();
+
+  constructor() {
+    // Every concurrent model call listens on this one signal.
+    setMaxListeners(0, this.controller.signal);
+  }
 
   /** Fires when the shutdown deadline passed: abandon model calls. */
   get signal(): AbortSignal {

@@ -1,0 +1,46 @@
+/**
+ * Money and quota invariants checked after each injected fault (shared by the fault suite).
+ */
+import assert from "node:assert/strict";
+import type { Balance, Store, UsageRecord } from "../../src/store/store.ts";
+
+/** The ledger sums to the balance; granted − spent = available + reserved; nothing negative. */
+export async function assertLedgerMatches(store: Store, orgId: string): Promise<Balance> {
+  const balance = await store.getBalance(orgId);
+  const ledger = await store.listLedger(orgId);
+  const sum = (f: (e: (typeof ledger)[number]) => number) => ledger.reduce((a, e) => a + f(e), 0);
+  assert.equal(sum((e) => e.availableDelta), balance.available, "ledger sums to available");
+  assert.equal(sum((e) => e.reservedDelta), balance.reserved, "ledger sums to reserved");
+  assert.equal(sum((e) => e.spentDelta), balance.spent, "ledger sums to spent");
+  assert.equal(sum((e) => e.grantedDelta), balance.granted, "ledger sums to granted");
+  assert.equal(balance.granted - balance.spent, balance.available + balance.reserved, "granted − spent = available + reserved");
+  assert.ok(balance.available >= 0 && balance.reserved >= 0, `nothing negative: ${JSON.stringify(balance)}`);
+  return balance;
+}
+
+/** Every usage record of the organization (newest first), all pages. */
+export async function allUsage(store: Store, orgId: string): Promise<UsageRecord[]> {
+  const out: UsageRecord[] = [];
+  let cursor: string | undefined;
+  for (;;) {
+    const page = await store.listUsage(orgId, { limit: 200, ...(cursor ? { cursor } : {}) });
+    out.push(...page.records);
+    if (!page.nextCursor) return out;
+    cursor = page.nextCursor;
+  }
+}
+
+/** The usage records of one request id (0 or 1: the store forbids duplicates, this counts what is there). */
+export async function recordsOf(store: Store, orgId: string, requestId: string): Promise<UsageRecord[]> {
+  return (await allUsage(store, orgId)).filter((r) => r.requestId === requestId);
+}
+
+export interface Snapshot {
+  balance: Balance;
+  usage: number;
+  ledger: number;
+}
+
+export async function snapshot(store: Store, orgId: string): Promise<Snapshot> {
+  return { balance: await store.getBalance(orgId), usage: (await allUsage(store, orgId)).length, ledger: (await store.listLedger(orgId)).length };
+}
