@@ -71,6 +71,15 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     genReqId: newRequestId,
     logController: new LogController({ requestIdLogLabel: "request_id" }),
     return503OnClosing: true,
+    // Time to receive a whole request (headers and body) from the client; a body that never
+    // completes (a lying Content-Length) cannot hold a connection open forever.
+    requestTimeout: 30_000,
+    // Malformed HTTP (bad framing, invalid Content-Length): the contract's error body, not Fastify's.
+    clientErrorHandler: (err, socket) => {
+      if (!socket.writable) return socket.destroy(err);
+      const body = JSON.stringify({ detail: "Malformed HTTP request: the request line, headers or body framing could not be parsed." });
+      socket.end(`HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    },
     forceCloseConnections: "idle",
   });
 
