@@ -6,6 +6,7 @@ import type { ModelService } from "../../src/models/model-service.ts";
 import { createSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
 import type { Store } from "../../src/store/store.ts";
 import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
+import { assertLedgerMatches } from "../support/books.ts";
 import { createTestDatabase } from "../support/postgres-db.ts";
 import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
 
@@ -24,13 +25,8 @@ async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Pro
 
 /** Books and reservations after the sweep: nothing pending, no money lost or charged twice. */
 async function assertBooks(store: Store, orgId: string, db: string) {
-  const balance = await store.getBalance(orgId);
-  const ledger = await store.listLedger(orgId);
-  assert.equal(ledger.reduce((s, e) => s + e.availableDelta, 0), balance.available);
-  assert.equal(ledger.reduce((s, e) => s + e.reservedDelta, 0), balance.reserved);
-  assert.equal(ledger.reduce((s, e) => s + e.spentDelta, 0), balance.spent);
+  const balance = await assertLedgerMatches(store, orgId);
   assert.equal(balance.reserved, 0, "no reservation left pending after the sweep");
-  assert.equal(balance.granted - balance.spent, balance.available + balance.reserved);
   const settled = await withClient(db, async (c) => (await c.query<{ s: string | null }>("SELECT sum(cost_microusd) AS s FROM reservations WHERE status = 'settled'")).rows[0]!.s);
   assert.equal(balance.spent, Number(settled ?? 0), "spent equals the sum of settled costs");
   return balance;

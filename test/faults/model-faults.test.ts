@@ -12,7 +12,7 @@ import { after, before, describe, test } from "node:test";
 import { utcDay } from "../../src/gateway/utc-day.ts";
 import { assertShape, errorBody, json } from "../support/contract-check.ts";
 import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
-import { allUsage, assertLedgerMatches, recordsOf, snapshot } from "./books.ts";
+import { allUsage, assertLedgerMatches, recordsOf, snapshot } from "../support/books.ts";
 
 /** 1 USD per million input tokens and 1000 reserved tokens: every reservation is 1000 microUSD. */
 const PAID = { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "1000", TDS_MODEL_TIMEOUT_MS: "300" };

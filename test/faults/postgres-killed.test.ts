@@ -17,7 +17,7 @@ import { FixedClock } from "../../src/gateway/clock.ts";
 import { errorBody, json } from "../support/contract-check.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
 import { createTestDatabase, TEST_POSTGRES_URL } from "../support/postgres-db.ts";
-import { allUsage, assertLedgerMatches } from "./books.ts";
+import { allUsage, assertLedgerMatches } from "../support/books.ts";
 
 const PAID = { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "1000", TDS_RESERVATION_TTL_SECONDS: "60", TDS_MODEL_TIMEOUT_MS: "5000" };
 const GRANT = 1_000_000;

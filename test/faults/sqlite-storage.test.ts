@@ -22,7 +22,7 @@ import type { Store } from "../../src/store/store.ts";
 import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
 import { errorBody, json } from "../support/contract-check.ts";
 import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
-import { allUsage, assertLedgerMatches } from "./books.ts";
+import { allUsage, assertLedgerMatches } from "../support/books.ts";
 
 const PAID = { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "1000", TDS_RESERVATION_TTL_SECONDS: "60", TDS_MODEL_TIMEOUT_MS: "5000" };
 const GRANT = 50_000;

@@ -3,9 +3,9 @@ import { describe, test } from "node:test";
 import { FixedClock } from "../../src/gateway/clock.ts";
 import type { ModelService } from "../../src/models/model-service.ts";
 import { createSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
-import type { Store } from "../../src/store/store.ts";
 import { startFakeModelServer } from "../fixtures/fake-model-server.ts";
 import { assertShape, errorBody, json } from "../support/contract-check.ts";
+import { assertLedgerMatches } from "../support/books.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
 
 /** 1 USD per million input tokens = 1 microUSD per token; 1000 tokens reserved = 1000 microUSD per request. */
@@ -16,18 +16,6 @@ const PAID = {
   TDS_REQUESTS_PER_MINUTE: "100000",
 };
 
-async function assertBooks(store: Store, orgId: string) {
-  const balance = await store.getBalance(orgId);
-  const ledger = await store.listLedger(orgId);
-  const sum = (f: (e: (typeof ledger)[number]) => number) => ledger.reduce((a, e) => a + f(e), 0);
-  assert.equal(sum((e) => e.availableDelta), balance.available, "ledger sums to available");
-  assert.equal(sum((e) => e.reservedDelta), balance.reserved, "ledger sums to reserved");
-  assert.equal(sum((e) => e.spentDelta), balance.spent, "ledger sums to spent");
-  assert.equal(sum((e) => e.grantedDelta), balance.granted, "ledger sums to granted");
-  assert.equal(balance.granted - balance.spent, balance.available + balance.reserved);
-  assert.ok(balance.available >= 0 && balance.reserved >= 0);
-  return balance;
-}
 
 describe("paid mode", () => {
   test("credits for exactly k reservations, 5k parallel requests: exactly k succeed, the rest get 402, the books balance", async () => {
@@ -52,7 +40,7 @@ describe("paid mode", () => {
         assert.equal(b.usage.price_per_million_input_usd, "1");
         charged += b.usage.cost_microusd;
       }
-      const balance = await assertBooks(gw.store, gw.orgId);
+      const balance = await assertLedgerMatches(gw.store, gw.orgId);
       assert.deepEqual(balance, { available: k * 1000 - charged, reserved: 0, spent: charged, granted: k * 1000 });
       assert.equal(gw.fake!.calls.decide, k, "no model call for a 402");
       assert.equal((await gw.store.listUsage(gw.orgId, { limit: 200 })).records.length, k, "nothing recorded for a 402");
@@ -78,7 +66,7 @@ describe("paid mode", () => {
       assert.equal(b.usage.cost_usd, "0.000008");
       assert.equal(b.usage.price_per_million_input_usd, "0.25");
       assert.equal((await gw.store.getBalance(gw.orgId)).available, 5_000_000 - 2250 - 8);
-      await assertBooks(gw.store, gw.orgId);
+      await assertLedgerMatches(gw.store, gw.orgId);
     } finally {
       await gw.close();
     }
@@ -109,7 +97,7 @@ describe("paid mode", () => {
         assert.deepEqual(await gw.store.getBalance(gw.orgId), before, `balance unchanged after ${behavior}`);
         assert.equal((await gw.store.getReservation(record!.requestId))?.status, "released");
       }
-      await assertBooks(gw.store, gw.orgId);
+      await assertLedgerMatches(gw.store, gw.orgId);
     } finally {
       await gw.close();
     }
@@ -140,7 +128,7 @@ describe("paid mode", () => {
       assert.equal(record?.httpStatus, 409);
       assert.equal(record?.costMicrousd, 0);
       assert.equal((await gw.store.getReservation(record!.requestId))?.status, "expired");
-      const balance = await assertBooks(gw.store, gw.orgId);
+      const balance = await assertLedgerMatches(gw.store, gw.orgId);
       assert.deepEqual(balance, { available: 5000, reserved: 0, spent: 0, granted: 5000 });
     } finally {
       await gw.close();

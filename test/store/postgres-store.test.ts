@@ -25,7 +25,7 @@ import { DUE_RESERVATIONS_SQL } from "../../src/store/postgres/postgres-credits.
 import { MIGRATION_LOCK_KEY, POSTGRES_MIGRATIONS_DIR, readPostgresMigrations } from "../../src/store/postgres/postgres-migrations.ts";
 import { openPostgresStore, type PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres/postgres-store.ts";
 import { postgresUsageListQuery } from "../../src/store/postgres/postgres-usage.ts";
-import { encodeUsageCursor } from "../../src/store/sqlite/usage-cursor.ts";
+import { encodeUsageCursor } from "../../src/store/usage-cursor.ts";
 import { isStoreUnavailable, StoreInputError } from "../../src/store/store-errors.ts";
 import { checkBalanceInvariants, describeStoreContract, usageRecord } from "./store-contract.ts";
 

@@ -12,7 +12,7 @@ import { applyMigrations, readMigrations, SQLITE_MIGRATIONS_DIR } from "../../sr
 import { DUE_RESERVATIONS_SQL } from "../../src/store/sqlite/sqlite-credits.ts";
 import { openSqliteStore, usageListQuery } from "../../src/store/sqlite/sqlite-store.ts";
 import type { UsageQuery } from "../../src/store/store.ts";
-import { decodeUsageCursor, encodeUsageCursor } from "../../src/store/sqlite/usage-cursor.ts";
+import { decodeUsageCursor, encodeUsageCursor } from "../../src/store/usage-cursor.ts";
 import { describeStoreContract, usageRecord } from "./store-contract.ts";
 
 const root = mkdtempSync(join(tmpdir(), "tds-store-test-"));

@@ -1,39 +1,9 @@
 import type pg from "pg";
-import type { IdempotencyClaim, StoredResponse } from "../store.ts";
+import type { IdempotencyClaim } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
+import type { ClaimInput, CompleteInput, EntryRow, OwnerInput } from "../idempotency-rows.ts";
 import { checkEpochMs, checkHttpStatus, checkText } from "../input-checks.ts";
 import { hasNul, transaction, withClient } from "./postgres-connection.ts";
-
-interface ClaimInput {
-  orgId: string;
-  key: string;
-  requestHash: string;
-  requestId: string;
-  nowMs: number;
-  lockUntilMs: number;
-  expiresAtMs: number;
-}
-
-interface OwnerInput {
-  orgId: string;
-  key: string;
-  requestId: string;
-}
-
-interface CompleteInput extends OwnerInput {
-  response: StoredResponse;
-}
-
-interface EntryRow {
-  request_hash: string;
-  request_id: string;
-  state: "in_progress" | "completed";
-  response_status: number | null;
-  response_body: string | null;
-  response_request_id: string | null;
-  lock_until_ms: number;
-  expires_at_ms: number;
-}
 
 /** A claim finds the row gone (its owner released it) at most this often in a row before giving up. */
 const CLAIM_ATTEMPTS = 5;

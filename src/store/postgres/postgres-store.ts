@@ -16,7 +16,7 @@ import {
   type UsageRecord,
 } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
-import { encodeUsageCursor } from "../sqlite/usage-cursor.ts";
+import { encodeUsageCursor } from "../usage-cursor.ts";
 import {
   clientConfig,
   connectionSettings,
@@ -32,7 +32,8 @@ import { PostgresCredits } from "./postgres-credits.ts";
 import { PostgresIdempotency } from "./postgres-idempotency.ts";
 import { applyPostgresMigrations, readPostgresMigrations, type MigrationResult } from "./postgres-migrations.ts";
 import { PostgresPreviewQuotas } from "./postgres-preview-quotas.ts";
-import { insertUsageRow, postgresUsageListQuery, toUsage, USAGE_COLUMNS, type UsageRow } from "./postgres-usage.ts";
+import { insertUsageRow, postgresUsageListQuery } from "./postgres-usage.ts";
+import { toUsage, USAGE_COLUMNS, type UsageRow } from "../usage-rows.ts";
 
 export interface PostgresStore extends Store {
   readonly dialect: "postgres";

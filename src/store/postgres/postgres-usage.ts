@@ -1,55 +1,12 @@
-import type { UsageOutcome, UsageQuery, UsageRecord } from "../store.ts";
-import { decodeUsageCursor } from "../sqlite/usage-cursor.ts";
+import type { UsageQuery, UsageRecord } from "../store.ts";
+import { decodeUsageCursor } from "../usage-cursor.ts";
+import { USAGE_COLUMNS, toUsage, type UsageRow } from "../usage-rows.ts";
 import { StoreInputError } from "../store-errors.ts";
 import { conflictOr, hasNul, type Client } from "./postgres-connection.ts";
 
 /** Usage records in PostgreSQL: the row mapping, the insert (also used inside settle/release transactions) and the page query. */
 
-export interface UsageRow {
-  request_id: string;
-  org_id: string;
-  key_id: string;
-  created_at_ms: number;
-  source: UsageRecord["source"];
-  model: string;
-  mode: UsageRecord["mode"];
-  outcome: UsageOutcome;
-  http_status: number;
-  input_tokens: number;
-  output_tokens: number;
-  cost_microusd: number;
-  latency_ms: number | null;
-  gateway_latency_ms: number;
-  error_detail: string | null;
-  over_reservation: boolean;
-}
-
-export const USAGE_COLUMNS =
-  "request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens, output_tokens, " +
-  "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation";
-
 const INSERT_USAGE = `INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${Array.from({ length: 16 }, (_, i) => `$${i + 1}`).join(", ")})`;
-
-export function toUsage(row: UsageRow): UsageRecord {
-  return {
-    requestId: row.request_id,
-    orgId: row.org_id,
-    keyId: row.key_id,
-    createdAtMs: row.created_at_ms,
-    source: row.source,
-    model: row.model,
-    mode: row.mode,
-    outcome: row.outcome,
-    httpStatus: row.http_status,
-    inputTokens: row.input_tokens,
-    outputTokens: row.output_tokens,
-    costMicrousd: row.cost_microusd,
-    latencyMs: row.latency_ms,
-    gatewayLatencyMs: row.gateway_latency_ms,
-    errorDetail: row.error_detail,
-    overReservation: row.over_reservation,
-  };
-}
 
 /** Inserts one usage record; StoreConflictError on a duplicate request id. Values the schema refuses fail with the pg error, as in SQLite. */
 export async function insertUsageRow(client: Client, record: UsageRecord): Promise<void> {

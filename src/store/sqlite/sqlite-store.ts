@@ -19,12 +19,13 @@ import {
   type UsageRecord,
 } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
+import { USAGE_COLUMNS, toUsage, type UsageRow } from "../usage-rows.ts";
 import { applyMigrations, readMigrations, SQLITE_MIGRATIONS_DIR } from "./migrations.ts";
 import { SqliteCredits } from "./sqlite-credits.ts";
 import { isConstraint, UNIQUE_CODES } from "./sqlite-errors.ts";
 import { SqliteIdempotency } from "./sqlite-idempotency.ts";
 import { SqlitePreviewQuotas } from "./sqlite-preview-quotas.ts";
-import { decodeUsageCursor, encodeUsageCursor } from "./usage-cursor.ts";
+import { decodeUsageCursor, encodeUsageCursor } from "../usage-cursor.ts";
 
 export interface SqliteStore extends Store {
   readonly dialect: "sqlite";
@@ -109,30 +110,8 @@ interface KeyWithOrgRow extends KeyRow {
   org_created_at_ms: number;
 }
 
-interface UsageRow {
-  request_id: string;
-  org_id: string;
-  key_id: string;
-  created_at_ms: number;
-  source: UsageRecord["source"];
-  model: string;
-  mode: UsageRecord["mode"];
-  outcome: UsageOutcome;
-  http_status: number;
-  input_tokens: number;
-  output_tokens: number;
-  cost_microusd: number;
-  latency_ms: number | null;
-  gateway_latency_ms: number;
-  error_detail: string | null;
-  over_reservation: number;
-}
-
 const ORG_COLUMNS = "id, name, paused, created_at_ms";
 const KEY_COLUMNS = "id, org_id, name, hash, created_at_ms, revoked_at_ms";
-const USAGE_COLUMNS =
-  "request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens, output_tokens, " +
-  "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation";
 
 function toOrganization(row: OrgRow): Organization {
   return { id: row.id, name: row.name, paused: row.paused === 1, createdAtMs: row.created_at_ms };
@@ -146,27 +125,6 @@ function toApiKey(row: KeyRow): ApiKeyRecord {
     hash: row.hash,
     createdAtMs: row.created_at_ms,
     revokedAtMs: row.revoked_at_ms,
-  };
-}
-
-function toUsage(row: UsageRow): UsageRecord {
-  return {
-    requestId: row.request_id,
-    orgId: row.org_id,
-    keyId: row.key_id,
-    createdAtMs: row.created_at_ms,
-    source: row.source,
-    model: row.model,
-    mode: row.mode,
-    outcome: row.outcome,
-    httpStatus: row.http_status,
-    inputTokens: row.input_tokens,
-    outputTokens: row.output_tokens,
-    costMicrousd: row.cost_microusd,
-    latencyMs: row.latency_ms,
-    gatewayLatencyMs: row.gateway_latency_ms,
-    errorDetail: row.error_detail,
-    overReservation: row.over_reservation === 1,
   };
 }
 

@@ -1,4 +1,4 @@
-import { StoreInputError } from "../store-errors.ts";
+import { StoreInputError } from "./store-errors.ts";
 
 /**
  * The usage paging cursor: base64url of `createdAtMs:requestId`, the position of the last record of a page.
