@@ -4,8 +4,7 @@ import { compileSchema } from "./contract/validation.ts";
 import { type Clock, systemClock } from "./gateway/clock.ts";
 import { AdmissionPolicy } from "./gateway/admission.ts";
 import { DecisionPipeline } from "./gateway/decision-pipeline.ts";
-import { IdempotentDecisions } from "./gateway/idempotent-decisions.ts";
-import { startReservationSweeper } from "./gateway/reservation-sweeper.ts";
+import { startBookkeepingJobs } from "./gateway/bookkeeping-jobs.ts";
 import { installErrorHandling } from "./http/error-handler.ts";
 import { InFlight } from "./http/in-flight.ts";
 import { installJsonBodyParser } from "./http/json-body-parser.ts";
@@ -24,7 +23,9 @@ import { metricsRoutes } from "./http/routes/metrics.ts";
 import { healthRoutes } from "./http/routes/health.ts";
 import type { ModelService } from "./models/model-service.ts";
 import { ModelRegistry } from "./models/registry.ts";
-import type { Store } from "./store/store.ts";
+import { BatchedBooks } from "./store/batched-books.ts";
+import { isStoreRetryable, isStoreUnavailable } from "./store/store-errors.ts";
+import type { PurgeResult, Store, SweepResult } from "./store/store.ts";
 
 export interface AppDeps {
   store: Store;
@@ -37,6 +38,10 @@ export interface AppDeps {
   rateLimiter?: RateLimiter;
   /** How often expired reservations are swept; default a quarter of the reservation TTL. */
   sweepIntervalMs?: number;
+  /** How often expired idempotency entries and old preview counters are deleted (default 10 minutes). */
+  purgeIntervalMs?: number;
+  /** How long a durable step waits for busy storage before the request gets 503 (default 2 s). */
+  storageWaitMs?: number;
   /** Defaults to a fresh registry (with process metrics only when true is passed to the server's). */
   metrics?: Metrics;
   /** How long close() lets in-flight decisions finish before abandoning their model calls (default 10 s). */
@@ -51,8 +56,10 @@ export const SERVICE_VERSION = "0.1.0";
 
 declare module "fastify" {
   interface FastifyInstance {
-    /** Runs the expiry sweep now (tests, operations); returns how many reservations expired. */
-    sweepReservations(): Promise<number>;
+    /** Runs the expiry sweep now (tests, operations). */
+    sweepBooks(): Promise<SweepResult>;
+    /** Runs the purge now (tests, operations). */
+    purgeBooks(): Promise<PurgeResult>;
   }
 }
 
@@ -106,30 +113,45 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
       return load ? [{ model, ...load.call(service) }] : [];
     }),
   );
-  const admission = new AdmissionPolicy({ store, limiter, clock, config, observer });
-  const pipeline = new DecisionPipeline({ store, registry, admission, clock, config, observer });
-  const decisions = new IdempotentDecisions(pipeline, store, clock, config.reservationTtlSeconds * 1000);
-
-  const sweeper = startReservationSweeper(
-    store,
-    clock,
-    deps.sweepIntervalMs ?? Math.max(1000, (config.reservationTtlSeconds * 1000) / 4),
-    (err) => app.log.error({ err }, "reservation sweep failed"),
-  );
+  const books = new BatchedBooks(store, {
+    retryable: isStoreRetryable,
+    unavailable: isStoreUnavailable,
+    ...(deps.storageWaitMs !== undefined ? { waitMs: deps.storageWaitMs } : {}),
+    onCommit: (steps, seconds, ok) => metrics.storeCommitted(steps, seconds, ok),
+  });
   const inFlight = new InFlight();
+  const admission = new AdmissionPolicy({ books, limiter, clock, config, observer });
+  const pipeline = new DecisionPipeline({
+    books,
+    registry,
+    admission,
+    clock,
+    config,
+    observer,
+    background: (work) => inFlight.track(work),
+    onUnexpected: (err, requestId) => app.log.error({ err, request_id: requestId }, "unexpected error after admission; recorded as gateway_error"),
+  });
+
+  const jobs = startBookkeepingJobs(store, clock, {
+    inFlightTtlMs: config.reservationTtlSeconds * 1000,
+    sweepIntervalMs: deps.sweepIntervalMs ?? Math.max(1000, (config.reservationTtlSeconds * 1000) / 4),
+    purgeIntervalMs: deps.purgeIntervalMs ?? 10 * 60 * 1000,
+    onError: (err, job) => app.log.warn({ err }, `${job} of the books failed; it runs again at its next interval`),
+  });
   app.addHook("preClose", async () => {
     const { finished } = await inFlight.drain(deps.shutdownGraceMs ?? 10_000);
     if (!finished) app.log.warn("shutdown deadline passed: abandoned in-flight model calls (their reservations were released)");
   });
   app.addHook("onClose", async () => {
-    await sweeper.stop();
+    await jobs.stop();
     if (!deps.rateLimiter) await limiter.close();
   });
-  app.decorate("sweepReservations", () => sweeper.sweepNow());
+  app.decorate("sweepBooks", () => jobs.sweepNow());
+  app.decorate("purgeBooks", () => jobs.purgeNow());
 
   metricsRoutes(app, { metrics, token: config.metricsToken });
   healthRoutes(app, { store, registry });
-  decisionRoutes(app, { store, decisions, maxRequestBytes: config.limits.maxRequestBytes, inFlight });
+  decisionRoutes(app, { store, pipeline, maxRequestBytes: config.limits.maxRequestBytes, inFlight });
   modelRoutes(app, { store, registry });
   usageRoutes(app, { store });
   serviceConfigRoutes(app, config);

@@ -8,6 +8,7 @@ import { createRedisRateLimiter } from "./limits/redis-rate-limiter.ts";
 import { openEngines, openModelService } from "./models/open-model-service.ts";
 import { Metrics } from "./observability/metrics.ts";
 import { openStore } from "./store/open-store.ts";
+import { SERVING_SQLITE } from "./store/sqlite/sqlite-store.ts";
 import pino from "pino";
 
 /** The process exits by then even if something hangs; in-flight decisions get 10 s of it (buildApp's grace). */
@@ -27,7 +28,10 @@ async function main(): Promise<void> {
 
   const log = pino({ level: config.logLevel, redact: { paths: ["req.headers.authorization", "req.headers.cookie"], censor: "[redacted]" } });
   const metrics = new Metrics({ processMetrics: true });
-  const store = await openStore(config.databaseUrl);
+  const storeLog = log.child({ component: "store" });
+  const store = await openStore(config.databaseUrl, {
+    sqlite: { ...SERVING_SQLITE, onCheckpointError: (message) => storeLog.warn(`SQLite WAL checkpoint failed (the WAL file grows until it succeeds): ${message}`) },
+  });
   const modelService = openModelService(config);
   const engineLog = log.child({ component: "embedded-engine" });
   const engines = await openEngines(config, {

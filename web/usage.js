@@ -11,6 +11,8 @@ const OUTCOME_LABELS = {
   model_error: "Model error",
   context_rejected: "Context rejected",
   reservation_expired: "Reservation expired",
+  in_flight: "In flight",
+  gateway_error: "Gateway error",
 };
 
 /** @param {{ api: ReturnType<import("./api.js").createApi>, unauthorized: (message: string) => void }} deps */
@@ -107,7 +109,7 @@ export function createUsage(deps) {
           h("td", { text: r.source }),
           h("td", { text: r.model }),
           h("td", {}, outcomeBadge(r.outcome)),
-          h("td", { class: "num", text: String(r.http_status) }),
+          h("td", { class: "num", text: r.http_status === null ? "–" : String(r.http_status) }),
           h("td", { class: "num", text: `${integer(r.input_tokens)} / ${integer(r.output_tokens)}` }),
           h("td", { class: "num", text: r.cost_usd }),
           h("td", { class: "num", text: ms(r.latency_ms) }),
@@ -186,7 +188,7 @@ export function createUsage(deps) {
         item("Source", r.source),
         item("Model", r.model),
         item("Mode", r.service_mode),
-        item("HTTP status", String(r.http_status)),
+        item("HTTP status", r.http_status === null ? "– (none yet)" : String(r.http_status)),
         item("Tokens", `${integer(r.input_tokens)} in · ${integer(r.output_tokens)} out`),
         item("Cost", usd(r.cost_usd)),
         item("Latency", `model ${ms(r.latency_ms)} · gateway ${ms(r.gateway_latency_ms)}`),

@@ -1,11 +1,11 @@
 import { formatUsd } from "../gateway/money.ts";
-import type { UsageOutcome, UsageQuery, UsageRecord } from "../store/store.ts";
+import { USAGE_OUTCOMES, type UsageOutcome, type UsageQuery, type UsageRecord } from "../store/store.ts";
 import { usageRecordJson } from "../store/usage-json.ts";
 import { CliError, requiredOption, stringOption, UsageError, type CommandGroup } from "./command.ts";
 import { describeOrganization, findOrganizationOrFail } from "./org-commands.ts";
 import { isoTime, quoted } from "./output.ts";
 
-const OUTCOMES: readonly UsageOutcome[] = ["succeeded", "model_error", "context_rejected", "reservation_expired"];
+const OUTCOMES = USAGE_OUTCOMES;
 export const DEFAULT_USAGE_LIMIT = 20;
 export const MAX_USAGE_LIMIT = 10_000;
 /** The store's largest page (listUsage accepts 1 to 200). */
@@ -95,7 +95,7 @@ export const usageCommands: CommandGroup = {
             isoTime(r.createdAtMs),
             r.requestId,
             r.overReservation ? `${r.outcome}*` : r.outcome,
-            String(r.httpStatus),
+            r.httpStatus === null ? "-" : String(r.httpStatus),
             r.model,
             r.mode,
             r.source,

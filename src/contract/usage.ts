@@ -2,8 +2,20 @@ import { Type, type Static } from "@sinclair/typebox";
 import { ServiceMode } from "./decision.ts";
 
 export const UsageOutcome = Type.Union(
-  [Type.Literal("succeeded"), Type.Literal("model_error"), Type.Literal("context_rejected"), Type.Literal("reservation_expired")],
-  { description: "succeeded, model_error (502), context_rejected (422), reservation_expired (409)" },
+  [
+    Type.Literal("in_flight"),
+    Type.Literal("succeeded"),
+    Type.Literal("model_error"),
+    Type.Literal("context_rejected"),
+    Type.Literal("reservation_expired"),
+    Type.Literal("gateway_error"),
+  ],
+  {
+    description:
+      "in_flight (accepted, still running: the only outcome that changes, once), succeeded (200), model_error (502, or 503 while the model loads), " +
+      "context_rejected (422), reservation_expired (409), gateway_error (accepted but not finished by the gateway: storage unavailable, an " +
+      "internal error, or a stop; nothing charged)",
+  },
 );
 
 /** One accepted decision request, as GET /v1/usage… and `tds usage --json` show it. */
@@ -11,12 +23,15 @@ export const UsageRecordJson = Type.Object(
   {
     request_id: Type.String(),
     created_at: Type.String({ description: "ISO-8601 time the request was accepted" }),
+    completed_at: Type.Union([Type.String(), Type.Null()], { description: "ISO-8601 time the final outcome was recorded; null while in flight" }),
     key_id: Type.String({ description: "Id of the API key used (never the key)" }),
     source: Type.Union([Type.Literal("api"), Type.Literal("playground")]),
     model: Type.String(),
     service_mode: ServiceMode,
     outcome: UsageOutcome,
-    http_status: Type.Integer(),
+    http_status: Type.Union([Type.Integer(), Type.Null()], {
+      description: "Status the client was answered with; null while in flight, and for a request completed by the expiry sweep",
+    }),
     input_tokens: Type.Integer({ minimum: 0 }),
     output_tokens: Type.Integer({ minimum: 0 }),
     cost_microusd: Type.Integer({ minimum: 0 }),

@@ -3,27 +3,23 @@ import type { DecisionRequest, DecisionResponse, Usage } from "../contract/decis
 import type { ModelRegistry, ResolvedModel } from "../models/registry.ts";
 import { modelServiceFailure } from "../models/registry.ts";
 import { type ModelAnswerSet, ModelServiceError } from "../models/model-service.ts";
-import type { Organization, Store, UsageOutcome, UsageRecord, UsageSource } from "../store/store.ts";
-import type { Admission, AdmissionPolicy } from "./admission.ts";
+import { isStoreUnavailable } from "../store/store-errors.ts";
+import type { AdmissionPolicy, Admitted } from "./admission.ts";
 import { checkAnswers } from "./answer-check.ts";
+import type { Books, CompleteCommand } from "./books.ts";
 import type { Clock } from "./clock.ts";
+import type { DecisionContext, DecisionReply, IdempotencyRequest } from "./decision-context.ts";
 import { GatewayError } from "./errors.ts";
-import { formatUsd, tokenCost } from "./money.ts";
+import { cappedTokenCost, formatUsd } from "./money.ts";
 import { type DecisionObserver, silentObserver } from "./observer.ts";
 
-export interface DecisionContext {
-  requestId: string;
-  org: Organization;
-  keyId: string;
-  source: UsageSource;
-  /** performance.now() when the request arrived. */
-  startedAt: number;
-  /** Fires when the server gives up on the request (shutdown). */
-  signal?: AbortSignal;
-}
+export type { DecisionContext, DecisionReply, IdempotencyRequest } from "./decision-context.ts";
+
+/** How long the completion of a request that could not be stored keeps trying in the background. */
+export const FALLBACK_COMPLETION_WAIT_MS = 30_000;
 
 export interface PipelineDeps {
-  store: Store;
+  books: Books;
   registry: ModelRegistry;
   admission: AdmissionPolicy;
   clock: Clock;
@@ -31,24 +27,32 @@ export interface PipelineDeps {
   /** Monotonic milliseconds, for latencies. */
   monotonicMs?: () => number;
   observer?: DecisionObserver;
+  /** Work that outlives the response (the completion of a request whose first completion failed); tracked for shutdown. */
+  background?: (work: Promise<unknown>) => void;
+  /** Told of an unexpected error after admission (it is answered 500 and recorded as gateway_error). */
+  onUnexpected?: (err: unknown, requestId: string) => void;
 }
 
-/** What an accepted request's record needs besides its outcome. */
+/** An accepted request on its way to completion. */
 interface Accepted {
   ctx: DecisionContext;
   model: ResolvedModel;
-  admission: Admission;
-  acceptedAtMs: number;
+  admitted: Admitted;
+  idempotency: IdempotencyRequest | null;
   /** Wall time of the model call, once it has ended. */
   callMs: number;
 }
 
+/** How an accepted request ended before it is recorded: its completion, and the reply or the error to answer with. */
+type Ending = { command: CompleteCommand; reply: DecisionReply; error?: undefined } | { command: CompleteCommand; error: unknown; reply?: undefined };
+
 const round3 = (ms: number) => Math.max(0, Math.round(ms * 1000) / 1000);
 
 /**
- * validate limits → resolve model → admit (rate, quota or reservation) → call the model →
- * check answers → settle or release → record. Every accepted request is recorded exactly once
- * and its reservation resolved exactly once; no store transaction spans the model call.
+ * max_questions → model → admission (one durable step) → model call → answer checks → completion (one durable step)
+ * → the reply, sent only after the completion committed. Every admitted request gets a completion attempt
+ * whatever happens after admission (model failure, bad answers, an exception, shutdown); when that attempt
+ * cannot be stored, a second one (nothing charged) runs in the background, and the expiry sweep is the last resort.
  */
 export class DecisionPipeline {
   private readonly monotonicMs: () => number;
@@ -59,8 +63,8 @@ export class DecisionPipeline {
     this.observer = deps.observer ?? silentObserver;
   }
 
-  async decide(ctx: DecisionContext, request: DecisionRequest): Promise<DecisionResponse> {
-    const { config, clock } = this.deps;
+  async decide(ctx: DecisionContext, request: DecisionRequest, idempotency: IdempotencyRequest | null): Promise<DecisionReply> {
+    const { config } = this.deps;
     const questionCount = Object.keys(request.questions).length;
     if (questionCount > config.limits.maxQuestions) {
       throw new GatewayError("invalid_body", undefined, {
@@ -68,79 +72,56 @@ export class DecisionPipeline {
       });
     }
     const model = await this.deps.registry.resolve(request.model);
-    const admission = await this.deps.admission.admit(ctx.org, ctx.requestId, model);
+    const admitted = await this.deps.admission.admit(ctx, model, idempotency);
+    if (admitted.kind === "replay") {
+      return { status: 200, body: admitted.response.body, requestId: admitted.response.requestId, replayed: true };
+    }
+    const accepted: Accepted = { ctx, model, admitted, idempotency, callMs: 0 };
+    return this.complete(accepted, await this.run(accepted, request));
+  }
 
-    const accepted: Accepted = { ctx, model, admission, acceptedAtMs: clock.nowMs(), callMs: 0 };
+  /** The model call and everything up to the reply; never throws (an error becomes the request's ending). */
+  private async run(accepted: Accepted, request: DecisionRequest): Promise<Ending> {
+    const { ctx, model } = accepted;
     const callStart = this.monotonicMs();
     let answerSet: ModelAnswerSet;
     try {
       answerSet = await model.service.decide(
         { model: model.upstreamName, state: request.state, questions: request.questions },
-        { timeoutMs: config.modelTimeoutMs, ...(ctx.signal ? { signal: ctx.signal } : {}) },
+        { timeoutMs: this.deps.config.modelTimeoutMs, ...(ctx.signal ? { signal: ctx.signal } : {}) },
       );
     } catch (err) {
       accepted.callMs = this.monotonicMs() - callStart;
       this.observer.modelFailed(err instanceof ModelServiceError ? err.kind : "unexpected");
-      throw await this.fail(accepted, modelServiceFailure(err));
+      return this.failed(accepted, modelServiceFailure(err));
     }
     accepted.callMs = this.monotonicMs() - callStart;
-
-    const checked = checkAnswers(request.questions, answerSet.answers);
-    if (!checked.ok) {
-      this.observer.modelFailed("answers_mismatch");
-      const failure = new GatewayError("model_invalid_response", `The model service returned answers that do not match the questions: ${checked.problem}`);
-      throw await this.fail(accepted, failure, answerSet);
+    try {
+      const checked = checkAnswers(request.questions, answerSet.answers);
+      if (!checked.ok) {
+        this.observer.modelFailed("answers_mismatch");
+        const failure = new GatewayError("model_invalid_response", `The model service returned answers that do not match the questions: ${checked.problem}`);
+        return this.failed(accepted, failure, answerSet);
+      }
+      return this.succeeded(accepted, answerSet, checked.answers);
+    } catch (err) {
+      this.deps.onUnexpected?.(err, ctx.requestId);
+      return this.failed(accepted, err, answerSet);
     }
-    return this.succeed(accepted, answerSet, checked.answers);
   }
 
-  private async succeed(accepted: Accepted, answerSet: ModelAnswerSet, answers: DecisionResponse["answers"]): Promise<DecisionResponse> {
-    const { ctx, model, admission } = accepted;
+  private succeeded(accepted: Accepted, answerSet: ModelAnswerSet, answers: DecisionResponse["answers"]): Ending {
+    const { ctx, model, admitted } = accepted;
     const { input_tokens, output_tokens } = answerSet.usage;
-    const paid = this.deps.config.serviceMode === "paid";
-    const reservation = admission.reservation;
-    const fullCost = paid ? tokenCost(model.price, input_tokens, output_tokens) : 0;
-    const overReservation = reservation !== null && fullCost > reservation.amountMicrousd;
-    const cost = overReservation ? reservation.amountMicrousd : fullCost;
+    const reserved = admitted.reservedMicrousd;
+    const { cost, capped } = reserved === null ? { cost: 0, capped: false } : cappedTokenCost(model.price, input_tokens, output_tokens, reserved);
     const latencyMs = round3(answerSet.latencyMs);
     const gatewayLatencyMs = this.gatewayLatency(accepted);
-    const record = this.record(accepted, "succeeded", 200, {
-      inputTokens: input_tokens,
-      outputTokens: output_tokens,
-      costMicrousd: cost,
-      latencyMs,
-      gatewayLatencyMs,
-      errorDetail: overReservation ? `model reported ${input_tokens} input and ${output_tokens} output tokens, more than reserved; charged the reservation` : null,
-      overReservation,
-    });
-
-    if (reservation) {
-      const settled = await this.deps.store.settleReservation({ reservationId: reservation.id, costMicrousd: cost, nowMs: this.deps.clock.nowMs(), usage: record });
-      this.observer.reservation(settled === "settled" ? "settled" : "expired");
-      if (settled !== "settled") {
-        const failure = new GatewayError("reservation_expired");
-        await this.deps.store.insertUsage(
-          this.record(accepted, "reservation_expired", 409, {
-            inputTokens: input_tokens,
-            outputTokens: output_tokens,
-            costMicrousd: 0,
-            latencyMs,
-            gatewayLatencyMs,
-            errorDetail: "the credit reservation expired before settlement; nothing was charged",
-            overReservation: false,
-          }),
-        );
-        throw failure;
-      }
-    } else {
-      await this.deps.store.insertUsage(record);
-    }
-    this.observer.decided(gatewayLatencyMs, accepted.callMs);
-
-    const usage: Usage = paid
-      ? { input_tokens, output_tokens, cost_microusd: cost, cost_usd: formatUsd(cost), price_per_million_input_usd: model.priceInputUsd }
-      : { input_tokens, output_tokens, cost_microusd: 0, cost_usd: "0", price_per_million_input_usd: null };
-    return {
+    const usage: Usage =
+      reserved !== null
+        ? { input_tokens, output_tokens, cost_microusd: cost, cost_usd: formatUsd(cost), price_per_million_input_usd: model.priceInputUsd }
+        : { input_tokens, output_tokens, cost_microusd: 0, cost_usd: "0", price_per_million_input_usd: null };
+    const response: DecisionResponse = {
       model: model.name,
       request_id: ctx.requestId,
       service_mode: this.deps.config.serviceMode,
@@ -149,54 +130,106 @@ export class DecisionPipeline {
       latency_ms: latencyMs,
       gateway_latency_ms: gatewayLatencyMs,
     };
+    const body = JSON.stringify(response);
+    return {
+      reply: { status: 200, body, requestId: ctx.requestId, replayed: false },
+      command: {
+        ...this.commandBase(accepted),
+        outcome: "succeeded",
+        httpStatus: 200,
+        inputTokens: input_tokens,
+        outputTokens: output_tokens,
+        costMicrousd: cost,
+        latencyMs,
+        gatewayLatencyMs,
+        errorDetail: capped ? `model reported ${input_tokens} input and ${output_tokens} output tokens, more than reserved; charged the reservation` : null,
+        overReservation: capped,
+        idempotency: accepted.idempotency && { key: accepted.idempotency.key, response: { status: 200, body, requestId: ctx.requestId } },
+      },
+    };
   }
 
-  /** Records the failure of an accepted request and returns its whole reservation; returns the error to throw. */
-  private async fail(accepted: Accepted, failure: GatewayError, answerSet?: ModelAnswerSet): Promise<GatewayError> {
-    const contextRejected = failure.code === "context_rejected";
-    const outcome: UsageOutcome = contextRejected ? "context_rejected" : "model_error";
-    const status = contextRejected ? 422 : failure.code === "model_not_ready" ? 503 : 502;
-    const record = this.record(accepted, outcome, status, {
-      inputTokens: answerSet?.usage.input_tokens ?? 0,
-      outputTokens: answerSet?.usage.output_tokens ?? 0,
-      costMicrousd: 0,
-      latencyMs: answerSet ? round3(answerSet.latencyMs) : null,
-      gatewayLatencyMs: this.gatewayLatency(accepted),
-      errorDetail: (failure.detail ?? failure.code).slice(0, 500),
-      overReservation: false,
-    });
-    const reservation = accepted.admission.reservation;
-    if (reservation) {
-      const released = await this.deps.store.releaseReservation({ reservationId: reservation.id, nowMs: this.deps.clock.nowMs(), usage: record });
-      this.observer.reservation(released === "released" ? "released" : "expired");
-    } else {
-      await this.deps.store.insertUsage(record);
+  /** The ending of a request that failed after admission: nothing charged, its reservation released. */
+  private failed(accepted: Accepted, error: unknown, answerSet?: ModelAnswerSet): Ending {
+    const known = error instanceof GatewayError;
+    const contextRejected = known && error.code === "context_rejected";
+    const status = !known ? 500 : contextRejected ? 422 : error.code === "model_not_ready" ? 503 : 502;
+    return {
+      error,
+      command: {
+        ...this.commandBase(accepted),
+        outcome: !known ? "gateway_error" : contextRejected ? "context_rejected" : "model_error",
+        httpStatus: status,
+        inputTokens: answerSet?.usage.input_tokens ?? 0,
+        outputTokens: answerSet?.usage.output_tokens ?? 0,
+        costMicrousd: 0,
+        latencyMs: answerSet ? round3(answerSet.latencyMs) : null,
+        gatewayLatencyMs: this.gatewayLatency(accepted),
+        errorDetail: (known ? (error.detail ?? error.code) : "internal error after admission; nothing was charged").slice(0, 500),
+        overReservation: false,
+        idempotency: accepted.idempotency && { key: accepted.idempotency.key, response: null },
+      },
+    };
+  }
+
+  private commandBase(accepted: Accepted): Pick<CompleteCommand, "requestId" | "orgId" | "nowMs" | "reserved"> {
+    return {
+      requestId: accepted.ctx.requestId,
+      orgId: accepted.ctx.org.id,
+      nowMs: this.deps.clock.nowMs(),
+      reserved: accepted.admitted.reservedMicrousd !== null,
+    };
+  }
+
+  /** Records the ending in one durable step; answers only once it committed. */
+  private async complete(accepted: Accepted, ending: Ending): Promise<DecisionReply> {
+    let result;
+    try {
+      result = await this.deps.books.complete(ending.command);
+    } catch (err) {
+      this.completeInBackground(accepted, ending.command);
+      throw isStoreUnavailable(err) ? new GatewayError("storage_unavailable") : err;
     }
-    return failure;
+    const reserved = ending.command.reserved;
+    if (result.kind === "reservation_expired" || result.kind === "not_in_flight") {
+      if (reserved) this.observer.reservation("expired");
+      throw new GatewayError("reservation_expired");
+    }
+    if (reserved) this.observer.reservation(ending.command.outcome === "succeeded" ? "settled" : "released");
+    if (!ending.reply) throw ending.error;
+    this.observer.decided(ending.command.gatewayLatencyMs, accepted.callMs);
+    return ending.reply;
+  }
+
+  /**
+   * The first completion did not commit (its outcome may be unknown, e.g. a lost connection during COMMIT): complete
+   * the request as gateway_error with nothing charged and its Idempotency-Key released, if it is still in flight.
+   */
+  private completeInBackground(accepted: Accepted, first: CompleteCommand): void {
+    const command: CompleteCommand = {
+      ...first,
+      nowMs: this.deps.clock.nowMs(),
+      outcome: "gateway_error",
+      httpStatus: 503,
+      inputTokens: 0,
+      outputTokens: 0,
+      costMicrousd: 0,
+      latencyMs: null,
+      errorDetail: "the outcome could not be stored (storage unavailable); nothing was charged",
+      overReservation: false,
+      idempotency: first.idempotency && { key: first.idempotency.key, response: null },
+    };
+    const work = this.deps.books.complete(command, FALLBACK_COMPLETION_WAIT_MS).then(
+      (result) => {
+        if (result.kind !== "not_in_flight" && command.reserved) this.observer.reservation("released");
+      },
+      // Left to the expiry sweep.
+      () => undefined,
+    );
+    this.deps.background?.(work);
   }
 
   private gatewayLatency(accepted: Accepted): number {
     return round3(this.monotonicMs() - accepted.ctx.startedAt - accepted.callMs);
-  }
-
-  private record(
-    accepted: Accepted,
-    outcome: UsageOutcome,
-    httpStatus: number,
-    numbers: Pick<UsageRecord, "inputTokens" | "outputTokens" | "costMicrousd" | "latencyMs" | "gatewayLatencyMs" | "errorDetail" | "overReservation">,
-  ): UsageRecord {
-    const { ctx, model } = accepted;
-    return {
-      requestId: ctx.requestId,
-      orgId: ctx.org.id,
-      keyId: ctx.keyId,
-      createdAtMs: accepted.acceptedAtMs,
-      source: ctx.source,
-      model: model.name,
-      mode: this.deps.config.serviceMode,
-      outcome,
-      httpStatus,
-      ...numbers,
-    };
   }
 }

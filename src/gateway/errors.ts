@@ -18,6 +18,7 @@ export type GatewayErrorCode =
   | "reservation_expired"
   | "idempotency_key_reused"
   | "idempotency_in_progress"
+  | "idempotency_response_not_kept"
   | "not_found"
   | "storage_unavailable";
 

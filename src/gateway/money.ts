@@ -42,3 +42,13 @@ export function tokenCost(price: Price, inputTokens: number, outputTokens: numbe
   if (cost > BigInt(Number.MAX_SAFE_INTEGER)) throw new RangeError("cost exceeds the safe integer range");
   return Number(cost);
 }
+
+/**
+ * What a request is charged: the cost of its tokens, but never more than `cap` (its reservation), exact for any
+ * token counts (a count too large for tokenCost is simply charged the cap).
+ */
+export function cappedTokenCost(price: Price, inputTokens: number, outputTokens: number, cap: number): { cost: number; capped: boolean } {
+  const scaled = BigInt(inputTokens) * price.inputPerMillion + BigInt(outputTokens) * price.outputPerMillion;
+  const cost = (scaled + 999_999n) / 1_000_000n;
+  return cost > BigInt(cap) ? { cost: cap, capped: true } : { cost: Number(cost), capped: false };
+}

@@ -15,6 +15,10 @@ export const ERROR_CATALOGUE: Record<GatewayErrorCode | HttpErrorCode, { status:
     status: 409,
     detail: "A request with this Idempotency-Key is still being processed; wait for it to finish, then retry to get its stored response.",
   },
+  idempotency_response_not_kept: {
+    status: 409,
+    detail: "A request with this Idempotency-Key already succeeded, but its response was too large to keep for replays; find it in Usage by request_id.",
+  },
   idempotency_key_reused: { status: 422, detail: "This Idempotency-Key was already used with a different request body." },
   body_too_large: { status: 413, detail: "Request body exceeds max_request_bytes." },
   invalid_json: { status: 422, detail: "Request body is not valid JSON." },

@@ -58,6 +58,21 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly storeBatchSteps = new Histogram({
+    name: "tds_store_batch_steps",
+    help: "Durable steps (admissions and completions) committed per storage transaction",
+    buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256],
+    registers: [this.registry],
+  });
+
+  readonly storeCommitSeconds = new Histogram({
+    name: "tds_store_commit_seconds",
+    help: "Duration of one storage transaction of grouped steps, by result (ok, failed)",
+    labelNames: ["result"] as const,
+    buckets: [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5],
+    registers: [this.registry],
+  });
+
   /** Sources of the pool and queue gauges, read at each scrape. */
   private modelPools: () => Array<{ model: string; busy: number; size: number; waiting: number }> = () => [];
   private dbPool: () => { total: number; idle: number; waiting: number } | null = () => null;
@@ -104,6 +119,11 @@ export class Metrics {
 
   constructor(options: { processMetrics?: boolean } = {}) {
     if (options.processMetrics) collectDefaultMetrics({ register: this.registry, prefix: "tds_" });
+  }
+
+  storeCommitted(steps: number, seconds: number, ok: boolean): void {
+    if (ok) this.storeBatchSteps.observe(steps);
+    this.storeCommitSeconds.observe({ result: ok ? "ok" : "failed" }, seconds);
   }
 
   rateLimiterModeChanged(mode: "redis" | "fallback"): void {

@@ -3,7 +3,7 @@ import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
 import type { Store } from "./store.ts";
 import { openPostgresStore } from "./postgres/postgres-store.ts";
-import { openSqliteStore } from "./sqlite/sqlite-store.ts";
+import { openSqliteStore, type SqliteStoreOptions } from "./sqlite/sqlite-store.ts";
 
 const ACCEPTED_FORMS =
   "sqlite:PATH (relative to the current directory, e.g. sqlite:./data/tds.sqlite), sqlite::memory:, " +
@@ -61,9 +61,10 @@ export function migrationReportOf(store: Store): MigrationReport | null {
 /**
  * Opens the store a database URL names and applies its pending migrations:
  * `postgres://` / `postgresql://` → PostgreSQL (openPostgresStore; the URL may carry `pool_size` and
- * `statement_timeout_ms`, see postgres-connection.ts), anything sqlitePathOf accepts → SQLite.
+ * `statement_timeout_ms`, see postgres-connection.ts), anything sqlitePathOf accepts → SQLite (with `options.sqlite`;
+ * a serving gateway passes SERVING_SQLITE, tools keep SQLite's own busy wait).
  */
-export async function openStore(databaseUrl: string): Promise<Store> {
+export async function openStore(databaseUrl: string, options: { sqlite?: SqliteStoreOptions } = {}): Promise<Store> {
   if (isPostgresUrl(databaseUrl)) {
     const store = await openPostgresStore(databaseUrl.trim());
     reports.set(store, { dialect: "postgres", applied: store.migrations.applied, current: store.migrations.current });
@@ -74,7 +75,7 @@ export async function openStore(databaseUrl: string): Promise<Store> {
     throw new Error(`Unsupported database URL ${JSON.stringify(databaseUrl)}; accepted forms: ${ACCEPTED_FORMS}`);
   }
   const before = sqliteMigrationsOf(path);
-  const store = openSqliteStore(path);
+  const store = openSqliteStore(path, options.sqlite);
   try {
     const current = store.db.prepare<[], MigrationRecord>("SELECT version, name FROM schema_migrations ORDER BY version").all();
     const known = new Set(before.map((m) => m.version));

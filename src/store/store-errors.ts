@@ -30,3 +30,17 @@ export function isStoreUnavailable(err: unknown): boolean {
   if (typeof code !== "string") return err instanceof Error && UNAVAILABLE_MESSAGE.test(err.message);
   return UNAVAILABLE_SQLITE.test(code) || UNAVAILABLE_PG.test(code) || UNAVAILABLE_NET.has(code);
 }
+
+const RETRYABLE_SQLITE = /^SQLITE_(BUSY|LOCKED)/;
+/** Deadlock, serialization failure, lock not available: the transaction was rolled back and may simply be run again. */
+const RETRYABLE_PG = new Set(["40P01", "40001", "55P03"]);
+
+/**
+ * True for a transaction that failed only because others held what it needed (SQLite busy or locked, a
+ * PostgreSQL deadlock or serialization failure): nothing of it was committed, and it can be run again as it is.
+ */
+export function isStoreRetryable(err: unknown): boolean {
+  if (typeof err !== "object" || err === null) return false;
+  const code = (err as { code?: unknown }).code;
+  return typeof code === "string" && (RETRYABLE_SQLITE.test(code) || RETRYABLE_PG.has(code));
+}

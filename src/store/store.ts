@@ -1,4 +1,7 @@
 import type { ServiceMode } from "../contract/decision.ts";
+import type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult } from "./bookkeeping/commands.ts";
+
+export type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult } from "./bookkeeping/commands.ts";
 
 export interface Organization {
   id: string;
@@ -19,19 +22,25 @@ export interface ApiKeyRecord {
 }
 
 export type UsageSource = "api" | "playground";
-export type UsageOutcome = "succeeded" | "model_error" | "context_rejected" | "reservation_expired";
+/** `in_flight` until the request's completion commits; every other outcome is final. */
+export type UsageOutcome = "in_flight" | "succeeded" | "model_error" | "context_rejected" | "reservation_expired" | "gateway_error";
+export type FinalOutcome = Exclude<UsageOutcome, "in_flight">;
+export const USAGE_OUTCOMES: readonly UsageOutcome[] = ["in_flight", "succeeded", "model_error", "context_rejected", "reservation_expired", "gateway_error"];
 
-/** One record per accepted decision request. */
+/** One record per accepted decision request, written in flight at admission and made final at completion. */
 export interface UsageRecord {
   requestId: string;
   orgId: string;
   keyId: string;
   createdAtMs: number;
+  /** When the final outcome was written; null while in flight. */
+  completedAtMs: number | null;
   source: UsageSource;
   model: string;
   mode: ServiceMode;
   outcome: UsageOutcome;
-  httpStatus: number;
+  /** The status the client was answered with; null while in flight and when no answer is known (completed by the sweep). */
+  httpStatus: number | null;
   inputTokens: number;
   outputTokens: number;
   costMicrousd: number;
@@ -101,8 +110,6 @@ export interface LedgerEntry {
   note: string | null;
 }
 
-export type PreviewQuotaResult = "ok" | "org_exhausted" | "global_exhausted";
-
 /** A response kept for an Idempotency-Key: replayed as is. */
 export interface StoredResponse {
   status: number;
@@ -111,12 +118,6 @@ export interface StoredResponse {
   requestId: string;
 }
 
-export type IdempotencyClaim =
-  | { kind: "claimed" }
-  | { kind: "in_progress" }
-  | { kind: "mismatch" }
-  | { kind: "replay"; response: StoredResponse };
-
 export class StoreConflictError extends Error {
   constructor(message: string) {
     super(message);
@@ -124,13 +125,22 @@ export class StoreConflictError extends Error {
   }
 }
 
-/** Everything the service keeps. One interface, one adapter per database. All times are epoch milliseconds. */
-export interface Store {
-  readonly dialect: "sqlite" | "postgres";
-  close(): Promise<void>;
-  /** Connection pool figures, for metrics (adapters with a pool). */
-  connectionStats?(): { total: number; idle: number; waiting: number };
+/** What one sweep pass did. */
+export interface SweepResult {
+  /** In-flight requests past their deadline, completed as `gateway_error` (their reservations expired). */
+  abandoned: number;
+  /** Pending reservations past their expiry that had no request in flight, expired. */
+  expired: number;
+}
 
+/** What one purge pass deleted. */
+export interface PurgeResult {
+  idempotencyKeys: number;
+  previewCounters: number;
+}
+
+/** Organizations and their API keys: written by operators, read on every request. */
+export interface AccountStore {
   /** Throws StoreConflictError when the name is taken. */
   createOrganization(input: { id: string; name: string; nowMs: number }): Promise<Organization>;
   /** Finds by id or by unique name. */
@@ -146,77 +156,53 @@ export interface Store {
   listApiKeys(orgId: string): Promise<ApiKeyRecord[]>;
   /** Returns false when no such key exists or it was already revoked. */
   revokeApiKey(keyId: string, nowMs: number): Promise<boolean>;
+}
 
-  /** Throws StoreConflictError on a duplicate request id. */
-  insertUsage(record: UsageRecord): Promise<void>;
-  /** Scoped to the organization: another organization's record is null. */
-  getUsage(orgId: string, requestId: string): Promise<UsageRecord | null>;
-  /** Newest first (createdAtMs, then requestId, descending). */
-  listUsage(orgId: string, query: UsageQuery): Promise<UsagePage>;
+/**
+ * The books of accepted requests: usage records, preview day counters, credits (balances, reservations, ledger)
+ * and idempotency keys. A request touches them in two durable steps, admission and completion; `commitBatch`
+ * commits the steps of many requests in one transaction, each decided on its own (one's rejection never
+ * fails another). Times are the caller's epoch milliseconds.
+ */
+export interface BookkeepingStore {
+  /**
+   * One transaction: the completions first (settle or release, the final usage record, the idempotency entry),
+   * then the admissions in order (idempotency claim, preview quotas or credit reservation, the in-flight usage
+   * record). Results are in the order of the commands. Throws when the transaction fails as a whole.
+   */
+  commitBatch(batch: { admissions: readonly AdmitCommand[]; completions: readonly CompleteCommand[] }): Promise<{
+    admissions: AdmitResult[];
+    completions: CompleteResult[];
+  }>;
 
-  // ── Credits. Every method is one short transaction; none is held across a model call. ──
+  /**
+   * Completes requests that stayed in flight past `inFlightBeforeMs` (created before it) as `gateway_error`
+   * with nothing charged, and expires pending reservations due at `nowMs`; at most `limit` of each.
+   */
+  sweep(input: { nowMs: number; inFlightBeforeMs: number; limit: number }): Promise<SweepResult>;
+  /** Deletes idempotency entries expired at `nowMs` and preview counters of days before `keepFromDay`; at most `limit` of each. */
+  purge(input: { nowMs: number; keepFromDay: string; limit: number }): Promise<PurgeResult>;
 
   /** Adds credits (amount > 0) and a `grant` ledger entry; creates the balance when missing. */
   grantCredits(input: { orgId: string; amountMicrousd: number; nowMs: number; note?: string }): Promise<Balance>;
   /** All zeros for an organization that never had credits. */
   getBalance(orgId: string): Promise<Balance>;
-  /**
-   * Moves `amount` from available to reserved with one conditional update (available ≥ amount),
-   * creates the pending reservation and a `reserve` ledger entry. "insufficient" changes nothing.
-   */
-  reserveCredits(input: {
-    reservationId: string;
-    orgId: string;
-    requestId: string;
-    amountMicrousd: number;
-    nowMs: number;
-    expiresAtMs: number;
-  }): Promise<"reserved" | "insufficient">;
-  /**
-   * pending → settled: charges `cost` (0 ≤ cost ≤ amount; more throws RangeError), returns the rest to
-   * available, appends a `settle` entry and inserts `usage`, all in one transaction. A reservation
-   * whose expiresAtMs ≤ nowMs is expired instead (funds returned, `expire` entry, no usage written)
-   * and "expired" is returned; one already resolved gives "not_pending" and changes nothing.
-   */
-  settleReservation(input: { reservationId: string; costMicrousd: number; nowMs: number; usage: UsageRecord }): Promise<"settled" | "expired" | "not_pending">;
-  /**
-   * pending → released: the whole amount back to available, `release` entry. `usage`, when given,
-   * is inserted in the same transaction whatever the reservation's state.
-   */
-  releaseReservation(input: { reservationId: string; nowMs: number; usage: UsageRecord | null }): Promise<"released" | "not_pending">;
-  /** pending reservations with expiresAtMs ≤ nowMs → expired, funds returned; at most `limit`; returns how many. */
-  expireReservations(input: { nowMs: number; limit: number }): Promise<number>;
   getReservation(reservationId: string): Promise<Reservation | null>;
   /** Oldest first. */
   listLedger(orgId: string): Promise<LedgerEntry[]>;
-
-  // ── Preview quotas: counters per UTC day ("YYYY-MM-DD"), so they reset at 00:00 UTC with no job. ──
-
-  /**
-   * Counts one request for the organization and for the whole service, atomically, only if both
-   * stay within their limits; otherwise counts nothing and says which limit is reached.
-   */
-  consumePreviewQuota(input: { orgId: string; day: string; orgLimit: number; globalLimit: number }): Promise<PreviewQuotaResult>;
+  /** The preview counters of one UTC day ("YYYY-MM-DD"): the organization's and the whole service's. */
   previewUsage(orgId: string, day: string): Promise<{ org: number; global: number }>;
 
-  // ── Idempotency keys, scoped to an organization. ──
+  /** Scoped to the organization: another organization's record is null. */
+  getUsage(orgId: string, requestId: string): Promise<UsageRecord | null>;
+  /** Newest first (createdAtMs, then requestId, descending). */
+  listUsage(orgId: string, query: UsageQuery): Promise<UsagePage>;
+}
 
-  /**
-   * Claims `key` for this request. An unexpired completed entry with the same requestHash → replay;
-   * with another hash → mismatch; an entry in progress whose lock has not passed → in_progress
-   * (a passed lock or an expired entry is taken over: claimed).
-   */
-  claimIdempotencyKey(input: {
-    orgId: string;
-    key: string;
-    requestHash: string;
-    requestId: string;
-    nowMs: number;
-    lockUntilMs: number;
-    expiresAtMs: number;
-  }): Promise<IdempotencyClaim>;
-  /** Stores the response for replays, if the claim is still this request's. */
-  completeIdempotencyKey(input: { orgId: string; key: string; requestId: string; response: StoredResponse }): Promise<void>;
-  /** Drops the claim, if it is still this request's, so a retry runs anew. */
-  releaseIdempotencyKey(input: { orgId: string; key: string; requestId: string }): Promise<void>;
+/** Everything the service keeps. One interface, one adapter per database. */
+export interface Store extends AccountStore, BookkeepingStore {
+  readonly dialect: "sqlite" | "postgres";
+  close(): Promise<void>;
+  /** Connection pool figures, for metrics (adapters with a pool). */
+  connectionStats?(): { total: number; idle: number; waiting: number };
 }

@@ -13,6 +13,7 @@ export function usageRecordJson(record: UsageRecord): UsageRecordJson {
   return {
     request_id: record.requestId,
     created_at: new Date(record.createdAtMs).toISOString(),
+    completed_at: record.completedAtMs === null ? null : new Date(record.completedAtMs).toISOString(),
     key_id: record.keyId,
     source: record.source,
     model: record.model,

@@ -10,7 +10,7 @@ export interface UsageRow {
   model: string;
   mode: UsageRecord["mode"];
   outcome: UsageOutcome;
-  http_status: number;
+  http_status: number | null;
   input_tokens: number;
   output_tokens: number;
   cost_microusd: number;
@@ -18,11 +18,12 @@ export interface UsageRow {
   gateway_latency_ms: number;
   error_detail: string | null;
   over_reservation: boolean | number;
+  completed_at_ms: number | null;
 }
 
 export const USAGE_COLUMNS =
   "request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens, output_tokens, " +
-  "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation";
+  "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation, completed_at_ms";
 
 export function toUsage(row: UsageRow): UsageRecord {
   return {
@@ -30,6 +31,7 @@ export function toUsage(row: UsageRow): UsageRecord {
     orgId: row.org_id,
     keyId: row.key_id,
     createdAtMs: row.created_at_ms,
+    completedAtMs: row.completed_at_ms,
     source: row.source,
     model: row.model,
     mode: row.mode,

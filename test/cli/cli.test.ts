@@ -9,8 +9,8 @@ import Database from "better-sqlite3";
 import { runCli } from "../../src/cli/cli.ts";
 import { apiKeyMatches, keyIdOf } from "../../src/gateway/api-keys.ts";
 import { openSqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
-import type { UsageRecord } from "../../src/store/store.ts";
 import { usageRecordJson } from "../../src/store/usage-json.ts";
+import { type SeedRecord, seedUsage } from "../support/usage-fixtures.ts";
 
 const PROJECT = fileURLToPath(new URL("../../", import.meta.url));
 const BIN = join(PROJECT, "bin", "tds.mjs");
@@ -304,7 +304,7 @@ describe("tds credits and tds usage", () => {
   }
 
   const T0 = Date.UTC(2026, 0, 1);
-  function record(requestId: string, orgId: string, overrides: Partial<UsageRecord> = {}): UsageRecord {
+  function record(requestId: string, orgId: string, overrides: Partial<SeedRecord> = {}): SeedRecord {
     return {
       requestId,
       orgId,
@@ -412,8 +412,8 @@ describe("tds credits and tds usage", () => {
   it("lists usage records newest first, filtered and limited, and shows one by request id", async () => {
     const store = openSqliteStore(CREDITS_DB);
     try {
-      await store.insertUsage(record("req_a", ids.acme!, { createdAtMs: T0 + 1000 }));
-      await store.insertUsage(
+      await seedUsage(store, [record("req_a", ids.acme!, { createdAtMs: T0 + 1000 })]);
+      await seedUsage(store, [
         record("req_b", ids.acme!, {
           createdAtMs: T0 + 2000,
           source: "playground",
@@ -425,9 +425,9 @@ describe("tds credits and tds usage", () => {
           latencyMs: null,
           errorDetail: "model timed out",
         }),
-      );
-      await store.insertUsage(record("req_c", ids.acme!, { createdAtMs: T0 + 3000, costMicrousd: 2_000_000, overReservation: true }));
-      await store.insertUsage(record("req_other", ids.other!, { createdAtMs: T0 + 4000 }));
+      ]);
+      await seedUsage(store, [record("req_c", ids.acme!, { createdAtMs: T0 + 3000, costMicrousd: 2_000_000, overReservation: true })]);
+      await seedUsage(store, [record("req_other", ids.other!, { createdAtMs: T0 + 4000 })]);
     } finally {
       await store.close();
     }
@@ -437,6 +437,7 @@ describe("tds credits and tds usage", () => {
     assert.deepEqual(all[1], {
       request_id: "req_b",
       created_at: "2026-01-01T00:00:02.000Z",
+      completed_at: "2026-01-01T00:00:02.000Z",
       key_id: "key_1",
       source: "playground",
       model: "jev-1",
@@ -455,7 +456,7 @@ describe("tds credits and tds usage", () => {
     assert.deepEqual([all[0]?.cost_microusd, all[0]?.cost_usd, all[0]?.over_reservation], [2_000_000, "2", true]);
     assert.equal(
       JSON.stringify(all[0]),
-      JSON.stringify(usageRecordJson(record("req_c", ids.acme!, { createdAtMs: T0 + 3000, costMicrousd: 2_000_000, overReservation: true }))),
+      JSON.stringify(usageRecordJson({ ...record("req_c", ids.acme!, { createdAtMs: T0 + 3000, costMicrousd: 2_000_000, overReservation: true }), completedAtMs: T0 + 3000 })),
       "exactly usageRecordJson, key order included",
     );
 

@@ -6,7 +6,7 @@ import type { ModelService } from "../../src/models/model-service.ts";
 import { createSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
 import type { Store } from "../../src/store/store.ts";
 import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
-import { assertLedgerMatches } from "../support/books.ts";
+import { allUsage, assertLedgerMatches, eventually } from "../support/books.ts";
 import { createTestDatabase } from "../support/postgres-db.ts";
 import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
 
@@ -52,9 +52,13 @@ describe("PostgreSQL backends killed around settlement", () => {
     return { gw, db };
   }
 
+  /** Past the reservation TTL, swept until no request is in flight (a completion running in the background is waited for). */
   async function finish(gw: Gateway, db: { url: string; drop(): Promise<void> }, clock: FixedClock) {
     clock.advance(61_000);
-    await gw.app.sweepReservations();
+    await eventually("every accepted request completed", async () => {
+      await gw.app.sweepBooks();
+      return (await allUsage(gw.store, gw.orgId)).every((r) => r.outcome !== "in_flight");
+    });
     const balance = await assertBooks(gw.store, gw.orgId, db.url);
     return balance;
   }
@@ -78,8 +82,10 @@ describe("PostgreSQL backends killed around settlement", () => {
         assert.ok(res.status === 200 || res.status === 503, `status ${res.status}`);
       }
       const balance = await finish(gw, db, clock);
-      const succeeded = (await gw.store.listUsage(gw.orgId, { limit: 50 })).records.filter((r) => r.outcome === "succeeded");
-      assert.equal(succeeded.length, statuses.filter((s) => s === 200).length, "one record per answered request");
+      const records = await allUsage(gw.store, gw.orgId);
+      const succeeded = records.filter((r) => r.outcome === "succeeded");
+      assert.equal(succeeded.length, statuses.filter((s) => s === 200).length, "one succeeded record per answered request");
+      assert.ok(records.length <= statuses.length, "at most one record per request");
       assert.equal(balance.spent, succeeded.reduce((s, r) => s + r.costMicrousd, 0), "charged exactly what was answered");
     } finally {
       await gw.close();
@@ -87,7 +93,7 @@ describe("PostgreSQL backends killed around settlement", () => {
     }
   });
 
-  test("the backend killed in the middle of the settlement transaction: 503, rolled back, funds returned by the sweep", async () => {
+  test("the backend killed in the middle of the completion transaction: 503, rolled back, completed again with nothing charged", async () => {
     const clock = new FixedClock(Date.now());
     let dbUrl = "";
     let orgId = "";
@@ -127,10 +133,14 @@ describe("PostgreSQL backends killed around settlement", () => {
       assert.equal(killed, 1, "the settlement was caught waiting inside its transaction and killed");
       assert.equal(res.status, 503, text);
       assert.match(JSON.parse(text).detail, /Storage is temporarily unavailable/);
+      const requestId = res.headers.get("x-service-request-id")!;
+      // The completion was rolled back; a second one (nothing charged) runs after the answer.
+      await eventually("completed in the background", async () => (await gw.store.getUsage(gw.orgId, requestId))?.outcome !== "in_flight");
+      const record = await gw.store.getUsage(gw.orgId, requestId);
+      assert.deepEqual([record?.outcome, record?.httpStatus, record?.costMicrousd], ["gateway_error", 503, 0]);
       const balance = await finish(gw, db, clock);
       assert.deepEqual(balance, { available: GRANT, reserved: 0, spent: 0, granted: GRANT });
-      const reservation = await gw.store.getReservation(res.headers.get("x-service-request-id")!);
-      assert.equal(reservation?.status, "expired");
+      assert.equal((await gw.store.getReservation(requestId))?.status, "released");
       assert.equal((await gw.decide(sampleRequest())).status, 200, "the pool recovers without a restart");
     } finally {
       await gw.close();

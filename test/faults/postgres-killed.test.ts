@@ -77,7 +77,7 @@ test(
 
       // Reservations left pending by a failed settlement are returned by the sweep.
       clock.advance(61_000);
-      await gw.app.sweepReservations();
+      await gw.app.sweepBooks();
       const balance = await assertLedgerMatches(gw.store, gw.orgId);
       assert.equal(balance.reserved, 0, "no reservation left pending");
       const direct = new pg.Client({ connectionString: db.url });

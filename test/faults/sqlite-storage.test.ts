@@ -1,10 +1,11 @@
 /**
- * SQLite storage failures under a running gateway: the database locked by another process's writer
+ * SQLite storage failures under a running gateway: the database locked by another connection's writer
  * (BEGIN IMMEDIATE) before the request or while the model works, and the disk filling up — a real full
  * disk: the database lives on a small tmpfs mounted for the test (needs root; without it the same
  * scenarios run with the store throwing better-sqlite3's own SQLITE_FULL error). Each: 503 with the
- * storage detail, nothing charged, no money lost, the books balance, and the gateway recovers.
- * (test/http/storage-failures.test.ts covers a paid request arriving while the database is locked.)
+ * storage detail, nothing charged, no money lost, the books balance, exactly one final record per accepted
+ * request, and the gateway recovers. (test/http/storage-failures.test.ts covers a paid request arriving while
+ * the database is locked, and a lock held by another process while health checks run.)
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -13,6 +14,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import Database from "better-sqlite3";
+import { setTimeout as sleep } from "node:timers/promises";
 import { FixedClock } from "../../src/gateway/clock.ts";
 import { utcDay } from "../../src/gateway/utc-day.ts";
 import type { ModelService } from "../../src/models/model-service.ts";
@@ -22,19 +24,16 @@ import type { Store } from "../../src/store/store.ts";
 import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
 import { errorBody, json } from "../support/contract-check.ts";
 import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
-import { allUsage, assertLedgerMatches } from "../support/books.ts";
+import { allUsage, assertLedgerMatches, eventually } from "../support/books.ts";
 
 const PAID = { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "1000", TDS_RESERVATION_TTL_SECONDS: "60", TDS_MODEL_TIMEOUT_MS: "5000" };
 const GRANT = 50_000;
-/**
- * The gateway's connection waits busy_timeout (5 s) for a lock before SQLITE_BUSY; these tests shorten
- * that wait on its connection to 300 ms so the suite stays fast (the outcome is the same error, sooner).
- */
-const SHORT_BUSY_TIMEOUT_MS = 300;
+/** How long a durable step waits for the lock in these tests (the default is 2 s; the outcome is the same, sooner). */
+const STORAGE_WAIT_MS = 300;
 
 const sqliteOf = (store: Store) => (store as SqliteStore).db;
 
-/** A model service that runs `during` inside the model call (after admission, before settlement). */
+/** A model service that runs `during` inside the model call (after admission, before completion). */
 function modelWith(upstream: ModelService, during: () => void | Promise<void>): ModelService {
   return {
     listModels: (o) => upstream.listModels(o),
@@ -52,7 +51,7 @@ async function expect503(res: Response): Promise<void> {
   assert.match(body.detail, /Storage is temporarily unavailable/);
 }
 
-describe("database locked by another process's writer", { timeout: 30_000 }, () => {
+describe("database locked by another connection's writer", { timeout: 30_000 }, () => {
   let fake: FakeModelServer;
   let upstream: ModelService;
   before(async () => {
@@ -69,12 +68,12 @@ describe("database locked by another process's writer", { timeout: 30_000 }, () 
     const state = { lockDuringCall: false, intruder: null as Database.Database | null };
     const gw = await startGateway({
       clock,
+      storageWaitMs: STORAGE_WAIT_MS,
       modelService: modelWith(upstream, () => {
         if (state.lockDuringCall) state.intruder!.exec("BEGIN IMMEDIATE");
       }),
       env,
     });
-    sqliteOf(gw.store).pragma(`busy_timeout = ${SHORT_BUSY_TIMEOUT_MS}`);
     const intruder = new Database((gw.store as SqliteStore).path);
     intruder.pragma("busy_timeout = 0");
     state.intruder = intruder;
@@ -92,7 +91,7 @@ describe("database locked by another process's writer", { timeout: 30_000 }, () 
     };
   }
 
-  test("preview: locked before the request → 503, no quota consumed, no model call, nothing recorded; recovers", async () => {
+  test("preview: locked before the request → 503 after the wait, no quota consumed, no model call, nothing recorded; recovers", async () => {
     const clock = new FixedClock(Date.now());
     const t = await lockedGateway({ TDS_MODEL_TIMEOUT_MS: "5000" }, clock);
     try {
@@ -100,7 +99,10 @@ describe("database locked by another process's writer", { timeout: 30_000 }, () 
       const calls = fake.calls.decide;
       const day = utcDay(clock.nowMs());
       t.intruder.exec("BEGIN IMMEDIATE");
+      const started = performance.now();
       await expect503(await t.gw.decide(sampleRequest({ state: { n: 1 } })));
+      const waited = performance.now() - started;
+      assert.ok(waited >= STORAGE_WAIT_MS - 5 && waited < STORAGE_WAIT_MS + 1000, `answered after the storage wait, not at once nor much later: ${waited} ms`);
       t.unlock();
       assert.equal(fake.calls.decide, calls, "no model call");
       assert.deepEqual(await t.gw.store.previewUsage(t.gw.orgId, day), { org: 1, global: 1 }, "the day counters did not move");
@@ -112,38 +114,56 @@ describe("database locked by another process's writer", { timeout: 30_000 }, () 
     }
   });
 
-  test("paid: locked while the model works → settlement fails, 503, nothing charged; the sweep returns the reservation", async () => {
+  test("a lock held for less than the wait: the requests wait for it without failing", async () => {
     const clock = new FixedClock(Date.now());
-    const t = await lockedGateway(PAID, clock);
+    const t = await lockedGateway({ TDS_MODEL_TIMEOUT_MS: "5000" }, clock);
     try {
-      await t.gw.store.grantCredits({ orgId: t.gw.orgId, amountMicrousd: GRANT, nowMs: clock.nowMs() });
-      t.state.lockDuringCall = true;
-      const res = await t.gw.decide(sampleRequest());
-      await expect503(res);
-      t.unlock();
-      t.state.lockDuringCall = false;
-      const requestId = res.headers.get("x-service-request-id")!;
-      // The settlement never happened: the funds stay reserved (not charged) until the reservation expires.
-      assert.deepEqual(await assertLedgerMatches(t.gw.store, t.gw.orgId), { available: GRANT - 1000, reserved: 1000, spent: 0, granted: GRANT });
-      assert.equal((await t.gw.store.getReservation(requestId))?.status, "pending");
-      clock.advance(61_000);
-      assert.equal(await t.gw.app.sweepReservations(), 1);
-      assert.deepEqual(await assertLedgerMatches(t.gw.store, t.gw.orgId), { available: GRANT, reserved: 0, spent: 0, granted: GRANT });
-      assert.equal((await t.gw.store.getReservation(requestId))?.status, "expired");
-      // The client got 503; no usage record claims a charge for it.
-      assert.equal((await allUsage(t.gw.store, t.gw.orgId)).filter((r) => r.outcome === "succeeded").length, 0);
-
-      const ok = await t.gw.decide(sampleRequest({ state: { n: 2 } }));
-      const body = await json(ok);
-      assert.equal(ok.status, 200, JSON.stringify(body));
-      const cost = body.usage.cost_microusd as number;
-      assert.deepEqual(await assertLedgerMatches(t.gw.store, t.gw.orgId), { available: GRANT - cost, reserved: 0, spent: cost, granted: GRANT });
+      t.intruder.exec("BEGIN IMMEDIATE");
+      setTimeout(() => t.unlock(), STORAGE_WAIT_MS / 3);
+      const statuses = await Promise.all(Array.from({ length: 8 }, (_, i) => t.gw.decide(sampleRequest({ state: { i } })).then((r) => r.status)));
+      assert.deepEqual(statuses, Array(8).fill(200));
+      assert.equal((await allUsage(t.gw.store, t.gw.orgId)).filter((r) => r.outcome === "succeeded").length, 8);
     } finally {
       await t.close();
     }
   });
 
-  test("preview: locked while the model works → 503; the accepted request consumed its quota unit, at most one record", async () => {
+  test("paid + Idempotency-Key: locked while the model works → 503, then completed in the background with nothing charged; the retry is charged once", async () => {
+    const clock = new FixedClock(Date.now());
+    const t = await lockedGateway(PAID, clock);
+    try {
+      await t.gw.store.grantCredits({ orgId: t.gw.orgId, amountMicrousd: GRANT, nowMs: clock.nowMs() });
+      const key = { "idempotency-key": "order-42" };
+      t.state.lockDuringCall = true;
+      const first = await t.gw.decide(sampleRequest(), key);
+      await expect503(first);
+      t.state.lockDuringCall = false;
+      const firstId = first.headers.get("x-service-request-id")!;
+      t.unlock();
+      await eventually("the first attempt is completed in the background", async () => (await t.gw.store.getUsage(t.gw.orgId, firstId))?.outcome !== "in_flight");
+      const failed = await t.gw.store.getUsage(t.gw.orgId, firstId);
+      assert.deepEqual([failed?.outcome, failed?.httpStatus, failed?.costMicrousd], ["gateway_error", 503, 0]);
+      assert.equal((await t.gw.store.getReservation(firstId))?.status, "released");
+      assert.deepEqual(await assertLedgerMatches(t.gw.store, t.gw.orgId), { available: GRANT, reserved: 0, spent: 0, granted: GRANT }, "nothing charged");
+
+      const retry = await t.gw.decide(sampleRequest(), key);
+      const body = await json(retry);
+      assert.equal(retry.status, 200, JSON.stringify(body));
+      assert.notEqual(body.request_id, firstId, "the retry ran anew");
+      const replay = await t.gw.decide(sampleRequest(), key);
+      assert.equal(replay.status, 200);
+      assert.equal(replay.headers.get("idempotent-replayed"), "true");
+      assert.equal(await replay.text(), JSON.stringify(body));
+      const cost = body.usage.cost_microusd as number;
+      assert.deepEqual(await assertLedgerMatches(t.gw.store, t.gw.orgId), { available: GRANT - cost, reserved: 0, spent: cost, granted: GRANT }, "charged once");
+      const records = await allUsage(t.gw.store, t.gw.orgId);
+      assert.deepEqual(records.map((r) => r.outcome).sort(), ["gateway_error", "succeeded"], "one final record per accepted request");
+    } finally {
+      await t.close();
+    }
+  });
+
+  test("preview: locked while the model works → 503; once unlocked, exactly one final record and one quota unit", async () => {
     const clock = new FixedClock(Date.now());
     const t = await lockedGateway({ TDS_MODEL_TIMEOUT_MS: "5000" }, clock);
     try {
@@ -151,12 +171,42 @@ describe("database locked by another process's writer", { timeout: 30_000 }, () 
       t.state.lockDuringCall = true;
       const res = await t.gw.decide(sampleRequest());
       await expect503(res);
-      t.unlock();
       t.state.lockDuringCall = false;
-      assert.deepEqual(await t.gw.store.previewUsage(t.gw.orgId, day), { org: 1, global: 1 }, "accepted, so it counts (once)");
-      assert.ok((await allUsage(t.gw.store, t.gw.orgId)).length <= 1);
+      const requestId = res.headers.get("x-service-request-id")!;
+      assert.equal((await t.gw.store.getUsage(t.gw.orgId, requestId))?.outcome, "in_flight", "admitted: recorded in flight");
+      t.unlock();
+      await eventually("completed in the background", async () => (await t.gw.store.getUsage(t.gw.orgId, requestId))?.outcome === "gateway_error");
+      assert.deepEqual(await t.gw.store.previewUsage(t.gw.orgId, day), { org: 1, global: 1 }, "accepted, so it counts (once), with its record");
+      assert.equal((await allUsage(t.gw.store, t.gw.orgId)).length, 1);
       assert.equal((await t.gw.decide(sampleRequest({ state: { n: 2 } }))).status, 200);
       assert.deepEqual(await t.gw.store.previewUsage(t.gw.orgId, day), { org: 2, global: 2 });
+    } finally {
+      await t.close();
+    }
+  });
+
+  test("paid: locked until past the reservation's expiry → the sweep completes it, nothing charged, one final record", async () => {
+    const clock = new FixedClock(Date.now());
+    const t = await lockedGateway(PAID, clock);
+    try {
+      await t.gw.store.grantCredits({ orgId: t.gw.orgId, amountMicrousd: GRANT, nowMs: clock.nowMs() });
+      t.state.lockDuringCall = true;
+      const res = await t.gw.decide(sampleRequest());
+      await expect503(res);
+      t.state.lockDuringCall = false;
+      const requestId = res.headers.get("x-service-request-id")!;
+      // While the lock is held nothing can complete it (after a crash it would stay like this too).
+      await sleep(STORAGE_WAIT_MS);
+      assert.deepEqual(await assertLedgerMatches(t.gw.store, t.gw.orgId), { available: GRANT - 1000, reserved: 1000, spent: 0, granted: GRANT }, "reserved, not charged");
+      clock.advance(61_000);
+      t.unlock();
+      await eventually("completed (by the background completion or the sweep)", async () => {
+        await t.gw.app.sweepBooks();
+        return (await t.gw.store.getUsage(t.gw.orgId, requestId))?.outcome !== "in_flight";
+      });
+      assert.deepEqual(await assertLedgerMatches(t.gw.store, t.gw.orgId), { available: GRANT, reserved: 0, spent: 0, granted: GRANT });
+      assert.notEqual((await t.gw.store.getReservation(requestId))?.status, "pending");
+      assert.deepEqual((await allUsage(t.gw.store, t.gw.orgId)).map((r) => r.outcome), ["gateway_error"]);
     } finally {
       await t.close();
     }
@@ -244,7 +294,7 @@ describe(`disk full (${disk ? "a real full tmpfs under the database" : "simulate
       };
     }
     const store = gw.store as unknown as Record<string, unknown>;
-    const writes = ["grantCredits", "consumePreviewQuota", "reserveCredits", "settleReservation", "releaseReservation", "insertUsage", "expireReservations", "claimIdempotencyKey"];
+    const writes = ["grantCredits", "commitBatch", "sweep", "purge"];
     return {
       fill: () => {
         for (const name of writes) {
@@ -300,7 +350,7 @@ describe(`disk full (${disk ? "a real full tmpfs under the database" : "simulate
     }
   });
 
-  test("paid: the disk fills while the model works → settlement fails, 503, nothing charged; funds return by the sweep once freed", async () => {
+  test("paid: the disk fills while the model works → completion fails, 503, nothing charged; the sweep completes it once freed", async () => {
     const clock = new FixedClock(Date.now());
     let fillNow: (() => void) | null = null;
     const gw = await gatewayOnSmallDisk(PAID, clock, () => fillNow?.());
@@ -318,11 +368,12 @@ describe(`disk full (${disk ? "a real full tmpfs under the database" : "simulate
       }
       const requestId = res.headers.get("x-service-request-id")!;
       assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), { available: GRANT - 1000, reserved: 1000, spent: 0, granted: GRANT }, "reserved, not charged");
+      assert.equal((await gw.store.getUsage(gw.orgId, requestId))?.outcome, "in_flight", "the background completion failed too (disk full)");
       clock.advance(61_000);
-      assert.equal(await gw.app.sweepReservations(), 1);
+      assert.deepEqual(await gw.app.sweepBooks(), { abandoned: 1, expired: 0 });
       assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), { available: GRANT, reserved: 0, spent: 0, granted: GRANT });
       assert.equal((await gw.store.getReservation(requestId))?.status, "expired");
-      assert.equal((await allUsage(gw.store, gw.orgId)).filter((r) => r.outcome === "succeeded").length, 0);
+      assert.deepEqual((await allUsage(gw.store, gw.orgId)).map((r) => r.outcome), ["gateway_error"]);
       const ok = await gw.decide(sampleRequest({ state: { after: true } }));
       assert.equal(ok.status, 200, await ok.text());
     } finally {

@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { createServer, connect, type Server, type Socket } from "node:net";
 import { describe, test } from "node:test";
 import { TypeSafeClient, choice, noul, score } from "@typesafe-ai/sdk";
+import { FixedClock } from "../../src/gateway/clock.ts";
+import type { SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
 import { errorBody, json } from "../support/contract-check.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
 
@@ -101,6 +103,59 @@ describe("Idempotency-Key", () => {
       const retried = await gw.decide(failing, { "idempotency-key": "k2" });
       assert.equal(retried.status, 502, "the failed attempt released its key: the retry ran again instead of 409 or a replay");
       assert.equal(gw.fake!.calls.decide, 3);
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test("a response too large to keep (over 64 KiB) is not replayed: the retry gets 409 naming the request, and is not run again", async () => {
+    const gw = await startGateway({ env: PAID, fake: { maxInputTokens: 1_000_000 } });
+    try {
+      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 10_000_000, nowMs: Date.now() });
+      const options = Object.fromEntries(Array.from({ length: 255 }, (_, i) => [`option_number_${i}`, null]));
+      const questions = Object.fromEntries(Array.from({ length: 32 }, (_, i) => [`q${i}`, { type: "choice", criteria: options }]));
+      const big = { state: "large answers", questions };
+      const key = { "idempotency-key": "big-1" };
+      const first = await gw.decide(big, key);
+      const text = await first.text();
+      assert.equal(first.status, 200, text.slice(0, 300));
+      assert.ok(Buffer.byteLength(text) > 65_536, `the response is ${Buffer.byteLength(text)} bytes`);
+      const firstId = first.headers.get("x-service-request-id")!;
+      const retry = await gw.decide(big, key);
+      const body = await errorBody(retry, 409);
+      assert.match(body.detail, new RegExp(`already succeeded \\(request_id ${firstId}\\).*too large to keep`));
+      assert.equal(gw.fake!.calls.decide, 1, "not run again");
+      const balance = await gw.store.getBalance(gw.orgId);
+      assert.equal(balance.spent, JSON.parse(text).usage.cost_microusd, "charged once");
+      // A small response under the same rules is kept and replayed.
+      const small = await gw.decide(sampleRequest(), { "idempotency-key": "small-1" });
+      const again = await gw.decide(sampleRequest(), { "idempotency-key": "small-1" });
+      assert.equal(again.headers.get("idempotent-replayed"), "true");
+      assert.equal(await again.text(), await small.text());
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test("the purge deletes expired idempotency entries and preview counters older than three days, nothing else", async () => {
+    const clock = new FixedClock(Date.parse("2026-11-20T12:00:00Z"));
+    const gw = await startGateway({ clock });
+    try {
+      const db = (gw.store as SqliteStore).db;
+      const count = (table: string) => (db.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
+      assert.equal((await gw.decide(sampleRequest(), { "idempotency-key": "old" })).status, 200);
+      clock.set(Date.parse("2026-11-21T13:00:00Z"));
+      assert.equal((await gw.decide(sampleRequest(), { "idempotency-key": "newer" })).status, 200);
+      clock.set(Date.parse("2026-11-24T12:30:00Z"));
+      assert.equal((await gw.decide(sampleRequest(), { "idempotency-key": "fresh" })).status, 200);
+      assert.equal(count("idempotency_keys"), 3);
+      assert.deepEqual(db.prepare("SELECT DISTINCT day FROM preview_counters ORDER BY day").pluck().all(), ["2026-11-20", "2026-11-21", "2026-11-24"]);
+      // 2026-11-24: "old" and "newer" are past their 24 hours; counters of days before 2026-11-21 go.
+      assert.deepEqual(await gw.app.purgeBooks(), { idempotencyKeys: 2, previewCounters: 2 });
+      assert.deepEqual(db.prepare("SELECT key FROM idempotency_keys").pluck().all(), ["fresh"]);
+      assert.deepEqual(db.prepare("SELECT DISTINCT day FROM preview_counters ORDER BY day").pluck().all(), ["2026-11-21", "2026-11-24"]);
+      assert.deepEqual(await gw.app.purgeBooks(), { idempotencyKeys: 0, previewCounters: 0 });
+      assert.equal((await gw.store.listUsage(gw.orgId, { limit: 10 })).records.length, 3, "usage history is kept");
     } finally {
       await gw.close();
     }

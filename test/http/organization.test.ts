@@ -3,33 +3,15 @@ import { describe, test } from "node:test";
 import { OrganizationResponse, UsageSummaryResponse, type UsageDay } from "../../src/contract/organization.ts";
 import { compileSchema } from "../../src/contract/validation.ts";
 import { FixedClock } from "../../src/gateway/clock.ts";
-import type { UsageRecord } from "../../src/store/store.ts";
 import { errorBody, json } from "../support/contract-check.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
+import { finalRecord, type SeedRecord, seedUsage } from "../support/usage-fixtures.ts";
 
 const validOrg = compileSchema<OrganizationResponse>(OrganizationResponse);
 const validSummary = compileSchema<UsageSummaryResponse>(UsageSummaryResponse);
 
-function usageRecord(orgId: string, keyId: string, requestId: string, createdAtMs: number, extra: Partial<UsageRecord> = {}): UsageRecord {
-  return {
-    requestId,
-    orgId,
-    keyId,
-    createdAtMs,
-    source: "api",
-    model: "fake-small",
-    mode: "preview",
-    outcome: "succeeded",
-    httpStatus: 200,
-    inputTokens: 10,
-    outputTokens: 1,
-    costMicrousd: 0,
-    latencyMs: 1,
-    gatewayLatencyMs: 1,
-    errorDetail: null,
-    overReservation: false,
-    ...extra,
-  };
+function usageRecord(orgId: string, keyId: string, requestId: string, createdAtMs: number, extra: Partial<SeedRecord> = {}): SeedRecord {
+  return finalRecord({ requestId, orgId, keyId, createdAtMs, ...extra });
 }
 
 describe("GET /v1/organization", () => {
@@ -114,12 +96,12 @@ describe("GET /v1/usage/summary", () => {
     try {
       const other = await gw.newOrg("other-org");
       // Nov 18: two successes; Nov 20: one success and one model error; Nov 17 (out of a 3-day window): one.
-      await gw.store.insertUsage(usageRecord(gw.orgId, gw.keyId, "req_old", Date.parse("2026-11-17T23:59:59.999Z")));
+      await seedUsage(gw.store, [usageRecord(gw.orgId, gw.keyId, "req_old", Date.parse("2026-11-17T23:59:59.999Z"))]);
       for (let i = 0; i < 2; i++) await (await gw.decide(sampleRequest())).text();
       clock.set(Date.parse("2026-11-20T00:00:00Z"));
       await (await gw.decide(sampleRequest())).text();
       await (await gw.decide(sampleRequest({ state: { fake_behavior: "status:500" } }))).text();
-      await gw.store.insertUsage(usageRecord(other.orgId, other.keyId, "req_other", Date.parse("2026-11-20T01:00:00Z")));
+      await seedUsage(gw.store, [usageRecord(other.orgId, other.keyId, "req_other", Date.parse("2026-11-20T01:00:00Z"))]);
       clock.set(Date.parse("2026-11-20T23:59:59Z"));
 
       const body = await json(await gw.get("/v1/usage/summary?days=3"));
@@ -176,7 +158,7 @@ describe("GET /v1/usage/summary", () => {
     const gw = await startGateway({ clock });
     try {
       const now = clock.nowMs();
-      for (let i = 0; i < 10_005; i++) await gw.store.insertUsage(usageRecord(gw.orgId, gw.keyId, `req_bulk${i}`, now - i * 1000));
+      for (let i = 0; i < 10_005; i++) await seedUsage(gw.store, [usageRecord(gw.orgId, gw.keyId, `req_bulk${i}`, now - i * 1000)]);
       const body = await json(await gw.get("/v1/usage/summary?days=2"));
       assert.ok(validSummary(body), JSON.stringify(validSummary.errors));
       assert.equal(body.truncated, true);
@@ -184,7 +166,7 @@ describe("GET /v1/usage/summary", () => {
 
       // Exactly the bound is not truncated.
       const other = await gw.newOrg("exact");
-      for (let i = 0; i < 10_000; i++) await gw.store.insertUsage(usageRecord(other.orgId, other.keyId, `req_exact${i}`, now - i * 1000));
+      for (let i = 0; i < 10_000; i++) await seedUsage(gw.store, [usageRecord(other.orgId, other.keyId, `req_exact${i}`, now - i * 1000)]);
       const exact = await json(await fetch(`${gw.url}/v1/usage/summary?days=2`, { headers: { authorization: `Bearer ${other.key}` } }));
       assert.equal(exact.days.reduce((s: number, d: { requests: number }) => s + d.requests, 0), 10_000);
       assert.equal(exact.truncated, false);

@@ -136,16 +136,39 @@ describe("paid mode", () => {
     }
   });
 
-  test("the sweep returns the funds of reservations left pending", async () => {
+  test("the sweep completes a request left in flight (a crash after admission): nothing charged, a final record", async () => {
     const clock = new FixedClock(Date.parse("2026-11-26T10:00:00Z"));
     const gw = await startGateway({ clock, env: PAID });
     try {
       await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 3000, nowMs: clock.nowMs() });
-      await gw.store.reserveCredits({ reservationId: "stuck", orgId: gw.orgId, requestId: "stuck", amountMicrousd: 1000, nowMs: clock.nowMs(), expiresAtMs: clock.nowMs() + 120_000 });
-      assert.equal(await gw.app.sweepReservations(), 0);
+      const admitted = await gw.store.commitBatch({
+        admissions: [
+          {
+            requestId: "req_stuck",
+            orgId: gw.orgId,
+            keyId: gw.keyId,
+            source: "api",
+            model: "fake-small",
+            mode: "paid",
+            nowMs: clock.nowMs(),
+            idempotency: null,
+            quota: null,
+            reservation: { amountMicrousd: 1000, expiresAtMs: clock.nowMs() + 120_000 },
+          },
+        ],
+        completions: [],
+      });
+      assert.deepEqual(admitted.admissions, [{ kind: "admitted" }]);
+      assert.equal((await gw.store.getUsage(gw.orgId, "req_stuck"))?.outcome, "in_flight");
       clock.advance(120_000);
-      assert.equal(await gw.app.sweepReservations(), 1);
+      assert.deepEqual(await gw.app.sweepBooks(), { abandoned: 0, expired: 0 }, "in flight for exactly the TTL: not yet");
+      clock.advance(1);
+      assert.deepEqual(await gw.app.sweepBooks(), { abandoned: 1, expired: 0 });
       assert.deepEqual(await gw.store.getBalance(gw.orgId), { available: 3000, reserved: 0, spent: 0, granted: 3000 });
+      assert.equal((await gw.store.getReservation("req_stuck"))?.status, "expired");
+      const record = await gw.store.getUsage(gw.orgId, "req_stuck");
+      assert.deepEqual([record?.outcome, record?.httpStatus, record?.costMicrousd, record?.completedAtMs], ["gateway_error", null, 0, clock.nowMs()]);
+      assert.deepEqual(await gw.app.sweepBooks(), { abandoned: 0, expired: 0 });
     } finally {
       await gw.close();
     }

@@ -37,6 +37,31 @@ describe("usage history", () => {
     }
   });
 
+  test("a request still running is found in flight (no status yet), then final once answered", async () => {
+    const gw = await startGateway({ env: { TDS_REQUESTS_PER_MINUTE: "1000" } });
+    try {
+      // The fake model server answers this one after 1.5 s.
+      const pending = gw.decide(sampleRequest({ state: { fake_behavior: "delay:1500" } }));
+      let running: Record<string, unknown> | undefined;
+      for (let i = 0; i < 200 && !running; i++) {
+        const page = await json(await gw.get("/v1/usage?outcome=in_flight"));
+        running = page.data[0];
+        if (!running) await new Promise((r) => setTimeout(r, 10));
+      }
+      assert.ok(running, "listed in flight while the model works");
+      const record = await json(await gw.get(`/v1/usage/${running.request_id}`));
+      assert.ok(validRecord(record), JSON.stringify(validRecord.errors));
+      assert.deepEqual([record.outcome, record.http_status, record.completed_at, record.cost_microusd], ["in_flight", null, null, 0]);
+      const decision = await json(await pending);
+      assert.equal(decision.request_id, running.request_id);
+      const final = await json(await gw.get(`/v1/usage/${decision.request_id}`));
+      assert.deepEqual([final.outcome, final.http_status], ["succeeded", 200]);
+      assert.ok(Date.parse(final.completed_at) >= Date.parse(final.created_at));
+    } finally {
+      await gw.close();
+    }
+  });
+
   test("newest first, cursor paging, outcome and time filters", async () => {
     const clock = new FixedClock(Date.parse("2026-11-20T00:00:00Z"));
     const gw = await startGateway({ clock, env: { TDS_REQUESTS_PER_MINUTE: "1000", TDS_MODEL_TIMEOUT_MS: "300" } });

@@ -21,19 +21,28 @@ import { runCli } from "../../src/cli/cli.ts";
 import { hashApiKey } from "../../src/gateway/api-keys.ts";
 import { isPostgresUrl, migrationReportOf, openStore } from "../../src/store/open-store.ts";
 import { connectionSettings, parseBigint } from "../../src/store/postgres/postgres-connection.ts";
-import { DUE_RESERVATIONS_SQL } from "../../src/store/postgres/postgres-credits.ts";
 import { MIGRATION_LOCK_KEY, POSTGRES_MIGRATIONS_DIR, readPostgresMigrations } from "../../src/store/postgres/postgres-migrations.ts";
 import { openPostgresStore, type PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres/postgres-store.ts";
 import { postgresUsageListQuery } from "../../src/store/postgres/postgres-usage.ts";
+import type { AdmitCommand, AdmitResult, CompleteResult } from "../../src/store/store.ts";
 import { encodeUsageCursor } from "../../src/store/usage-cursor.ts";
 import { isStoreUnavailable, StoreInputError } from "../../src/store/store-errors.ts";
-import { checkBalanceInvariants, describeStoreContract, usageRecord } from "./store-contract.ts";
+import { admission, checkBalanceInvariants, completion, describeStoreContract, recordUsage, usageRecord } from "./store-contract.ts";
 
 const BASE_URL = process.env.TDS_TEST_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SKIP = process.env.TDS_SKIP_POSTGRES === "1";
 const T0 = 1_767_225_600_000;
 const HOUR = 3_600_000;
 const MIGRATION_COUNT = readPostgresMigrations().length;
+
+/** A paid admission: its reservation's id is the request id. */
+function paidAdmission(requestId: string, orgId: string, amount: number, nowMs = T0, expiresAtMs = T0 + HOUR): AdmitCommand {
+  return admission({ requestId, orgId, nowMs, reservation: { amountMicrousd: amount, expiresAtMs } });
+}
+
+async function admitOne(store: PostgresStore, command: AdmitCommand): Promise<AdmitResult> {
+  return (await store.commitBatch({ admissions: [command], completions: [] })).admissions[0]!;
+}
 
 /** The URL with another database name. */
 function databaseUrl(database: string): string {
@@ -277,7 +286,7 @@ function definePostgresTests(): void {
         await locker.query("SELECT * FROM org_balances WHERE org_id = 'org_1' FOR UPDATE");
         const started = Date.now();
         await assert.rejects(
-          store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 10, nowMs: T0, expiresAtMs: T0 + HOUR }),
+          admitOne(store, paidAdmission("r1", "org_1", 10)),
           (err: { code?: string }) => err.code === "57014",
         );
         assert.ok(Date.now() - started < 3000);
@@ -287,7 +296,7 @@ function definePostgresTests(): void {
       }
       assertPoolIdle(store);
       assert.equal(await store.getReservation("r1"), null);
-      assert.equal(await store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 10, nowMs: T0, expiresAtMs: T0 + HOUR }), "reserved");
+      assert.deepEqual(await admitOne(store, paidAdmission("r1", "org_1", 10)), { kind: "admitted" });
       await checkBalanceInvariants(store, "org_1");
       const states = (await admin.query<{ state: string }>("SELECT state FROM pg_stat_activity WHERE application_name = $1", [app])).rows.map((r) => r.state);
       assert.ok(states.length > 0 && states.every((state) => state === "idle"), `no transaction left open: ${states.join(", ")}`);
@@ -309,7 +318,7 @@ function definePostgresTests(): void {
         // Immediately, before the pool may have noticed.
         for (let i = 0; i < 3; i++) {
           try {
-            await store.reserveCredits({ reservationId: `r${round}_${i}`, orgId: "org_1", requestId: `q${round}_${i}`, amountMicrousd: 1, nowMs: T0, expiresAtMs: T0 + HOUR });
+            await admitOne(store, paidAdmission(`r${round}_${i}`, "org_1", 1));
             seen.push("ok");
           } catch (err) {
             const code = (err as { code?: string }).code;
@@ -338,7 +347,7 @@ function definePostgresTests(): void {
       try {
         await locker.query("BEGIN");
         await locker.query("SELECT * FROM org_balances WHERE org_id = 'org_1' FOR UPDATE");
-        const call = store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 10, nowMs: T0, expiresAtMs: T0 + HOUR });
+        const call = admitOne(store, paidAdmission("r1", "org_1", 10));
         const failed = assert.rejects(call, (err) => {
           assert.equal((err as { code?: string }).code, "57P01");
           assert.equal(isStoreUnavailable(err), true);
@@ -356,7 +365,7 @@ function definePostgresTests(): void {
       assertPoolIdle(store);
       assert.deepEqual(await store.getBalance("org_1"), before);
       assert.equal(await store.getReservation("r1"), null);
-      assert.equal(await store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 10, nowMs: T0, expiresAtMs: T0 + HOUR }), "reserved");
+      assert.deepEqual(await admitOne(store, paidAdmission("r1", "org_1", 10)), { kind: "admitted" });
       await checkBalanceInvariants(store, "org_1");
       assertPoolIdle(store);
       await store.close();
@@ -398,7 +407,7 @@ function definePostgresTests(): void {
         try {
           await locker.query("BEGIN");
           await locker.query("SELECT * FROM org_balances WHERE org_id = 'org_1' FOR UPDATE");
-          const call = store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 10, nowMs: T0, expiresAtMs: T0 + HOUR });
+          const call = admitOne(store, paidAdmission("r1", "org_1", 10));
           const failed = assert.rejects(call, /Connection terminated unexpectedly/);
           await waitFor("the reservation to wait for the row lock", async () =>
             (await admin.query("SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [app])).rowCount ? true : undefined,
@@ -416,7 +425,7 @@ function definePostgresTests(): void {
         );
         assert.deepEqual(await store.getBalance("org_1"), before);
         assert.equal(await store.getReservation("r1"), null);
-        assert.equal(await store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 10, nowMs: T0, expiresAtMs: T0 + HOUR }), "reserved");
+        assert.deepEqual(await admitOne(store, paidAdmission("r1", "org_1", 10)), { kind: "admitted" });
         await checkBalanceInvariants(store, "org_1");
         assertPoolIdle(store);
         await store.close();
@@ -461,6 +470,74 @@ function definePostgresTests(): void {
       assert.deepEqual(postgres.map((m) => m.version), postgres.map((_, i) => i + 1));
       const sqliteDir = join(POSTGRES_MIGRATIONS_DIR, "..", "sqlite");
       assert.deepEqual(postgres.map((m) => m.file), readdirSync(sqliteDir).filter((f) => f.endsWith(".sql")).sort());
+    });
+
+    it("003 keeps the rows of a database made by 001 and 002: usage records become final at their creation time", async () => {
+      const dir = mkdtempSync(join(tmpdir(), "tds-pg-migrations-"));
+      tempDirs.push(dir);
+      for (const file of ["001_initial.sql", "002_credits_quotas_idempotency.sql"]) copyFileSync(join(POSTGRES_MIGRATIONS_DIR, file), join(dir, file));
+      const { schema, url } = await freshSchema();
+      const old = await open(url, { migrationsDir: dir });
+      assert.deepEqual(old.migrations.applied.map((m) => m.version), [1, 2]);
+      await old.close();
+      const client = await rawClient(schemaUrl(schema));
+      try {
+        await client.query(`
+          INSERT INTO organizations (id, name, paused, created_at_ms) VALUES ('org_1', 'Acme', false, 1);
+          INSERT INTO org_balances (org_id, available, reserved, spent, granted) VALUES ('org_1', 700, 250, 50, 1000);
+          INSERT INTO reservations (id, org_id, request_id, amount_microusd, status, cost_microusd, created_at_ms, expires_at_ms, resolved_at_ms) VALUES
+            ('res_old', 'org_1', 'req_old', 100, 'settled', 50, ${T0}, ${T0 + HOUR}, ${T0 + 1000}),
+            ('res_legacy', 'org_1', 'req_legacy', 250, 'pending', NULL, ${T0}, ${T0 + 10}, NULL);
+          INSERT INTO ledger_entries (org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms, note) VALUES
+            ('org_1', 'grant', NULL, 1000, 0, 0, 1000, 1, 'welcome'),
+            ('org_1', 'reserve', 'res_old', -100, 100, 0, 0, ${T0}, NULL),
+            ('org_1', 'reserve', 'res_legacy', -250, 250, 0, 0, ${T0}, NULL),
+            ('org_1', 'settle', 'res_old', 50, -100, 50, 0, ${T0 + 1000}, NULL);
+          INSERT INTO usage_records (request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens, output_tokens,
+            cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation) VALUES
+            ('req_old', 'org_1', 'k1', ${T0 + 5}, 'api', 'jev-1', 'paid', 'succeeded', 200, 120, 7, 50, 12.5, 14.25, NULL, true),
+            ('req_err', 'org_1', 'k1', ${T0 + 7}, 'playground', 'jev-1', 'preview', 'model_error', 502, 0, 0, 0, NULL, 3.5, 'model timed out', false);
+          INSERT INTO idempotency_keys (org_id, key, request_hash, request_id, state, response_status, response_body, response_request_id, lock_until_ms, expires_at_ms) VALUES
+            ('org_1', 'k-old', 'h', 'req_old', 'completed', 200, '{"ok":true}', 'req_old', ${T0 + 60_000}, ${T0 + 24 * HOUR}),
+            ('org_1', 'k-running', 'h', 'req_legacy', 'in_progress', NULL, NULL, NULL, ${T0 + 60_000}, ${T0 + 24 * HOUR});
+          INSERT INTO preview_counters (scope, day, count) VALUES ('org_1', '2026-01-01', 3), ('*', '2026-01-01', 3);
+        `);
+      } finally {
+        await client.end();
+      }
+      const store = await open(url);
+      assert.deepEqual(store.migrations.applied, [{ version: 3, name: "two_step_bookkeeping" }]);
+      const success = usageRecord({ requestId: "req_old", orgId: "org_1", keyId: "k1", createdAtMs: T0 + 5, completedAtMs: T0 + 5, costMicrousd: 50, overReservation: true });
+      const failure = usageRecord({
+        requestId: "req_err",
+        orgId: "org_1",
+        keyId: "k1",
+        createdAtMs: T0 + 7,
+        completedAtMs: T0 + 7,
+        source: "playground",
+        mode: "preview",
+        outcome: "model_error",
+        inputTokens: 0,
+        outputTokens: 0,
+        latencyMs: null,
+        gatewayLatencyMs: 3.5,
+        errorDetail: "model timed out",
+      });
+      assert.deepEqual((await store.listUsage("org_1", { limit: 10 })).records, [failure, success]);
+      assert.deepEqual(await store.previewUsage("org_1", "2026-01-01"), { org: 3, global: 3 });
+      assert.deepEqual(await checkBalanceInvariants(store, "org_1"), { available: 700, reserved: 250, spent: 50, granted: 1000 });
+      const idem = (key: string) => ({ key, requestHash: "h", lockUntilMs: T0 + 200, expiresAtMs: T0 + 24 * HOUR });
+      assert.deepEqual(
+        await store.commitBatch({
+          admissions: [admission({ requestId: "req_new1", orgId: "org_1", nowMs: T0 + 100, idempotency: idem("k-old") }), admission({ requestId: "req_new2", orgId: "org_1", nowMs: T0 + 100, idempotency: idem("k-running") })],
+          completions: [],
+        }),
+        { admissions: [{ kind: "replay", response: { status: 200, body: '{"ok":true}', requestId: "req_old" } }, { kind: "idempotency_in_progress" }], completions: [] },
+      );
+      // The old design wrote no record for a request in flight: its pending reservation is expired by the sweep.
+      assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 10 }), { abandoned: 0, expired: 1 });
+      assert.deepEqual(await checkBalanceInvariants(store, "org_1"), { available: 950, reserved: 0, spent: 50, granted: 1000 });
+      await store.close();
     });
 
     it("applies a slow migration exactly once when 4 stores open the same fresh database at once", async () => {
@@ -549,64 +626,75 @@ function definePostgresTests(): void {
   describe("PostgreSQL store: concurrent instances", () => {
     it("reservations from several pools on one balance never overdraw it: exactly floor(balance / amount) succeed", async () => {
       const { url } = await freshDatabase();
-      const stores = await Promise.all(Array.from({ length: 4 }, () => open(url, { poolSize: 4 })));
+      const stores = await Promise.all(Array.from({ length: 8 }, () => open(url, { poolSize: 3 })));
       await stores[0]!.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
-      await stores[0]!.grantCredits({ orgId: "org_1", amountMicrousd: 1000, nowMs: T0 });
-      // 4 stores × 4 workers × 40 attempts of 7 for 1000: exactly floor(1000 / 7) = 142 can succeed.
+      await stores[0]!.grantCredits({ orgId: "org_1", amountMicrousd: 10_000, nowMs: T0 });
+      // 8 stores × 2 workers × 5 batches of 25 admissions of 7 for 10,000: exactly floor(10000 / 7) = 1428 can succeed.
       const perStore = await Promise.all(
         stores.map(async (store, s) => {
-          let reserved = 0;
+          let admitted = 0;
           await Promise.all(
-            Array.from({ length: 4 }, async (_, w) => {
-              for (let i = 0; i < 40; i++) {
-                const id = `s${s}_w${w}_${i}`;
-                if ((await store.reserveCredits({ reservationId: id, orgId: "org_1", requestId: id, amountMicrousd: 7, nowMs: T0, expiresAtMs: T0 + HOUR })) === "reserved") reserved++;
+            Array.from({ length: 2 }, async (_, w) => {
+              for (let b = 0; b < 5; b++) {
+                const batch = Array.from({ length: 25 }, (_, i) => paidAdmission(`s${s}_w${w}_b${b}_${i}`, "org_1", 7));
+                for (const result of (await store.commitBatch({ admissions: batch, completions: [] })).admissions) {
+                  if (result.kind === "admitted") admitted++;
+                  else assert.ok(result.kind === "insufficient_credits" && result.availableMicrousd >= 0 && result.availableMicrousd < 7, JSON.stringify(result));
+                }
               }
             }),
           );
-          return reserved;
+          return admitted;
         }),
       );
-      assert.equal(perStore.reduce((a, b) => a + b, 0), 142, `reserved per store: ${perStore.join(", ")}`);
+      assert.equal(perStore.reduce((a, b) => a + b, 0), 1428, `admitted per store: ${perStore.join(", ")}`);
       assert.ok(perStore.filter((n) => n > 0).length >= 2, `the stores overlapped: ${perStore.join(", ")}`);
-      assert.deepEqual(await checkBalanceInvariants(stores[1]!, "org_1"), { available: 1000 - 142 * 7, reserved: 142 * 7, spent: 0, granted: 1000 });
+      assert.deepEqual(await checkBalanceInvariants(stores[1]!, "org_1"), { available: 10_000 - 1428 * 7, reserved: 1428 * 7, spent: 0, granted: 10_000 });
       const pending = (await stores[2]!.pool.query("SELECT count(*)::int AS n, sum(amount_microusd)::bigint AS total FROM reservations WHERE status = 'pending'")).rows[0];
-      assert.deepEqual(pending, { n: 142, total: 994 });
+      assert.deepEqual(pending, { n: 1428, total: 9996 });
+      assert.deepEqual((await stores[3]!.pool.query("SELECT outcome, count(*)::int AS n FROM usage_records GROUP BY outcome")).rows, [{ outcome: "in_flight", n: 1428 }]);
       for (const s of stores) assertPoolIdle(s);
       await Promise.all(stores.map((s) => s.close()));
     });
 
-    it("two sweeps at once expire each reservation exactly once", async () => {
+    it("two sweeps at once complete each abandoned request and expire each due reservation exactly once", async () => {
       const { url } = await freshDatabase();
       const [a, b] = await Promise.all([open(url, { poolSize: 3 }), open(url, { poolSize: 3 })]);
-      for (const orgId of ["org_1", "org_2", "org_3"]) {
+      const orgIds = ["org_1", "org_2", "org_3"];
+      for (const orgId of orgIds) {
         await a.createOrganization({ id: orgId, name: orgId, nowMs: T0 });
         await a.grantCredits({ orgId, amountMicrousd: 1_000_000, nowMs: T0 });
       }
       const COUNT = 300;
-      const ids = Array.from({ length: COUNT }, (_, i) => `r${i}`);
-      for (let i = 0; i < COUNT; i += 30) {
-        await Promise.all(
-          ids.slice(i, i + 30).map((id, j) =>
-            a.reserveCredits({ reservationId: id, orgId: `org_${((i + j) % 3) + 1}`, requestId: `q_${id}`, amountMicrousd: 100 + ((i + j) % 7), nowMs: T0, expiresAtMs: T0 + 10 + ((i + j) % 5) }),
-          ),
-        );
+      const requests = Array.from({ length: COUNT }, (_, i) => ({ id: `r${i}`, orgId: orgIds[i % 3]! }));
+      for (let i = 0; i < COUNT; i += 50) {
+        const batch = requests.slice(i, i + 50).map((r, j) => paidAdmission(r.id, r.orgId, 100 + ((i + j) % 7), T0, T0 + 10 + ((i + j) % 5)));
+        assert.ok((await a.commitBatch({ admissions: batch, completions: [] })).admissions.every((x) => x.kind === "admitted"));
       }
+      // The odd ones complete without releasing their reservation: no longer in flight, their reservation pending and due.
+      const odd = requests.filter((_, i) => i % 2 === 1);
+      await a.commitBatch({ admissions: [], completions: odd.map((r) => completion({ requestId: r.id, orgId: r.orgId, nowMs: T0 + 1, outcome: "model_error", httpStatus: 502 })) });
       const sweep = async (store: PostgresStore) => {
-        let total = 0;
+        const total = { abandoned: 0, expired: 0 };
         for (;;) {
-          const n = await store.expireReservations({ nowMs: T0 + 100, limit: 15 });
-          if (n === 0) return total;
-          total += n;
+          const pass = await store.sweep({ nowMs: T0 + 100, inFlightBeforeMs: T0 + 100, limit: 15 });
+          if (pass.abandoned === 0 && pass.expired === 0) return total;
+          total.abandoned += pass.abandoned;
+          total.expired += pass.expired;
         }
       };
-      const counts = await Promise.all([sweep(a), sweep(b), sweep(a), sweep(b)]);
-      assert.equal(counts.reduce((x, y) => x + y, 0), COUNT, `expired per sweep: ${counts.join(", ")}`);
+      const passes = await Promise.all([sweep(a), sweep(b), sweep(a), sweep(b)]);
+      assert.equal(passes.reduce((sum, p) => sum + p.abandoned, 0), COUNT / 2, JSON.stringify(passes));
+      assert.equal(passes.reduce((sum, p) => sum + p.expired, 0), COUNT / 2, JSON.stringify(passes));
       const perReservation = (await a.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM ledger_entries WHERE kind = 'expire' GROUP BY reservation_id")).rows;
       assert.equal(perReservation.length, COUNT);
       assert.ok(perReservation.every((r) => r.n === 1), "one expire entry per reservation");
       assert.equal((await a.pool.query("SELECT 1 FROM reservations WHERE status <> 'expired'")).rowCount, 0);
-      for (const orgId of ["org_1", "org_2", "org_3"]) {
+      assert.deepEqual((await a.pool.query("SELECT outcome, count(*)::int AS n FROM usage_records GROUP BY outcome ORDER BY outcome")).rows, [
+        { outcome: "gateway_error", n: COUNT / 2 },
+        { outcome: "model_error", n: COUNT / 2 },
+      ]);
+      for (const orgId of orgIds) {
         assert.deepEqual(await checkBalanceInvariants(b, orgId), { available: 1_000_000, reserved: 0, spent: 0, granted: 1_000_000 });
       }
       assertPoolIdle(a);
@@ -614,32 +702,37 @@ function definePostgresTests(): void {
       await Promise.all([a.close(), b.close()]);
     });
 
-    it("the sweep skips reservations another transaction holds instead of waiting for them", async () => {
+    it("the sweep skips rows another transaction holds instead of waiting for them", async () => {
       const { schema, url } = await freshSchema();
       const store = await open(url);
       await store.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
       await store.grantCredits({ orgId: "org_1", amountMicrousd: 10_000, nowMs: T0 });
-      for (let i = 0; i < 10; i++) {
-        await store.reserveCredits({ reservationId: `r${i}`, orgId: "org_1", requestId: `q${i}`, amountMicrousd: 100, nowMs: T0, expiresAtMs: T0 + 10 });
-      }
+      const ids = (prefix: string) => Array.from({ length: 10 }, (_, i) => `${prefix}${i}`);
+      await store.commitBatch({ admissions: [...ids("q"), ...ids("d")].map((id) => paidAdmission(id, "org_1", 100, T0, T0 + 10)), completions: [] });
+      // d0…d9 are no longer in flight but keep their reservations (due at T0 + 10); q0…q9 stay in flight.
+      await store.commitBatch({ admissions: [], completions: ids("d").map((id) => completion({ requestId: id, orgId: "org_1", nowMs: T0 + 1 })) });
       const locker = await rawClient(schemaUrl(schema));
       try {
         await locker.query("BEGIN");
-        await locker.query("SELECT id FROM reservations WHERE id IN ('r2', 'r7') FOR UPDATE");
+        // As a completion of q2 and q7 does: their usage rows, then their reservations; and two due reservations.
+        await locker.query("SELECT 1 FROM usage_records WHERE request_id IN ('q2', 'q7') FOR UPDATE");
+        await locker.query("SELECT 1 FROM reservations WHERE id IN ('q2', 'q7', 'd3', 'd5') FOR UPDATE");
         const started = Date.now();
-        assert.equal(await store.expireReservations({ nowMs: T0 + 10, limit: 100 }), 8);
+        assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 100 }), { abandoned: 8, expired: 8 });
         assert.ok(Date.now() - started < 2000, "did not wait for the locked rows");
         await locker.query("COMMIT");
       } finally {
         await locker.end();
       }
-      assert.equal(await store.expireReservations({ nowMs: T0 + 10, limit: 100 }), 2);
-      assert.equal((await store.getReservation("r7"))?.status, "expired");
-      await checkBalanceInvariants(store, "org_1");
+      assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 100 }), { abandoned: 2, expired: 2 });
+      assert.equal((await store.getUsage("org_1", "q7"))?.outcome, "gateway_error");
+      assert.equal((await store.getReservation("q7"))?.status, "expired");
+      assert.equal((await store.getReservation("d5"))?.status, "expired");
+      assert.deepEqual(await checkBalanceInvariants(store, "org_1"), { available: 10_000, reserved: 0, spent: 0, granted: 10_000 });
       await store.close();
     });
 
-    it("settles racing the sweeps of two instances resolve each reservation exactly once", async () => {
+    it("completions racing the sweeps of two instances resolve each reservation exactly once", async () => {
       const { url } = await freshDatabase();
       const [a, b] = await Promise.all([open(url, { poolSize: 4 }), open(url, { poolSize: 4 })]);
       await a.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
@@ -648,55 +741,91 @@ function definePostgresTests(): void {
       await a.grantCredits({ orgId: "org_2", amountMicrousd: 1_000_000, nowMs: T0 });
       const COUNT = 120;
       const orgOf = (i: number) => `org_${(i % 2) + 1}`;
-      await Promise.all(
-        Array.from({ length: COUNT }, (_, i) => a.reserveCredits({ reservationId: `r${i}`, orgId: orgOf(i), requestId: `q${i}`, amountMicrousd: 500, nowMs: T0, expiresAtMs: T0 + 10 })),
-      );
-      const settle = async (store: PostgresStore, from: number) => {
-        const results: string[] = [];
-        for (let i = from; i < COUNT; i += 2) {
-          results.push(await store.settleReservation({ reservationId: `r${i}`, costMicrousd: 200, nowMs: T0 + 5, usage: usageRecord({ requestId: `q${i}`, orgId: orgOf(i) }) }));
+      await a.commitBatch({ admissions: Array.from({ length: COUNT }, (_, i) => paidAdmission(`q${i}`, orgOf(i), 500, T0, T0 + 10)), completions: [] });
+      const complete = async (store: PostgresStore, from: number) => {
+        const results: CompleteResult[] = [];
+        for (let i = from; i < COUNT; i += 20) {
+          const batch = Array.from({ length: 10 }, (_, j) => i + 2 * j).map((k) => completion({ requestId: `q${k}`, orgId: orgOf(k), nowMs: T0 + 5, costMicrousd: 200, reserved: true }));
+          results.push(...(await store.commitBatch({ admissions: [], completions: batch })).completions);
         }
         return results;
       };
       const sweep = async (store: PostgresStore) => {
-        let total = 0;
-        for (let round = 0; round < 40; round++) total += await store.expireReservations({ nowMs: T0 + 10, limit: 3 });
-        return total;
+        let abandoned = 0;
+        for (let round = 0; round < 30; round++) {
+          const pass = await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 3 });
+          assert.equal(pass.expired, 0, "a request in flight keeps its reservation out of the due ones");
+          abandoned += pass.abandoned;
+        }
+        return abandoned;
       };
-      const [settledA, settledB, expiredA, expiredB] = await Promise.all([settle(a, 0), settle(b, 1), sweep(b), sweep(a)]);
-      const settled = [...settledA, ...settledB].filter((r) => r === "settled").length;
-      const notPending = [...settledA, ...settledB].filter((r) => r === "not_pending").length;
-      assert.equal(settled + notPending, COUNT);
-      const leftover = await a.expireReservations({ nowMs: T0 + 10, limit: 1000 });
-      assert.equal(settled + expiredA + expiredB + leftover, COUNT, `settled ${settled}, expired ${expiredA} + ${expiredB} + ${leftover}`);
-      const entries = (await a.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM ledger_entries WHERE kind IN ('settle', 'expire') GROUP BY reservation_id")).rows;
+      const [doneA, doneB, sweptA, sweptB] = await Promise.all([complete(a, 0), complete(b, 1), sweep(b), sweep(a)]);
+      const results = [...doneA, ...doneB];
+      assert.equal(results.length, COUNT);
+      const completed = results.filter((r) => r.kind === "completed").length;
+      assert.equal(results.filter((r) => r.kind === "not_in_flight").length, COUNT - completed);
+      const leftover = await a.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 1000 });
+      assert.deepEqual(leftover, { abandoned: 0, expired: 0 }, "every request was completed or swept");
+      assert.equal(completed + sweptA + sweptB, COUNT, `completed ${completed}, swept ${sweptA} + ${sweptB}`);
+      const entries = (await a.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM ledger_entries WHERE kind IN ('settle', 'release', 'expire') GROUP BY reservation_id")).rows;
       assert.equal(entries.length, COUNT);
       assert.ok(entries.every((r) => r.n === 1), "each reservation resolved once");
-      assert.equal((await a.pool.query("SELECT 1 FROM usage_records")).rowCount, settled, "a usage record for each settle, none for the expired");
+      const outcomes = (await a.pool.query<{ outcome: string; n: number }>("SELECT outcome, count(*)::int AS n FROM usage_records GROUP BY outcome")).rows;
+      assert.deepEqual(
+        Object.fromEntries(outcomes.map((r) => [r.outcome, r.n])),
+        Object.fromEntries(Object.entries({ succeeded: completed, gateway_error: COUNT - completed }).filter(([, n]) => n > 0)),
+      );
+      let spent = 0;
       for (const orgId of ["org_1", "org_2"]) {
         const balance = await checkBalanceInvariants(a, orgId);
         assert.equal(balance.reserved, 0);
+        spent += balance.spent;
       }
+      assert.equal(spent, 200 * completed);
       await Promise.all([a.close(), b.close()]);
     });
 
-    it("concurrent preview requests from two instances never exceed the organization's or the service's limit", async () => {
+    it("concurrent preview requests from several instances never exceed the organization's or the service's limit", async () => {
       const { url } = await freshSchema();
-      const [a, b] = await Promise.all([open(url, { poolSize: 4 }), open(url, { poolSize: 4 })]);
+      const stores = await Promise.all(Array.from({ length: 8 }, () => open(url, { poolSize: 2 })));
       const DAY = "2026-01-01";
-      // 3 organizations × 40 requests, 30 allowed each, 50 for the service: exactly 50 succeed.
-      const results = await Promise.all(
-        Array.from({ length: 120 }, (_, i) => (i % 2 ? a : b).consumePreviewQuota({ orgId: `org_${i % 3}`, day: DAY, orgLimit: 30, globalLimit: 50 })),
-      );
-      assert.equal(results.filter((r) => r === "ok").length, 50);
-      const usage = await Promise.all([0, 1, 2].map((i) => a.previewUsage(`org_${i}`, DAY)));
+      const preview = (requestId: string, orgId: string, orgLimit: number, globalLimit: number, day = DAY) => admission({ requestId, orgId, quota: { day, orgLimit, globalLimit } });
+      // 8 instances × a batch of 25: 3 organizations, 30 allowed each, 50 for the service: exactly 50 are admitted.
+      const results = (
+        await Promise.all(
+          stores.map(async (store, s) =>
+            (await store.commitBatch({ admissions: Array.from({ length: 25 }, (_, i) => preview(`p${s}_${i}`, `org_${(s + i) % 3}`, 30, 50)), completions: [] })).admissions,
+          ),
+        )
+      ).flat();
+      assert.equal(results.filter((r) => r.kind === "admitted").length, 50);
+      assert.equal(results.filter((r) => r.kind === "quota_exhausted" && r.scope === "global").length, 150);
+      const usage = await Promise.all([0, 1, 2].map((i) => stores[0]!.previewUsage(`org_${i}`, DAY)));
       assert.ok(usage.every((u) => u.global === 50 && u.org <= 30), JSON.stringify(usage));
       assert.equal(usage.reduce((sum, u) => sum + u.org, 0), 50);
-      // And an organization limit under contention.
-      const one = await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).consumePreviewQuota({ orgId: "org_x", day: "2026-01-02", orgLimit: 7, globalLimit: 1000 })));
-      assert.equal(one.filter((r) => r === "ok").length, 7);
-      assert.deepEqual(await b.previewUsage("org_x", "2026-01-02"), { org: 7, global: 7 });
-      await Promise.all([a.close(), b.close()]);
+      assert.deepEqual((await stores[1]!.pool.query("SELECT count(*)::int AS n FROM usage_records")).rows, [{ n: 50 }], "a usage record per counted request");
+      // And an organization limit under contention: 8 instances × 5 requests, 7 allowed.
+      const one = (
+        await Promise.all(
+          stores.map(async (store, s) =>
+            (await store.commitBatch({ admissions: Array.from({ length: 5 }, (_, i) => preview(`x${s}_${i}`, "org_x", 7, 1000, "2026-01-02")), completions: [] })).admissions,
+          ),
+        )
+      ).flat();
+      assert.equal(one.filter((r) => r.kind === "admitted").length, 7);
+      assert.deepEqual(await stores[2]!.previewUsage("org_x", "2026-01-02"), { org: 7, global: 7 });
+      await Promise.all(stores.map((s) => s.close()));
+    });
+
+    it("the first grants to an organization from several instances at once all count", async () => {
+      const { url } = await freshSchema();
+      const stores = await Promise.all(Array.from({ length: 4 }, () => open(url, { poolSize: 2 })));
+      const orgIds = Array.from({ length: 6 }, (_, i) => `org_${i}`);
+      for (const id of orgIds) await stores[0]!.createOrganization({ id, name: id, nowMs: T0 });
+      const grants = await Promise.allSettled(orgIds.flatMap((orgId) => Array.from({ length: 8 }, (_, i) => stores[i % 4]!.grantCredits({ orgId, amountMicrousd: 10, nowMs: T0 }))));
+      assert.deepEqual(grants.filter((g) => g.status === "rejected").map((g) => String(g.reason)), []);
+      for (const orgId of orgIds) assert.deepEqual(await checkBalanceInvariants(stores[0]!, orgId), { available: 80, reserved: 0, spent: 0, granted: 80 });
+      await Promise.all(stores.map((s) => s.close()));
     });
 
     it("runs its transactions at READ COMMITTED even when the server's default isolation is serializable", async () => {
@@ -707,37 +836,135 @@ function definePostgresTests(): void {
       await store.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
       await store.grantCredits({ orgId: "org_1", amountMicrousd: 100, nowMs: T0 });
       // Concurrent writers of one balance row: under SERIALIZABLE most would fail with 40001.
-      const results = await Promise.all(
-        Array.from({ length: 30 }, (_, i) => store.reserveCredits({ reservationId: `r${i}`, orgId: "org_1", requestId: `q${i}`, amountMicrousd: 5, nowMs: T0, expiresAtMs: T0 + HOUR })),
-      );
-      assert.equal(results.filter((r) => r === "reserved").length, 20);
-      assert.equal(results.filter((r) => r === "insufficient").length, 10);
+      const results = await Promise.all(Array.from({ length: 30 }, (_, i) => admitOne(store, paidAdmission(`r${i}`, "org_1", 5))));
+      assert.equal(results.filter((r) => r.kind === "admitted").length, 20);
+      assert.equal(results.filter((r) => r.kind === "insufficient_credits").length, 10);
       await checkBalanceInvariants(store, "org_1");
       await store.close();
     });
 
-    it("concurrent claims of one idempotency key from two instances: exactly one is claimed", async () => {
+    it("concurrent claims of one idempotency key from several instances: exactly one is claimed", async () => {
       const { url } = await freshSchema();
-      const [a, b] = await Promise.all([open(url, { poolSize: 4 }), open(url, { poolSize: 4 })]);
-      const claim = (store: PostgresStore, i: number, nowMs: number) =>
-        store.claimIdempotencyKey({ orgId: "org_a", key: "k", requestHash: "h", requestId: `req_${i}`, nowMs, lockUntilMs: nowMs + 60_000, expiresAtMs: nowMs + HOUR });
-      const first = await Promise.all(Array.from({ length: 16 }, (_, i) => claim(i % 2 ? a : b, i, T0)));
-      assert.equal(first.filter((r) => r.kind === "claimed").length, 1);
-      assert.equal(first.filter((r) => r.kind === "in_progress").length, 15);
+      const stores = await Promise.all(Array.from({ length: 4 }, () => open(url, { poolSize: 4 })));
+      const claim = (requestId: string, key: string, nowMs: number) =>
+        admission({ requestId, orgId: "org_a", nowMs, idempotency: { key, requestHash: "h", lockUntilMs: nowMs + 60_000, expiresAtMs: nowMs + HOUR } });
+      const kinds = (results: AdmitResult[]) => results.map((r) => r.kind).sort();
+      const oneAdmitted = (n: number) => ["admitted", ...Array.from({ length: n - 1 }, () => "idempotency_in_progress")];
+      // One key at a time: 16 requests from 4 instances.
+      for (const key of ["k0", "k1", "k2", "k3", "k4"]) {
+        const results = await Promise.all(Array.from({ length: 16 }, (_, i) => admitOne(stores[i % 4]!, claim(`${key}_${i}`, key, T0))));
+        assert.deepEqual(kinds(results), oneAdmitted(16), key);
+      }
+      // Each instance claims the same 10 keys in one batch.
+      const keys = Array.from({ length: 10 }, (_, i) => `kb${i}`);
+      const batches = await Promise.all(stores.map(async (store, s) => (await store.commitBatch({ admissions: keys.map((k) => claim(`${k}_${s}`, k, T0)), completions: [] })).admissions));
+      for (const [i, key] of keys.entries()) assert.deepEqual(kinds(batches.map((b) => b[i]!)), oneAdmitted(4), key);
       // The lock passed: again exactly one takes it over.
-      const again = await Promise.all(Array.from({ length: 16 }, (_, i) => claim(i % 2 ? a : b, 100 + i, T0 + 60_000)));
-      assert.equal(again.filter((r) => r.kind === "claimed").length, 1);
-      await Promise.all([a.close(), b.close()]);
+      const again = await Promise.all(Array.from({ length: 16 }, (_, i) => admitOne(stores[i % 4]!, claim(`k0_again_${i}`, "k0", T0 + 60_000))));
+      assert.deepEqual(kinds(again), oneAdmitted(16));
+      assert.deepEqual((await stores[0]!.pool.query("SELECT count(*)::int AS n FROM usage_records")).rows, [{ n: 5 + 10 + 1 }]);
+      await Promise.all(stores.map((s) => s.close()));
+    });
+
+    it("instances committing mixed batches of several organizations at once never deadlock and keep the invariants", async () => {
+      const { url } = await freshDatabase();
+      const stores = await Promise.all(Array.from({ length: 8 }, () => open(url, { poolSize: 3 })));
+      const orgIds = Array.from({ length: 6 }, (_, i) => `org_${i}`);
+      for (const orgId of orgIds) {
+        await stores[0]!.createOrganization({ id: orgId, name: orgId, nowMs: T0 });
+        await stores[0]!.grantCredits({ orgId, amountMicrousd: 1_000_000, nowMs: T0 });
+      }
+      const DAY = "2026-01-01";
+      let seed = 42;
+      const random = (n: number) => {
+        seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+        return seed % n;
+      };
+      const shuffled = <T>(list: T[]) => list.map((x) => [random(1000), x] as const).sort((p, q) => p[0] - q[0]).map(([, x]) => x);
+      const admittedPreviews = new Map<string, number>();
+      let admitted = 0;
+      let paidAdmitted = 0;
+      let succeeded = 0;
+      let failed = 0;
+      let settledCost = 0;
+      // Each instance: 10 rounds of one batch with 12 admissions (paid and preview, organizations in random order) and the
+      // completions of some of its requests in flight (successes, failures, organizations in another order).
+      await Promise.all(
+        stores.map(async (store, s) => {
+          const inFlight: { id: string; orgId: string; paid: boolean }[] = [];
+          for (let round = 0; round < 10; round++) {
+            const admissions = Array.from({ length: 12 }, (_, i) => {
+              const requestId = `s${s}_r${round}_${i}`;
+              const orgId = orgIds[random(orgIds.length)]!;
+              const idempotency = { key: `key_${requestId}`, requestHash: "h", lockUntilMs: T0 + HOUR, expiresAtMs: T0 + 24 * HOUR };
+              // Previews in one round of three only: they all lock the service's counter, which orders their batches.
+              return round % 3 === 2 && random(3) === 0
+                ? admission({ requestId, orgId, idempotency, quota: { day: DAY, orgLimit: 1000, globalLimit: 100_000 } })
+                : admission({ requestId, orgId, idempotency, reservation: { amountMicrousd: 100 + random(400), expiresAtMs: T0 + HOUR } });
+            });
+            const finishing = shuffled(inFlight.splice(0, random(inFlight.length + 1)));
+            const completions = finishing.map((r) => {
+              const success = random(3) > 0;
+              if (success) succeeded++;
+              else failed++;
+              const cost = r.paid && success ? random(100) : 0;
+              settledCost += cost;
+              return completion({
+                requestId: r.id,
+                orgId: r.orgId,
+                outcome: success ? "succeeded" : "model_error",
+                httpStatus: success ? 200 : 502,
+                costMicrousd: cost,
+                reserved: r.paid,
+                idempotency: { key: `key_${r.id}`, response: success ? { status: 200, body: "{}", requestId: r.id } : null },
+              });
+            });
+            const result = await store.commitBatch({ admissions: shuffled(admissions), completions });
+            assert.deepEqual(result.completions, completions.map(() => ({ kind: "completed" })));
+            assert.deepEqual(result.admissions, admissions.map(() => ({ kind: "admitted" })));
+            for (const a of admissions) {
+              inFlight.push({ id: a.requestId, orgId: a.orgId, paid: a.reservation !== null });
+              if (a.quota) admittedPreviews.set(a.orgId, (admittedPreviews.get(a.orgId) ?? 0) + 1);
+              else paidAdmitted++;
+            }
+            admitted += admissions.length;
+          }
+        }),
+      );
+      const store = stores[0]!;
+      let spent = 0;
+      for (const orgId of orgIds) {
+        const balance = await checkBalanceInvariants(store, orgId);
+        spent += balance.spent;
+        const pending = (await store.pool.query<{ total: number }>("SELECT coalesce(sum(amount_microusd), 0)::bigint AS total FROM reservations WHERE org_id = $1 AND status = 'pending'", [orgId])).rows[0]!.total;
+        assert.equal(balance.reserved, pending, `reserved = sum of pending reservations for ${orgId}`);
+        assert.deepEqual(await store.previewUsage(orgId, DAY), { org: admittedPreviews.get(orgId) ?? 0, global: [...admittedPreviews.values()].reduce((x, y) => x + y, 0) });
+      }
+      assert.equal(spent, settledCost);
+      assert.deepEqual((await store.pool.query("SELECT count(*)::int AS n FROM usage_records")).rows, [{ n: admitted }]);
+      const outcomes = (await store.pool.query<{ outcome: string; n: number }>("SELECT outcome, count(*)::int AS n FROM usage_records GROUP BY outcome")).rows;
+      assert.deepEqual(Object.fromEntries(outcomes.map((r) => [r.outcome, r.n])), { in_flight: admitted - succeeded - failed, succeeded, model_error: failed });
+      const reservations = (
+        await store.pool.query<{ status: string; reserves: number; resolutions: number }>(
+          "SELECT r.status, count(*) FILTER (WHERE e.kind = 'reserve')::int AS reserves, count(*) FILTER (WHERE e.kind <> 'reserve')::int AS resolutions " +
+            "FROM reservations r JOIN ledger_entries e ON e.reservation_id = r.id GROUP BY r.id, r.status",
+        )
+      ).rows;
+      assert.equal(reservations.length, paidAdmitted);
+      for (const r of reservations) assert.deepEqual([r.reserves, r.resolutions], [1, r.status === "pending" ? 0 : 1], JSON.stringify(r));
+      for (const s of stores) assertPoolIdle(s);
+      await Promise.all(stores.map((s) => s.close()));
     });
   });
 
   describe("PostgreSQL store: schema and queries", () => {
-    it("the schema itself refuses balances, reservations and ledger entries that break the invariants", async () => {
+    it("the schema itself refuses balances, reservations, ledger entries, usage records and idempotency entries that break the invariants", async () => {
       const { schema, url } = await freshSchema();
       const store = await open(url);
       await store.createOrganization({ id: "org_1", name: "Acme", nowMs: 1 });
       await store.grantCredits({ orgId: "org_1", amountMicrousd: 1000, nowMs: 2 });
-      await store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 100, nowMs: 3, expiresAtMs: 10 });
+      await recordUsage(store, [usageRecord({ requestId: "q2", orgId: "org_1" })]);
+      assert.deepEqual(await admitOne(store, paidAdmission("q1", "org_1", 100, 3, 10)), { kind: "admitted" });
       const client = await rawClient(schemaUrl(schema));
       try {
         const refused = [
@@ -753,6 +980,11 @@ function definePostgresTests(): void {
           "INSERT INTO org_balances (org_id) VALUES ('org_missing')",
           "INSERT INTO preview_counters (scope, day, count) VALUES ('org_1', '2026-1-1', 1)",
           "INSERT INTO idempotency_keys (org_id, key, request_hash, request_id, state, lock_until_ms, expires_at_ms) VALUES ('org_1', 'k', 'h', 'q', 'completed', 1, 2)",
+          "INSERT INTO idempotency_keys (org_id, key, request_hash, request_id, state, response_body, lock_until_ms, expires_at_ms) VALUES ('org_1', 'k', 'h', 'q', 'in_progress', '{}', 1, 2)",
+          "UPDATE usage_records SET http_status = 200 WHERE request_id = 'q1'",
+          "UPDATE usage_records SET completed_at_ms = 5 WHERE request_id = 'q1'",
+          "UPDATE usage_records SET completed_at_ms = NULL WHERE request_id = 'q2'",
+          "UPDATE usage_records SET outcome = 'cancelled' WHERE request_id = 'q2'",
           `INSERT INTO api_keys (id, org_id, hash, created_at_ms) VALUES ('k1', 'org_1', '${hashApiKey("x").toUpperCase()}', 1)`,
           "INSERT INTO usage_records (request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens, output_tokens, cost_microusd, gateway_latency_ms) VALUES ('u', 'org_1', 'k', 1, 'api', 'm', 'paid', 'succeeded', 200, 1, 1, 1, 'NaN')",
         ];
@@ -790,7 +1022,10 @@ function definePostgresTests(): void {
       assert.deepEqual(await store.previewUsage("org\0", "2026-01-01"), { org: 0, global: 0 });
       await assert.rejects(store.listUsage("org_1", { limit: 5, cursor: encodeUsageCursor({ createdAtMs: 1, requestId: "a\0b" }) }), StoreInputError);
       await assert.rejects(store.createOrganization({ id: "org_2", name: "A\0B", nowMs: T0 }), StoreInputError);
-      await assert.rejects(store.insertUsage(usageRecord({ requestId: "req_1", orgId: "org_1", errorDetail: "bad\0" })), StoreInputError);
+      await assert.rejects(admitOne(store, admission({ requestId: "req_1", orgId: "org_1", keyId: "k\0" })), StoreInputError);
+      assert.deepEqual(await admitOne(store, admission({ requestId: "req_2", orgId: "org_1" })), { kind: "admitted" });
+      await assert.rejects(store.commitBatch({ admissions: [], completions: [completion({ requestId: "req_2", orgId: "org_1", errorDetail: "bad\0" })] }), StoreInputError);
+      assert.equal((await store.getUsage("org_1", "req_2"))?.outcome, "in_flight");
       await assert.rejects(store.grantCredits({ orgId: "org_1", amountMicrousd: 5, nowMs: T0, note: "n\0" }), StoreInputError);
       assert.equal(await store.countOrganizations(), 1);
       assert.deepEqual(await store.listLedger("org_1"), []);
@@ -798,7 +1033,7 @@ function definePostgresTests(): void {
       await store.close();
     });
 
-    it("pages usage and sweeps expired reservations through their indexes, without sorting", async () => {
+    it("pages usage, sweeps and purges through their indexes, without sorting", async () => {
       const { schema, url } = await freshSchema();
       const store = await open(url);
       const client = await rawClient(schemaUrl(schema));
@@ -813,10 +1048,37 @@ function definePostgresTests(): void {
           assert.doesNotMatch(plan, /Sort/, plan);
           if (query.cursor && !(query.toMs !== undefined && query.toMs <= 5000)) assert.match(plan, /ROW\(created_at_ms, request_id\) < ROW/, plan);
         }
-        const plan = (await client.query<{ "QUERY PLAN": string }>(`EXPLAIN ${DUE_RESERVATIONS_SQL}`, [1000, 10])).rows.map((r) => r["QUERY PLAN"]).join("\n");
-        assert.match(plan, /Index Scan using reservations_by_status_expiry/, plan);
-        assert.match(plan, /LockRows/, plan);
-        assert.doesNotMatch(plan, /Sort/, plan);
+        // The statements the sweep and the purge send, collected as they run.
+        const sent = new Set<string>();
+        const query = pg.Client.prototype.query;
+        pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
+          const text = typeof args[0] === "string" ? args[0] : (args[0] as { text?: unknown } | undefined)?.text;
+          if (typeof text === "string") sent.add(text);
+          return (query as (...a: unknown[]) => unknown).apply(this, args);
+        } as typeof query;
+        try {
+          await store.sweep({ nowMs: T0, inFlightBeforeMs: T0, limit: 10 });
+          await store.purge({ nowMs: T0, keepFromDay: "2026-01-01", limit: 10 });
+        } finally {
+          pg.Client.prototype.query = query;
+        }
+        const planOf = async (pattern: RegExp, params: unknown[]) => {
+          const found = [...sent].filter((sql) => pattern.test(sql));
+          assert.equal(found.length, 1, `one statement matches ${pattern}: ${JSON.stringify([...sent])}`);
+          return (await client.query<{ "QUERY PLAN": string }>(`EXPLAIN ${found[0]}`, params)).rows.map((r) => r["QUERY PLAN"]).join("\n");
+        };
+        const inFlight = await planOf(/FROM usage_records WHERE outcome = 'in_flight' AND created_at_ms </, [1000, 10]);
+        assert.match(inFlight, /Index Scan using usage_records_in_flight/, inFlight);
+        const due = await planOf(/FROM reservations r WHERE r.status = 'pending'/, [1000, 10]);
+        assert.match(due, /Index Scan using reservations_by_status_expiry/, due);
+        for (const plan of [inFlight, due]) {
+          assert.match(plan, /LockRows/, plan);
+          assert.doesNotMatch(plan, /Sort|Seq Scan/, plan);
+        }
+        const keys = await planOf(/^DELETE FROM idempotency_keys WHERE ctid/, [1000, 10]);
+        assert.match(keys, /idempotency_keys_by_expiry/, keys);
+        const counters = await planOf(/^DELETE FROM preview_counters WHERE ctid/, ["2026-01-01", 10]);
+        assert.match(counters, /preview_counters_by_day/, counters);
       } finally {
         await client.end();
       }

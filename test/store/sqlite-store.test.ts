@@ -9,11 +9,10 @@ import Database from "better-sqlite3";
 import { hashApiKey } from "../../src/gateway/api-keys.ts";
 import { openStore, sqlitePathOf } from "../../src/store/open-store.ts";
 import { applyMigrations, readMigrations, SQLITE_MIGRATIONS_DIR } from "../../src/store/sqlite/migrations.ts";
-import { DUE_RESERVATIONS_SQL } from "../../src/store/sqlite/sqlite-credits.ts";
-import { openSqliteStore, usageListQuery } from "../../src/store/sqlite/sqlite-store.ts";
+import { openSqliteStore, SERVING_SQLITE, type SqliteStore, usageListQuery } from "../../src/store/sqlite/sqlite-store.ts";
 import type { UsageQuery } from "../../src/store/store.ts";
 import { decodeUsageCursor, encodeUsageCursor } from "../../src/store/usage-cursor.ts";
-import { describeStoreContract, usageRecord } from "./store-contract.ts";
+import { admission, checkBalanceInvariants, completion, describeStoreContract, recordUsage, T0, usageRecord } from "./store-contract.ts";
 
 const root = mkdtempSync(join(tmpdir(), "tds-store-test-"));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -22,6 +21,7 @@ const tempFile = (name = "tds") => join(root, `${name}-${++fileCount}.sqlite`);
 const tempDir = (name: string) => mkdtempSync(join(root, `${name}-`));
 
 describeStoreContract("sqlite (temp file)", async () => openSqliteStore(tempFile()));
+describeStoreContract("sqlite (:memory:)", async () => openSqliteStore(":memory:"));
 
 const MIGRATION_COUNT = readMigrations().length;
 const SQLITE_STORE_MODULE = fileURLToPath(new URL("../../src/store/sqlite/sqlite-store.ts", import.meta.url));
@@ -49,24 +49,40 @@ async function openInProcesses(count: number, path: string, migrationsDir: strin
   );
 }
 
-/** Runs `count` processes that each try `attempts` reservations of `amount` from org_1, all starting at one moment. */
-async function reserveInProcesses(count: number, path: string, attempts: number, amount: number): Promise<number[]> {
+const MODULE = (path: string) => JSON.stringify(fileURLToPath(new URL(`../../src/store/${path}`, import.meta.url)));
+
+/**
+ * Runs `count` processes that each admit `waves` × 25 paid requests of `amount` from org_1 through the group
+ * committer of a serving gateway (SERVING_SQLITE: a busy database fails a batch at once and the committer retries
+ * it), all starting at one moment. Returns each process's number of admitted requests.
+ */
+async function admitInProcesses(count: number, path: string, waves: number, amount: number): Promise<number[]> {
   const startAt = Date.now() + 1500;
   const code = (worker: number) => `
-    const { openSqliteStore } = await import(${JSON.stringify(SQLITE_STORE_MODULE)});
-    const store = openSqliteStore(${JSON.stringify(path)});
+    const { openSqliteStore, SERVING_SQLITE } = await import(${MODULE("sqlite/sqlite-store.ts")});
+    const { BatchedBooks } = await import(${MODULE("batched-books.ts")});
+    const { isStoreRetryable, isStoreUnavailable } = await import(${MODULE("store-errors.ts")});
+    const store = openSqliteStore(${JSON.stringify(path)}, SERVING_SQLITE);
+    const books = new BatchedBooks(store, { retryable: isStoreRetryable, unavailable: isStoreUnavailable, waitMs: 30000 });
     while (Date.now() < ${startAt}) await new Promise((r) => setTimeout(r, 1));
-    let reserved = 0;
-    for (let i = 0; i < ${attempts}; i++) {
-      const id = "w${worker}_" + i;
+    let admitted = 0;
+    for (let wave = 0; wave < ${waves}; wave++) {
       const now = Date.now();
-      const result = await store.reserveCredits({ reservationId: id, orgId: "org_1", requestId: id, amountMicrousd: ${amount}, nowMs: now, expiresAtMs: now + 3600000 });
-      if (result === "reserved") reserved++;
-      // A pause now and then lets the other processes take the lock in between.
-      if (i % 10 === 9) await new Promise((r) => setTimeout(r, 1));
+      const results = await Promise.all(Array.from({ length: 25 }, (_, i) => books.admit({
+        requestId: "w${worker}_" + wave + "_" + i, orgId: "org_1", keyId: "k", source: "api", model: "m", mode: "paid", nowMs: now,
+        idempotency: null, quota: null, reservation: { amountMicrousd: ${amount}, expiresAtMs: now + 3600000 },
+      })));
+      for (const r of results) {
+        if (r.kind === "admitted") admitted++;
+        else if (r.kind !== "insufficient_credits" || r.availableMicrousd >= ${amount}) throw new Error("unexpected " + JSON.stringify(r));
+      }
+      // A pause lets the other processes take the lock in between.
+      await new Promise((r) => setTimeout(r, 2));
     }
+    // close() runs PRAGMA optimize, which may need the write lock another process holds (see the close test below).
+    store.db.pragma("busy_timeout = 5000");
     await store.close();
-    process.stdout.write(JSON.stringify({ reserved }));
+    process.stdout.write(JSON.stringify({ admitted }));
   `;
   const runs = await Promise.all(
     Array.from(
@@ -84,9 +100,69 @@ async function reserveInProcesses(count: number, path: string, attempts: number,
   );
   return runs.map((run) => {
     assert.equal(run.code, 0, run.stderr);
-    return (JSON.parse(run.stdout) as { reserved: number }).reserved;
+    return (JSON.parse(run.stdout) as { admitted: number }).admitted;
   });
 }
+
+/** Opens a store and collects the SQL of every statement its connection prepares (they are all prepared on opening). */
+function openCollectingSql(path: string): { store: SqliteStore; prepared: string[] } {
+  const prepared: string[] = [];
+  const original = Database.prototype.prepare;
+  Database.prototype.prepare = function (this: Database.Database, source: string) {
+    prepared.push(source);
+    return original.call(this, source);
+  } as typeof original;
+  try {
+    return { store: openSqliteStore(path), prepared };
+  } finally {
+    Database.prototype.prepare = original;
+  }
+}
+
+function queryPlan(store: SqliteStore, sql: string, ...params: unknown[]): string {
+  return (store.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...params) as { detail: string }[]).map((p) => p.detail).join("\n");
+}
+
+const HOUR = 3_600_000;
+
+/** Rows as the service wrote them before migration 003 (the usage table had no completed_at_ms). */
+const OLD_ROWS = `
+  INSERT INTO organizations (id, name, paused, created_at_ms) VALUES ('org_1', 'Acme', 0, 1);
+  INSERT INTO org_balances (org_id, available, reserved, spent, granted) VALUES ('org_1', 700, 250, 50, 1000);
+  INSERT INTO reservations (id, org_id, request_id, amount_microusd, status, cost_microusd, created_at_ms, expires_at_ms, resolved_at_ms) VALUES
+    ('res_old', 'org_1', 'req_old', 100, 'settled', 50, ${T0}, ${T0 + HOUR}, ${T0 + 1000}),
+    ('res_legacy', 'org_1', 'req_legacy', 250, 'pending', NULL, ${T0}, ${T0 + 10}, NULL);
+  INSERT INTO ledger_entries (org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms, note) VALUES
+    ('org_1', 'grant', NULL, 1000, 0, 0, 1000, 1, 'welcome'),
+    ('org_1', 'reserve', 'res_old', -100, 100, 0, 0, ${T0}, NULL),
+    ('org_1', 'reserve', 'res_legacy', -250, 250, 0, 0, ${T0}, NULL),
+    ('org_1', 'settle', 'res_old', 50, -100, 50, 0, ${T0 + 1000}, NULL);
+  INSERT INTO usage_records (request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens, output_tokens,
+    cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation) VALUES
+    ('req_old', 'org_1', 'k1', ${T0 + 5}, 'api', 'jev-1', 'paid', 'succeeded', 200, 120, 7, 50, 12.5, 14.25, NULL, 1),
+    ('req_err', 'org_1', 'k1', ${T0 + 7}, 'playground', 'jev-1', 'preview', 'model_error', 502, 0, 0, 0, NULL, 3.5, 'model timed out', 0);
+  INSERT INTO idempotency_keys (org_id, key, request_hash, request_id, state, response_status, response_body, response_request_id, lock_until_ms, expires_at_ms) VALUES
+    ('org_1', 'k-old', 'h', 'req_old', 'completed', 200, '{"ok":true}', 'req_old', ${T0 + 60_000}, ${T0 + 86_400_000}),
+    ('org_1', 'k-running', 'h', 'req_legacy', 'in_progress', NULL, NULL, NULL, ${T0 + 60_000}, ${T0 + 86_400_000});
+  INSERT INTO preview_counters (scope, day, count) VALUES ('org_1', '2026-01-01', 3), ('*', '2026-01-01', 3);
+`;
+const OLD_SUCCESS = usageRecord({ requestId: "req_old", orgId: "org_1", keyId: "k1", createdAtMs: T0 + 5, completedAtMs: T0 + 5, costMicrousd: 50, overReservation: true });
+const OLD_FAILURE = usageRecord({
+  requestId: "req_err",
+  orgId: "org_1",
+  keyId: "k1",
+  createdAtMs: T0 + 7,
+  completedAtMs: T0 + 7,
+  source: "playground",
+  mode: "preview",
+  outcome: "model_error",
+  httpStatus: 502,
+  inputTokens: 0,
+  outputTokens: 0,
+  latencyMs: null,
+  gatewayLatencyMs: 3.5,
+  errorDetail: "model timed out",
+});
 
 describe("SQLite store", () => {
   it("sets WAL, busy_timeout, foreign keys and synchronous=NORMAL", async () => {
@@ -167,29 +243,74 @@ describe("SQLite store", () => {
     }
   });
 
-  it("processes reserving from one balance at the same moment never overdraw it", async () => {
-    const path = tempFile("reserve-race");
+  it("processes admitting from one balance at the same moment never overdraw it", async () => {
+    const path = tempFile("admit-race");
     const setup = openSqliteStore(path);
     await setup.createOrganization({ id: "org_1", name: "Acme", nowMs: 1 });
     await setup.grantCredits({ orgId: "org_1", amountMicrousd: 10_000, nowMs: 2 });
     await setup.close();
-    // 4 × 500 attempts of 7 for 10,000: exactly floor(10000 / 7) = 1428 can succeed.
-    const perProcess = await reserveInProcesses(4, path, 500, 7);
-    assert.equal(perProcess.reduce((a, b) => a + b, 0), 1428, `reserved per process: ${perProcess.join(", ")}`);
+    // 4 × 24 batches of 25 admissions of 7 for 10,000: exactly floor(10000 / 7) = 1428 can succeed.
+    const perProcess = await admitInProcesses(4, path, 24, 7);
+    assert.equal(perProcess.reduce((a, b) => a + b, 0), 1428, `admitted per process: ${perProcess.join(", ")}`);
     assert.ok(perProcess.filter((n) => n > 0).length >= 2, `the processes overlapped: ${perProcess.join(", ")}`);
     const store = openSqliteStore(path);
     try {
-      assert.deepEqual(await store.getBalance("org_1"), { available: 10_000 - 1428 * 7, reserved: 1428 * 7, spent: 0, granted: 10_000 });
+      assert.deepEqual(await checkBalanceInvariants(store, "org_1"), { available: 10_000 - 1428 * 7, reserved: 1428 * 7, spent: 0, granted: 10_000 });
       assert.deepEqual(store.db.prepare("SELECT count(*) AS n, sum(amount_microusd) AS total FROM reservations WHERE status = 'pending'").get(), { n: 1428, total: 9996 });
+      assert.deepEqual(store.db.prepare("SELECT count(*) AS n FROM usage_records WHERE outcome = 'in_flight'").get(), { n: 1428 }, "a usage record for each admission, none for the others");
       const order = store.db.prepare("SELECT id FROM reservations ORDER BY rowid").pluck().all() as string[];
       const switches = order.filter((id, i) => i > 0 && id.split("_")[0] !== order[i - 1]!.split("_")[0]).length;
       assert.ok(switches > 3, `the processes took turns, not one after another (${switches} switches)`);
-      const sums = store.db
-        .prepare("SELECT sum(available_delta) AS available, sum(reserved_delta) AS reserved, sum(spent_delta) AS spent, sum(granted_delta) AS granted FROM ledger_entries WHERE org_id = 'org_1'")
-        .get();
-      assert.deepEqual(sums, await store.getBalance("org_1"));
     } finally {
       await store.close();
+    }
+  });
+
+  it("with SERVING_SQLITE, commitBatch fails at once with SQLITE_BUSY while another connection writes; sweep, grant and purge wait for it", async () => {
+    const path = tempFile("busy");
+    const store = openSqliteStore(path, SERVING_SQLITE);
+    const other = new Database(path);
+    try {
+      assert.equal(store.db.pragma("busy_timeout", { simple: true }), 0);
+      await store.createOrganization({ id: "org_1", name: "Acme", nowMs: 1 });
+      await store.grantCredits({ orgId: "org_1", amountMicrousd: 1000, nowMs: 2 });
+      const paid = admission({ requestId: "req_1", orgId: "org_1", reservation: { amountMicrousd: 100, expiresAtMs: T0 + 1000 } });
+      other.exec("BEGIN IMMEDIATE");
+      const started = performance.now();
+      await assert.rejects(store.commitBatch({ admissions: [paid], completions: [] }), (err: { code?: string }) => err.code === "SQLITE_BUSY");
+      assert.ok(performance.now() - started < 200, "it did not wait");
+      let settled = false;
+      const waiting = Promise.all([
+        store.sweep({ nowMs: T0, inFlightBeforeMs: T0, limit: 10 }),
+        store.grantCredits({ orgId: "org_1", amountMicrousd: 5, nowMs: 3 }),
+        store.purge({ nowMs: T0, keepFromDay: "2026-01-01", limit: 10 }),
+      ]).then((results) => {
+        settled = true;
+        return results;
+      });
+      await new Promise((resolve) => setTimeout(resolve, 200));
+      assert.equal(settled, false, "still waiting, without blocking the event loop");
+      other.exec("COMMIT");
+      assert.deepEqual(await waiting, [{ abandoned: 0, expired: 0 }, { available: 1005, reserved: 0, spent: 0, granted: 1005 }, { idempotencyKeys: 0, previewCounters: 0 }]);
+      assert.deepEqual(await store.commitBatch({ admissions: [paid], completions: [] }), { admissions: [{ kind: "admitted" }], completions: [] });
+    } finally {
+      if (other.inTransaction) other.exec("ROLLBACK");
+      other.close();
+      await store.close();
+    }
+  });
+  it("a serving store closes while another connection holds the write lock", async () => {
+    const path = tempFile("close-busy");
+    const store = openSqliteStore(path, SERVING_SQLITE);
+    await store.createOrganization({ id: "org_1", name: "Acme", nowMs: 1 });
+    const other = new Database(path);
+    try {
+      other.exec("BEGIN IMMEDIATE");
+      await store.close();
+      assert.equal(store.db.open, false);
+    } finally {
+      other.exec("ROLLBACK");
+      other.close();
     }
   });
 
@@ -198,8 +319,9 @@ describe("SQLite store", () => {
     const first = openSqliteStore(path);
     const org = await first.createOrganization({ id: "org_1", name: "Zürich ☕", nowMs: 10 });
     const key = await first.createApiKey({ id: "k1", orgId: "org_1", name: "ci", hash: hashApiKey("raw"), nowMs: 11 });
-    const record = usageRecord({ requestId: "req_1", orgId: "org_1", keyId: "k1" });
-    await first.insertUsage(record);
+    const record = usageRecord({ requestId: "req_1", orgId: "org_1", keyId: "k1", costMicrousd: 60 });
+    const inFlight = usageRecord({ requestId: "req_2", orgId: "org_1", keyId: "k1", outcome: "in_flight" });
+    await recordUsage(first, [record, inFlight]);
     await first.revokeApiKey("k1", 12);
     await first.close();
 
@@ -208,13 +330,14 @@ describe("SQLite store", () => {
       assert.deepEqual(await second.findOrganization("Zürich ☕"), org);
       assert.deepEqual(await second.findApiKey("k1"), { key: { ...key, revokedAtMs: 12 }, org });
       assert.deepEqual(await second.getUsage("org_1", "req_1"), record);
+      assert.deepEqual(await second.getUsage("org_1", "req_2"), inFlight);
+      assert.deepEqual(await checkBalanceInvariants(second, "org_1"), { available: 0, reserved: 0, spent: 60, granted: 60 });
       const count = second.db.prepare("SELECT count(*) AS n FROM schema_migrations").get() as { n: number };
       assert.equal(count.n, MIGRATION_COUNT, "reopening applies nothing again");
     } finally {
       await second.close();
     }
   });
-
   it("refuses to store a raw key or anything else that is not a sha256 hex hash", async () => {
     const store = openSqliteStore(tempFile());
     try {
@@ -253,23 +376,36 @@ describe("SQLite store", () => {
     }
   });
 
-  it("the expiry sweep seeks the index of pending reservations by expiry time", async () => {
-    const store = openSqliteStore(":memory:");
+  it("the sweep and the purge seek their indexes", async () => {
+    const { store, prepared } = openCollectingSql(":memory:");
     try {
-      const plan = (store.db.prepare(`EXPLAIN QUERY PLAN ${DUE_RESERVATIONS_SQL}`).all(1000, 10) as { detail: string }[]).map((p) => p.detail).join("\n");
-      assert.match(plan, /SEARCH reservations USING INDEX reservations_by_status_expiry \(status=\? AND expires_at_ms<\?\)/);
-      assert.doesNotMatch(plan, /TEMP B-TREE/);
+      const only = (pattern: RegExp) => {
+        const found = prepared.filter((sql) => pattern.test(sql));
+        assert.equal(found.length, 1, `one statement matches ${pattern}: ${JSON.stringify(found)}`);
+        return found[0]!;
+      };
+      const inFlight = queryPlan(store, only(/FROM usage_records WHERE outcome = 'in_flight' AND created_at_ms </), 1000, 10);
+      assert.match(inFlight, /SEARCH usage_records USING INDEX usage_records_in_flight \(created_at_ms<\?\)/, inFlight);
+      assert.doesNotMatch(inFlight, /TEMP B-TREE/, inFlight);
+      const due = queryPlan(store, only(/FROM reservations r WHERE status = 'pending' AND expires_at_ms <=/), 1000, 10);
+      assert.match(due, /SEARCH r USING INDEX reservations_by_status_expiry \(status=\? AND expires_at_ms<\?\)/, due);
+      assert.match(due, /SEARCH u USING INDEX sqlite_autoindex_usage_records_1 \(request_id=\?\)/, due);
+      assert.doesNotMatch(due, /TEMP B-TREE|SCAN/, due);
+      const keys = queryPlan(store, only(/^DELETE FROM idempotency_keys WHERE rowid IN/), 1000, 10);
+      assert.match(keys, /SEARCH idempotency_keys USING COVERING INDEX idempotency_keys_by_expiry \(expires_at_ms<\?\)/, keys);
+      const counters = queryPlan(store, only(/^DELETE FROM preview_counters WHERE rowid IN/), "2026-01-01", 10);
+      assert.match(counters, /SEARCH preview_counters USING COVERING INDEX preview_counters_by_day \(day<\?\)/, counters);
     } finally {
       await store.close();
     }
   });
-
-  it("the schema itself refuses balances, reservations and ledger entries that break the invariants", async () => {
+  it("the schema itself refuses balances, reservations, ledger entries, usage records and idempotency entries that break the invariants", async () => {
     const store = openSqliteStore(":memory:");
     try {
       await store.createOrganization({ id: "org_1", name: "Acme", nowMs: 1 });
       await store.grantCredits({ orgId: "org_1", amountMicrousd: 1000, nowMs: 2 });
-      await store.reserveCredits({ reservationId: "r1", orgId: "org_1", requestId: "q1", amountMicrousd: 100, nowMs: 3, expiresAtMs: 10 });
+      await recordUsage(store, [usageRecord({ requestId: "q2", orgId: "org_1" })]);
+      await store.commitBatch({ admissions: [admission({ requestId: "q1", orgId: "org_1", nowMs: 3, reservation: { amountMicrousd: 100, expiresAtMs: 10 } })], completions: [] });
       const db = store.db;
       const refused = [
         "UPDATE org_balances SET available = available + 1",
@@ -284,6 +420,11 @@ describe("SQLite store", () => {
         "INSERT INTO org_balances (org_id) VALUES ('org_missing')",
         "INSERT INTO preview_counters (scope, day, count) VALUES ('org_1', '2026-1-1', 1)",
         "INSERT INTO idempotency_keys (org_id, key, request_hash, request_id, state, lock_until_ms, expires_at_ms) VALUES ('org_1', 'k', 'h', 'q', 'completed', 1, 2)",
+        "INSERT INTO idempotency_keys (org_id, key, request_hash, request_id, state, response_body, lock_until_ms, expires_at_ms) VALUES ('org_1', 'k', 'h', 'q', 'in_progress', '{}', 1, 2)",
+        "UPDATE usage_records SET http_status = 200 WHERE request_id = 'q1'",
+        "UPDATE usage_records SET completed_at_ms = 5 WHERE request_id = 'q1'",
+        "UPDATE usage_records SET completed_at_ms = NULL WHERE request_id = 'q2'",
+        "UPDATE usage_records SET outcome = 'cancelled' WHERE request_id = 'q2'",
       ];
       for (const sql of refused) assert.throws(() => db.exec(sql), /constraint failed/, sql);
       assert.deepEqual(await store.getBalance("org_1"), { available: 900, reserved: 100, spent: 0, granted: 1000 });
@@ -291,7 +432,6 @@ describe("SQLite store", () => {
       await store.close();
     }
   });
-
   it("in-memory stores are separate", async () => {
     const a = openSqliteStore(":memory:");
     const b = openSqliteStore(":memory:");
@@ -366,7 +506,7 @@ describe("SQLite migrations", () => {
     assert.throws(() => readMigrations(migrationDir({ "001_a.sql": "", "0001_b.sql": "" })), /same version 1/);
   });
 
-  it("the shipped folder starts at 001_initial", () => {
+  it("the shipped folder starts at 001_initial and has the three migrations", () => {
     const migrations = readMigrations();
     assert.equal(migrations[0]?.file, "001_initial.sql");
     assert.deepEqual(
@@ -374,6 +514,44 @@ describe("SQLite migrations", () => {
       migrations.map((_, i) => i + 1),
       "versions are consecutive",
     );
+    assert.deepEqual(migrations.map((m) => m.name), ["initial", "credits_quotas_idempotency", "two_step_bookkeeping"]);
+  });
+
+  it("003 keeps the rows of a database made by 001 and 002: usage records become final at their creation time", async () => {
+    const dir = tempDir("migrations-002");
+    for (const file of ["001_initial.sql", "002_credits_quotas_idempotency.sql"]) copyFileSync(join(SQLITE_MIGRATIONS_DIR, file), join(dir, file));
+    const path = tempFile("from-002");
+    const old = new Database(path);
+    try {
+      assert.deepEqual(applyMigrations(old, readMigrations(dir)), [1, 2]);
+      old.exec(OLD_ROWS);
+    } finally {
+      old.close();
+    }
+    const store = openSqliteStore(path);
+    try {
+      assert.deepEqual(store.db.prepare("SELECT version FROM schema_migrations ORDER BY version").pluck().all(), [1, 2, 3]);
+      assert.deepEqual(await store.getUsage("org_1", "req_old"), OLD_SUCCESS);
+      assert.deepEqual(await store.getUsage("org_1", "req_err"), OLD_FAILURE);
+      assert.deepEqual((await store.listUsage("org_1", { limit: 10 })).records, [OLD_FAILURE, OLD_SUCCESS]);
+      assert.deepEqual(await store.previewUsage("org_1", "2026-01-01"), { org: 3, global: 3 });
+      assert.deepEqual(await checkBalanceInvariants(store, "org_1"), { available: 700, reserved: 250, spent: 50, granted: 1000 });
+      const idem = (key: string) => ({ key, requestHash: "h", lockUntilMs: T0 + 200, expiresAtMs: T0 + 86_400_000 });
+      assert.deepEqual(
+        await store.commitBatch({
+          admissions: [admission({ requestId: "req_new1", orgId: "org_1", nowMs: T0 + 100, idempotency: idem("k-old") }), admission({ requestId: "req_new2", orgId: "org_1", nowMs: T0 + 100, idempotency: idem("k-running") })],
+          completions: [],
+        }),
+        { admissions: [{ kind: "replay", response: { status: 200, body: '{"ok":true}', requestId: "req_old" } }, { kind: "idempotency_in_progress" }], completions: [] },
+      );
+      // The old design wrote no record for a request in flight: its pending reservation is expired by the sweep.
+      assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 10 }), { abandoned: 0, expired: 1 });
+      assert.deepEqual(await checkBalanceInvariants(store, "org_1"), { available: 950, reserved: 0, spent: 50, granted: 1000 });
+      const indexes = store.db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_%' ORDER BY name").pluck().all();
+      for (const name of ["idempotency_keys_by_expiry", "preview_counters_by_day", "usage_records_by_org_time", "usage_records_in_flight"]) assert.ok(indexes.includes(name), name);
+    } finally {
+      await store.close();
+    }
   });
 });
 

@@ -1,19 +1,29 @@
 /**
- * The Store contract: every adapter (SQLite now, PostgreSQL later) runs this suite unchanged.
+ * The Store contract: every adapter runs this suite unchanged.
  *
  *   describeStoreContract("sqlite (temp file)", async () => openSqliteStore(tempFile()));
  *
  * `makeStore` is called once per test and must return a new, empty store; the suite closes it.
  * Request ids in ordering tests use only [a-z0-9_], so any collation sorts them like JavaScript does.
+ * Usage records, reservations, preview counters and idempotency entries are written only through the two steps
+ * of a request (admission and completion, committed by `commitBatch`) and by the sweep.
  */
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, it } from "node:test";
 import fc from "fast-check";
 import { hashApiKey } from "../../src/gateway/api-keys.ts";
+import { MAX_KEPT_RESPONSE_BYTES } from "../../src/store/bookkeeping/commands.ts";
+import { ABANDONED_DETAIL, EXPIRED_DETAIL } from "../../src/store/bookkeeping/programs.ts";
 import { StoreInputError } from "../../src/store/store-errors.ts";
 import {
   StoreConflictError,
+  type AdmitCommand,
+  type AdmitResult,
   type Balance,
+  type CompleteCommand,
+  type CompleteResult,
+  type FinalOutcome,
+  type LedgerEntry,
   type Reservation,
   type ReservationStatus,
   type Store,
@@ -23,27 +33,133 @@ import {
   type UsageRecord,
 } from "../../src/store/store.ts";
 
-const OUTCOMES: UsageOutcome[] = ["succeeded", "model_error", "context_rejected", "reservation_expired"];
-const T0 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+const OUTCOMES: UsageOutcome[] = ["in_flight", "succeeded", "model_error", "context_rejected", "reservation_expired", "gateway_error"];
+export const T0 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
+const HOUR = 3_600_000;
+const MINUTE = 60_000;
+const DAY_MS = 86_400_000;
+const STATUS_OF: Record<FinalOutcome, number> = { succeeded: 200, model_error: 502, context_rejected: 422, reservation_expired: 409, gateway_error: 500 };
 
-export function usageRecord(overrides: Partial<UsageRecord> & Pick<UsageRecord, "requestId" | "orgId">): UsageRecord {
+/** An admission with nothing to claim, count or reserve unless overridden. */
+export function admission(overrides: Partial<AdmitCommand> & Pick<AdmitCommand, "requestId" | "orgId">): AdmitCommand {
   return {
     keyId: "key_1",
-    createdAtMs: T0,
     source: "api",
     model: "jev-1",
-    mode: "paid",
+    mode: overrides.quota ? "preview" : "paid",
+    nowMs: T0,
+    idempotency: null,
+    quota: null,
+    reservation: null,
+    ...overrides,
+  };
+}
+
+/** A successful completion that charges nothing and holds no reservation or key unless overridden. */
+export function completion(overrides: Partial<CompleteCommand> & Pick<CompleteCommand, "requestId" | "orgId">): CompleteCommand {
+  return {
+    nowMs: T0,
     outcome: "succeeded",
     httpStatus: 200,
     inputTokens: 120,
     outputTokens: 7,
-    costMicrousd: 60,
+    costMicrousd: 0,
     latencyMs: 12.5,
     gatewayLatencyMs: 14.25,
     errorDetail: null,
     overReservation: false,
+    reserved: false,
+    idempotency: null,
     ...overrides,
   };
+}
+
+/** A usage record as `recordUsage` writes it: final (or in flight) with the fields its outcome implies. */
+export function usageRecord(overrides: Partial<UsageRecord> & Pick<UsageRecord, "requestId" | "orgId">): UsageRecord {
+  const outcome = overrides.outcome ?? "succeeded";
+  const createdAtMs = overrides.createdAtMs ?? T0;
+  const common = { keyId: "key_1", createdAtMs, source: "api" as const, model: "jev-1", mode: "paid" as const };
+  if (outcome === "in_flight") {
+    return {
+      ...common,
+      completedAtMs: null,
+      outcome,
+      httpStatus: null,
+      inputTokens: 0,
+      outputTokens: 0,
+      costMicrousd: 0,
+      latencyMs: null,
+      gatewayLatencyMs: 0,
+      errorDetail: null,
+      overReservation: false,
+      ...overrides,
+    };
+  }
+  return {
+    ...common,
+    completedAtMs: createdAtMs + 250,
+    outcome,
+    httpStatus: STATUS_OF[outcome],
+    inputTokens: 120,
+    outputTokens: 7,
+    costMicrousd: 0,
+    latencyMs: 12.5,
+    gatewayLatencyMs: 14.25,
+    errorDetail: outcome === "succeeded" ? null : outcome === "reservation_expired" ? EXPIRED_DETAIL : `${outcome} ✗`,
+    overReservation: false,
+    ...overrides,
+  };
+}
+
+/**
+ * Writes usage records exactly as given, through one batch of admissions and one of completions. A record that
+ * charges something (or says reservation_expired) is admitted with a reservation: its organization is created when
+ * missing and granted the costs first.
+ */
+export async function recordUsage(store: Store, records: readonly UsageRecord[]): Promise<void> {
+  const paid = new Set(records.filter((r) => r.costMicrousd > 0 || r.outcome === "reservation_expired"));
+  for (const orgId of new Set([...paid].map((r) => r.orgId))) {
+    if ((await store.findOrganization(orgId))?.id !== orgId) await store.createOrganization({ id: orgId, name: `usage of ${orgId}`, nowMs: T0 });
+    const costs = [...paid].filter((r) => r.orgId === orgId).reduce((sum, r) => sum + r.costMicrousd, 0);
+    if (costs > 0) await store.grantCredits({ orgId, amountMicrousd: costs, nowMs: T0 });
+  }
+  const admissions = records.map((r) =>
+    admission({
+      requestId: r.requestId,
+      orgId: r.orgId,
+      keyId: r.keyId,
+      source: r.source,
+      model: r.model,
+      mode: r.mode,
+      nowMs: r.createdAtMs,
+      reservation: paid.has(r)
+        ? { amountMicrousd: r.costMicrousd, expiresAtMs: r.outcome === "reservation_expired" ? r.completedAtMs! : r.createdAtMs + HOUR }
+        : null,
+    }),
+  );
+  const admitted = await store.commitBatch({ admissions, completions: [] });
+  assert.deepEqual(admitted.admissions, records.map(() => ({ kind: "admitted" })));
+  const final = records.filter((r) => r.outcome !== "in_flight");
+  const completions = final.map((r) => {
+    assert.ok(r.completedAtMs !== null && r.httpStatus !== null, `${r.requestId}: a completion needs completedAtMs and httpStatus`);
+    return completion({
+      requestId: r.requestId,
+      orgId: r.orgId,
+      nowMs: r.completedAtMs,
+      outcome: r.outcome === "reservation_expired" || r.outcome === "in_flight" ? "succeeded" : r.outcome,
+      httpStatus: r.httpStatus,
+      inputTokens: r.inputTokens,
+      outputTokens: r.outputTokens,
+      costMicrousd: r.costMicrousd,
+      latencyMs: r.latencyMs,
+      gatewayLatencyMs: r.gatewayLatencyMs,
+      errorDetail: r.errorDetail,
+      overReservation: r.overReservation,
+      reserved: paid.has(r),
+    });
+  });
+  const completed = await store.commitBatch({ admissions: [], completions });
+  assert.deepEqual(completed.completions, final.map((r) => ({ kind: r.outcome === "reservation_expired" ? "reservation_expired" : "completed" })));
 }
 
 /** Newest first, ties by request id descending: the order listUsage promises. */
@@ -53,7 +169,7 @@ function newestFirst(a: UsageRecord, b: UsageRecord): number {
 }
 
 /** Follows nextCursor to the end; fails if a page is over-full or paging does not end. */
-async function listAll(store: Store, orgId: string, query: Omit<UsageQuery, "cursor">): Promise<{ records: UsageRecord[]; pages: number }> {
+export async function listAll(store: Store, orgId: string, query: Omit<UsageQuery, "cursor">): Promise<{ records: UsageRecord[]; pages: number }> {
   const records: UsageRecord[] = [];
   let cursor: string | undefined;
   for (let pages = 1; pages <= 1000; pages++) {
@@ -100,6 +216,12 @@ export async function checkBalanceInvariants(store: Store, orgId: string): Promi
   return balance;
 }
 
+/** The ledger entry without its id, as [kind, reservationId, available, reserved, spent, granted, createdAtMs]. */
+function entryOf(e: LedgerEntry | undefined): unknown[] {
+  return e ? [e.kind, e.reservationId, e.availableDelta, e.reservedDelta, e.spentDelta, e.grantedDelta, e.createdAtMs] : [];
+}
+
+const utcDay = (ms: number) => new Date(ms).toISOString().slice(0, 10);
 export function describeStoreContract(name: string, makeStore: () => Promise<Store>): void {
   describe(`Store contract: ${name}`, () => {
     let store: Store;
@@ -120,6 +242,39 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
 
     async function key(id: string, orgId: string, keyName: string | null = null) {
       return store.createApiKey({ id, orgId, name: keyName, hash: hashApiKey(`raw-${id}`), nowMs: now() });
+    }
+
+    const admit = async (...admissions: AdmitCommand[]): Promise<AdmitResult[]> => (await store.commitBatch({ admissions, completions: [] })).admissions;
+    const complete = async (...completions: CompleteCommand[]): Promise<CompleteResult[]> =>
+      (await store.commitBatch({ admissions: [], completions })).completions;
+
+    /** An organization with `amount` microUSD granted (none when 0). */
+    async function funded(id: string, amount: number) {
+      await org(id);
+      if (amount > 0) await store.grantCredits({ orgId: id, amountMicrousd: amount, nowMs: now() });
+    }
+
+    /** A paid admission: its reservation (whose id is the request id) expires an hour after nowMs unless told. */
+    function paid(requestId: string, orgId: string, amount: number, options: { nowMs?: number; expiresAtMs?: number } = {}): AdmitCommand {
+      const nowMs = options.nowMs ?? T0;
+      return admission({ requestId, orgId, nowMs, reservation: { amountMicrousd: amount, expiresAtMs: options.expiresAtMs ?? nowMs + HOUR } });
+    }
+
+    const DAY = "2026-01-01";
+
+    function preview(requestId: string, orgId: string, orgLimit: number, globalLimit: number, day = DAY): AdmitCommand {
+      return admission({ requestId, orgId, quota: { day, orgLimit, globalLimit } });
+    }
+
+    /** Everything a request can change in an organization's books, to show that a call changed nothing. */
+    async function books(orgId: string, requestIds: string[] = [], day = DAY) {
+      return {
+        balance: await store.getBalance(orgId),
+        ledger: await store.listLedger(orgId),
+        reservations: await Promise.all(requestIds.map((id) => store.getReservation(id))),
+        usage: await store.listUsage(orgId, { limit: 200 }),
+        preview: await store.previewUsage(orgId, day),
+      };
     }
 
     describe("organizations", () => {
@@ -269,24 +424,24 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
     });
 
     describe("usage records", () => {
-      it("stores a record and reads it back exactly", async () => {
+      it("stores records through admission and completion and reads them back exactly", async () => {
         const full = usageRecord({
           requestId: "req_1",
           orgId: "org_a",
           keyId: "k1",
+          createdAtMs: T0 + 1,
+          completedAtMs: T0 + 30_002,
           source: "playground",
           mode: "preview",
           outcome: "model_error",
           httpStatus: 502,
           inputTokens: 0,
           outputTokens: 0,
-          costMicrousd: 0,
           latencyMs: null,
           gatewayLatencyMs: 0.125,
           errorDetail: "model timed out after 30000 ms — “quoted” ✓",
-          overReservation: false,
         });
-        const paid = usageRecord({
+        const charged = usageRecord({
           requestId: "req_2",
           orgId: "org_a",
           inputTokens: 40_000,
@@ -295,49 +450,55 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           latencyMs: 1234.5678,
           overReservation: true,
         });
-        await store.insertUsage(full);
-        await store.insertUsage(paid);
+        await recordUsage(store, [full, charged]);
         assert.deepEqual(await store.getUsage("org_a", "req_1"), full);
-        assert.deepEqual(await store.getUsage("org_a", "req_2"), paid);
+        assert.deepEqual(await store.getUsage("org_a", "req_2"), charged);
         assert.equal(await store.getUsage("org_a", "req_3"), null);
       });
 
       it("getUsage is scoped to the organization", async () => {
-        await store.insertUsage(usageRecord({ requestId: "req_1", orgId: "org_a" }));
+        await recordUsage(store, [usageRecord({ requestId: "req_1", orgId: "org_a" })]);
         assert.equal(await store.getUsage("org_b", "req_1"), null);
         assert.notEqual(await store.getUsage("org_a", "req_1"), null);
       });
 
-      it("rejects a duplicate request id with StoreConflictError, even from another organization", async () => {
+      it("admitting a request id that exists fails with StoreConflictError, even from another organization, and changes nothing", async () => {
         const first = usageRecord({ requestId: "req_1", orgId: "org_a" });
-        await store.insertUsage(first);
-        await assert.rejects(store.insertUsage({ ...first, outcome: "model_error", httpStatus: 502 }), StoreConflictError);
-        await assert.rejects(store.insertUsage({ ...first, orgId: "org_b" }), StoreConflictError);
+        await recordUsage(store, [first]);
+        await assert.rejects(admit(admission({ requestId: "req_1", orgId: "org_a" })), StoreConflictError);
+        await assert.rejects(admit(admission({ requestId: "req_1", orgId: "org_b", mode: "preview" })), StoreConflictError);
         assert.deepEqual(await store.getUsage("org_a", "req_1"), first);
         assert.equal(await store.getUsage("org_b", "req_1"), null);
       });
 
-      it("rejects values outside the record's rules", async () => {
-        const ok = usageRecord({ requestId: "req_ok", orgId: "org_a" });
-        const bad: UsageRecord[] = [
-          { ...ok, requestId: "r1", costMicrousd: -1 },
-          { ...ok, requestId: "r2", inputTokens: -5 },
-          { ...ok, requestId: "r3", outputTokens: 1.5 },
-          { ...ok, requestId: "r4", outcome: "exploded" as UsageOutcome },
-          { ...ok, requestId: "r5", mode: "free" as UsageRecord["mode"] },
-          { ...ok, requestId: "r6", source: "cli" as UsageRecord["source"] },
-          { ...ok, requestId: "r7", latencyMs: -0.5 },
-          { ...ok, requestId: "r8", gatewayLatencyMs: -1 },
+      it("refuses values outside the record's rules and writes nothing", async () => {
+        const inFlight = usageRecord({ requestId: "req_live", orgId: "org_a", outcome: "in_flight" });
+        await recordUsage(store, [inFlight]);
+        const badAdmissions = [
+          admission({ requestId: "r1", orgId: "org_a", mode: "free" as AdmitCommand["mode"] }),
+          admission({ requestId: "r2", orgId: "org_a", source: "cli" as AdmitCommand["source"] }),
         ];
-        for (const record of bad) {
-          await assert.rejects(store.insertUsage(record), `${record.requestId} is rejected`);
-          assert.equal(await store.getUsage("org_a", record.requestId), null);
+        for (const command of badAdmissions) {
+          await assert.rejects(admit(command), `${command.requestId} is refused`);
+          assert.equal(await store.getUsage("org_a", command.requestId), null);
         }
-        await store.insertUsage(ok);
+        const live = { requestId: "req_live", orgId: "org_a" };
+        const badCompletions = [
+          completion({ ...live, outcome: "exploded" as CompleteCommand["outcome"] }),
+          completion({ ...live, outcome: "in_flight" as CompleteCommand["outcome"] }),
+          completion({ ...live, latencyMs: -0.5 }),
+          completion({ ...live, gatewayLatencyMs: -1 }),
+        ];
+        for (const command of badCompletions) {
+          await assert.rejects(complete(command), JSON.stringify(command));
+          assert.deepEqual(await store.getUsage("org_a", "req_live"), inFlight, "still in flight");
+        }
+        assert.deepEqual(await complete(completion({ ...live, nowMs: T0 + 250 })), [{ kind: "completed" }]);
+        assert.deepEqual(await store.getUsage("org_a", "req_live"), usageRecord(live));
       });
 
       it("an organization without records lists an empty page", async () => {
-        await store.insertUsage(usageRecord({ requestId: "req_1", orgId: "org_other" }));
+        await recordUsage(store, [usageRecord({ requestId: "req_1", orgId: "org_other" })]);
         assert.deepEqual(await store.listUsage("org_a", { limit: 10 }), { records: [], nextCursor: null });
       });
 
@@ -348,8 +509,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           const id = `req_${String((i * 7) % 23).padStart(2, "0")}`;
           records.push(usageRecord({ requestId: id, orgId: "org_a", createdAtMs: T0 + Math.floor(i / 3) * 1000 }));
         }
-        for (const r of records) await store.insertUsage(r);
-        await store.insertUsage(usageRecord({ requestId: "req_zz_other_org", orgId: "org_b", createdAtMs: T0 + 500 }));
+        await recordUsage(store, [...records, usageRecord({ requestId: "req_zz_other_org", orgId: "org_b", createdAtMs: T0 + 500 })]);
         const expected = [...records].sort(newestFirst);
 
         const first = await store.listUsage("org_a", { limit: 5 });
@@ -369,7 +529,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       });
 
       it("gives no cursor when the last page is exactly full", async () => {
-        for (let i = 0; i < 10; i++) await store.insertUsage(usageRecord({ requestId: `req_${i}`, orgId: "org_a", createdAtMs: T0 + i }));
+        await recordUsage(store, Array.from({ length: 10 }, (_, i) => usageRecord({ requestId: `req_${i}`, orgId: "org_a", createdAtMs: T0 + i })));
         const p1 = await store.listUsage("org_a", { limit: 5 });
         assert.ok(p1.nextCursor);
         const p2 = await store.listUsage("org_a", { limit: 5, cursor: p1.nextCursor });
@@ -379,17 +539,22 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       });
 
       it("a cursor stays valid when newer records arrive: no record is repeated or skipped", async () => {
-        for (let i = 0; i < 9; i++) await store.insertUsage(usageRecord({ requestId: `req_${i}`, orgId: "org_a", createdAtMs: T0 + i * 10 }));
+        await recordUsage(store, Array.from({ length: 9 }, (_, i) => usageRecord({ requestId: `req_${i}`, orgId: "org_a", createdAtMs: T0 + i * 10 })));
         const p1 = await store.listUsage("org_a", { limit: 4 });
-        await store.insertUsage(usageRecord({ requestId: "req_new", orgId: "org_a", createdAtMs: T0 + 1000 }));
-        await store.insertUsage(usageRecord({ requestId: "req_4b", orgId: "org_a", createdAtMs: T0 + 40 }));
+        await recordUsage(store, [
+          usageRecord({ requestId: "req_new", orgId: "org_a", createdAtMs: T0 + 1000 }),
+          usageRecord({ requestId: "req_4b", orgId: "org_a", createdAtMs: T0 + 40, outcome: "in_flight" }),
+        ]);
         const p2 = await store.listUsage("org_a", { limit: 4, cursor: p1.nextCursor! });
         assert.deepEqual(ids(p1.records), ["req_8", "req_7", "req_6", "req_5"]);
         assert.deepEqual(ids(p2.records), ["req_4b", "req_4", "req_3", "req_2"], "a record at an older position appears; the newer one does not");
       });
 
       it("filters by time: fromMs inclusive, toMs exclusive", async () => {
-        for (let i = 0; i < 12; i++) await store.insertUsage(usageRecord({ requestId: `req_${String(i).padStart(2, "0")}`, orgId: "org_a", createdAtMs: T0 + i * 100 }));
+        await recordUsage(
+          store,
+          Array.from({ length: 12 }, (_, i) => usageRecord({ requestId: `req_${String(i).padStart(2, "0")}`, orgId: "org_a", createdAtMs: T0 + i * 100 })),
+        );
         const window = async (q: Omit<UsageQuery, "limit" | "cursor">) => ids((await listAll(store, "org_a", { ...q, limit: 2 })).records);
         assert.deepEqual(await window({ fromMs: T0 + 900 }), ["req_11", "req_10", "req_09"]);
         assert.deepEqual(await window({ toMs: T0 + 200 }), ["req_01", "req_00"]);
@@ -400,24 +565,27 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.deepEqual(await window({ fromMs: T0 + 800, toMs: T0 + 300 }), [], "an empty window, not an error");
       });
 
-      it("filters by outcome, alone and with time, across pages", async () => {
+      it("filters by every outcome, in flight too, alone and with time, across pages", async () => {
         const records: UsageRecord[] = [];
-        for (let i = 0; i < 20; i++) {
-          const outcome = OUTCOMES[i % 3 === 0 ? 1 : 0]!;
-          records.push(usageRecord({ requestId: `req_${String(i).padStart(2, "0")}`, orgId: "org_a", createdAtMs: T0 + i * 10, outcome }));
+        for (let i = 0; i < 24; i++) {
+          records.push(usageRecord({ requestId: `req_${String(i).padStart(2, "0")}`, orgId: "org_a", createdAtMs: T0 + i * 10, outcome: OUTCOMES[(i * 5) % 6]! }));
         }
-        for (const r of records) await store.insertUsage(r);
-        const expected = (pred: (r: UsageRecord) => boolean) => ids(records.filter(pred).sort(newestFirst));
-        const failed = await listAll(store, "org_a", { outcome: "model_error", limit: 2 });
-        assert.ok(failed.pages > 2);
-        assert.deepEqual(ids(failed.records), expected((r) => r.outcome === "model_error"));
-        const ok = await listAll(store, "org_a", { outcome: "succeeded", fromMs: T0 + 50, toMs: T0 + 150, limit: 3 });
-        assert.deepEqual(ids(ok.records), expected((r) => r.outcome === "succeeded" && r.createdAtMs >= T0 + 50 && r.createdAtMs < T0 + 150));
-        assert.deepEqual((await store.listUsage("org_a", { outcome: "reservation_expired", limit: 5 })).records, []);
+        await recordUsage(store, records);
+        const expected = (pred: (r: UsageRecord) => boolean) => records.filter(pred).sort(newestFirst);
+        for (const outcome of OUTCOMES) {
+          const got = await listAll(store, "org_a", { outcome, limit: 1 });
+          assert.equal(got.pages, 4, outcome);
+          assert.deepEqual(got.records, expected((r) => r.outcome === outcome), outcome);
+        }
+        const inFlight = await listAll(store, "org_a", { outcome: "in_flight", fromMs: T0 + 60, toMs: T0 + 180, limit: 1 });
+        assert.deepEqual(ids(inFlight.records), ["req_12", "req_06"]);
+        const ok = await listAll(store, "org_a", { outcome: "succeeded", fromMs: T0 + 50, toMs: T0 + 190, limit: 3 });
+        assert.deepEqual(ids(ok.records), ["req_17", "req_11", "req_05"]);
+        assert.deepEqual((await store.listUsage("org_b", { outcome: "reservation_expired", limit: 5 })).records, []);
       });
 
       it("rejects a malformed cursor with StoreInputError", async () => {
-        await store.insertUsage(usageRecord({ requestId: "req_1", orgId: "org_a" }));
+        await recordUsage(store, [usageRecord({ requestId: "req_1", orgId: "org_a" })]);
         const b64 = (s: string) => Buffer.from(s, "utf8").toString("base64url");
         const bad = ["", "!!!", "not a cursor", "abc=", b64("12345"), b64(":req_1"), b64("12:"), b64("-5:req_1"), b64("1.5:req_1"), b64("1e3:req_1"), b64("99999999999999999999:req_1"), "x".repeat(5000)];
         for (const cursor of bad) {
@@ -425,19 +593,21 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         }
       });
 
-      it("rejects a limit outside 1 to 200 with StoreInputError", async () => {
+      it("rejects a limit outside 1 to 200 or an unknown outcome with StoreInputError", async () => {
         for (const limit of [0, -1, 201, 1.5, Number.NaN]) {
           await assert.rejects(store.listUsage("org_a", { limit }), StoreInputError, `limit ${limit}`);
         }
+        await assert.rejects(store.listUsage("org_a", { limit: 5, outcome: "exploded" as UsageOutcome }), StoreInputError);
         await store.listUsage("org_a", { limit: 1 });
         await store.listUsage("org_a", { limit: 200 });
       });
 
       it("keeps request ids like __proto__ and unicode text", async () => {
         const odd = ["__proto__", "constructor", "req:with:colons", "請求-✓-👩‍💻", "a b\tc"];
-        for (const [i, requestId] of odd.entries()) {
-          await store.insertUsage(usageRecord({ requestId, orgId: "__proto__", keyId: "__proto__", model: "modèle ☃", createdAtMs: T0 + i }));
-        }
+        await recordUsage(
+          store,
+          odd.map((requestId, i) => usageRecord({ requestId, orgId: "__proto__", keyId: "__proto__", model: "modèle ☃", createdAtMs: T0 + i })),
+        );
         for (const requestId of odd) assert.equal((await store.getUsage("__proto__", requestId))?.requestId, requestId);
         assert.equal(await store.getUsage("__proto__", "toString"), null);
         const all = await listAll(store, "__proto__", { limit: 2 });
@@ -461,10 +631,8 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
             fc.option(fc.constantFrom(...OUTCOMES), { nil: undefined }),
             async (specs, limit, fromOffset, toOffset, outcome) => {
               const orgId = `org_prop_${run++}`;
-              const records = specs.map((s) =>
-                usageRecord({ requestId: `${orgId}_${s.suffix}`, orgId, createdAtMs: T0 + s.at, outcome: s.outcome }),
-              );
-              for (const r of records) await store.insertUsage(r);
+              const records = specs.map((s) => usageRecord({ requestId: `${orgId}_${s.suffix}`, orgId, createdAtMs: T0 + s.at, outcome: s.outcome }));
+              await recordUsage(store, records);
               const fromMs = fromOffset === undefined ? undefined : T0 + fromOffset;
               const toMs = toOffset === undefined ? undefined : T0 + toOffset;
               const query = { limit, ...(fromMs === undefined ? {} : { fromMs }), ...(toMs === undefined ? {} : { toMs }), ...(outcome ? { outcome } : {}) };
@@ -482,43 +650,260 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       });
     });
 
-    describe("credits", () => {
-      const HOUR = 3_600_000;
+    describe("admission and completion", () => {
+      const claimOf = (key: string, requestHash = "hash-1", nowMs = T0) => ({ key, requestHash, lockUntilMs: nowMs + MINUTE, expiresAtMs: nowMs + DAY_MS });
 
-      /** An organization with `amount` microUSD granted (none when 0). */
-      async function funded(id: string, amount: number) {
-        await org(id);
-        if (amount > 0) await store.grantCredits({ orgId: id, amountMicrousd: amount, nowMs: now() });
-      }
-
-      async function reserve(id: string, orgId: string, amount: number, options: { nowMs?: number; expiresAtMs?: number } = {}) {
-        const nowMs = options.nowMs ?? now();
-        return store.reserveCredits({
-          reservationId: id,
-          orgId,
-          requestId: `req_${id}`,
-          amountMicrousd: amount,
-          nowMs,
-          expiresAtMs: options.expiresAtMs ?? nowMs + HOUR,
-        });
-      }
-
-      /** Everything about an organization's credits, to show that a call changed nothing. */
-      async function snapshot(orgId: string, reservationIds: string[]) {
-        return {
-          balance: await store.getBalance(orgId),
-          ledger: await store.listLedger(orgId),
-          reservations: await Promise.all(reservationIds.map((id) => store.getReservation(id))),
-          usage: await store.listUsage(orgId, { limit: 200 }),
+      it("an admitted request is in flight: getUsage and listUsage find its record before completion", async () => {
+        await funded("org_a", 1000);
+        const command = admission({ requestId: "req_1", orgId: "org_a", keyId: "k9", source: "playground", model: "jev-2", nowMs: T0 + 5, reservation: { amountMicrousd: 300, expiresAtMs: T0 + HOUR } });
+        assert.deepEqual(await admit(command), [{ kind: "admitted" }]);
+        const inFlight: UsageRecord = {
+          requestId: "req_1",
+          orgId: "org_a",
+          keyId: "k9",
+          createdAtMs: T0 + 5,
+          completedAtMs: null,
+          source: "playground",
+          model: "jev-2",
+          mode: "paid",
+          outcome: "in_flight",
+          httpStatus: null,
+          inputTokens: 0,
+          outputTokens: 0,
+          costMicrousd: 0,
+          latencyMs: null,
+          gatewayLatencyMs: 0,
+          errorDetail: null,
+          overReservation: false,
         };
-      }
+        assert.deepEqual(await store.getUsage("org_a", "req_1"), inFlight);
+        assert.deepEqual(await store.listUsage("org_a", { limit: 10, outcome: "in_flight" }), { records: [inFlight], nextCursor: null });
+        assert.deepEqual((await store.listUsage("org_a", { limit: 10, outcome: "succeeded" })).records, []);
+        assert.equal((await store.getReservation("req_1"))?.status, "pending");
+      });
 
+      it("a completion makes the record final exactly once: a second completion is not_in_flight and changes nothing", async () => {
+        await funded("org_a", 1000);
+        await admit(paid("req_1", "org_a", 300));
+        assert.deepEqual(await complete(completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 250, costMicrousd: 100, reserved: true })), [{ kind: "completed" }]);
+        assert.deepEqual(await store.getUsage("org_a", "req_1"), usageRecord({ requestId: "req_1", orgId: "org_a", costMicrousd: 100 }));
+        const before = await books("org_a", ["req_1"]);
+        assert.deepEqual(
+          await complete(
+            completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 1000, costMicrousd: 100, reserved: true }),
+            completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 1000, outcome: "model_error", httpStatus: 502, reserved: true }),
+            completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 1000, outcome: "gateway_error", httpStatus: 500, reserved: false }),
+          ),
+          [{ kind: "not_in_flight" }, { kind: "not_in_flight" }, { kind: "not_in_flight" }],
+        );
+        assert.deepEqual(await books("org_a", ["req_1"]), before);
+      });
+
+      it("two completions of one request in one batch: the first completes it, the second is not_in_flight", async () => {
+        await funded("org_a", 1000);
+        await admit(paid("req_1", "org_a", 300));
+        assert.deepEqual(
+          await complete(
+            completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 250, costMicrousd: 100, reserved: true }),
+            completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 250, outcome: "model_error", httpStatus: 502, reserved: true }),
+          ),
+          [{ kind: "completed" }, { kind: "not_in_flight" }],
+        );
+        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 900, reserved: 0, spent: 100, granted: 1000 });
+        assert.deepEqual(await store.getUsage("org_a", "req_1"), usageRecord({ requestId: "req_1", orgId: "org_a", costMicrousd: 100 }));
+        assert.deepEqual((await store.listLedger("org_a")).map((e) => e.kind), ["grant", "reserve", "settle"]);
+      });
+
+      it("a completion of an unknown request, or under another organization's id, is not_in_flight and writes nothing", async () => {
+        await funded("org_a", 1000);
+        await funded("org_b", 1000);
+        await admit(paid("req_1", "org_a", 300));
+        const before = [await books("org_a", ["req_1"]), await books("org_b", ["req_1"])];
+        assert.deepEqual(
+          await complete(
+            completion({ requestId: "req_missing", orgId: "org_a", reserved: true }),
+            completion({ requestId: "req_1", orgId: "org_b", costMicrousd: 10, reserved: true }),
+          ),
+          [{ kind: "not_in_flight" }, { kind: "not_in_flight" }],
+        );
+        assert.deepEqual([await books("org_a", ["req_1"]), await books("org_b", ["req_1"])], before);
+        assert.equal((await store.getUsage("org_a", "req_1"))?.outcome, "in_flight");
+        assert.equal(await store.getUsage("org_b", "req_1"), null);
+        assert.equal(await store.getUsage("org_a", "req_missing"), null);
+      });
+
+      it("a rejected admission writes nothing at all: no usage record, reservation, counter or claim", async () => {
+        await funded("org_a", 100);
+        assert.deepEqual(await admit({ ...preview("req_seen", "org_a", 1, 10) }), [{ kind: "admitted" }]);
+        assert.deepEqual(await admit(admission({ requestId: "req_held", orgId: "org_a", idempotency: claimOf("k-held") })), [{ kind: "admitted" }]);
+        await admit(admission({ requestId: "req_done", orgId: "org_a", idempotency: claimOf("k-done") }));
+        const kept: StoredResponse = { status: 200, body: '{"request_id":"req_done"}', requestId: "req_done" };
+        await complete(completion({ requestId: "req_done", orgId: "org_a", idempotency: { key: "k-done", response: kept } }));
+        const rejected = ["req_org", "req_global", "req_credits", "req_in_progress", "req_mismatch", "req_replay"];
+        const before = await books("org_a", rejected);
+        assert.deepEqual(
+          await admit(
+            { ...preview("req_org", "org_a", 1, 10), idempotency: claimOf("k-org") },
+            { ...preview("req_global", "org_a", 5, 1), idempotency: claimOf("k-global") },
+            { ...paid("req_credits", "org_a", 101), idempotency: claimOf("k-credits") },
+            { ...paid("req_in_progress", "org_a", 10), idempotency: claimOf("k-held") },
+            { ...paid("req_mismatch", "org_a", 10), idempotency: claimOf("k-done", "hash-2") },
+            { ...paid("req_replay", "org_a", 10), idempotency: claimOf("k-done") },
+          ),
+          [
+            { kind: "quota_exhausted", scope: "org" },
+            { kind: "quota_exhausted", scope: "global" },
+            { kind: "insufficient_credits", availableMicrousd: 100 },
+            { kind: "idempotency_in_progress" },
+            { kind: "idempotency_mismatch" },
+            { kind: "replay", response: kept },
+          ],
+        );
+        assert.deepEqual(await books("org_a", rejected), before);
+        assert.deepEqual(before.reservations, [null, null, null, null, null, null]);
+        assert.deepEqual(ids(before.usage.records).sort(), ["req_done", "req_held", "req_seen"]);
+        // No claim was taken: each key is free for another body, while the keys that were held still are.
+        assert.deepEqual(
+          await admit(
+            admission({ requestId: "req_x1", orgId: "org_a", idempotency: claimOf("k-org", "hash-9") }),
+            admission({ requestId: "req_x2", orgId: "org_a", idempotency: claimOf("k-global", "hash-9") }),
+            admission({ requestId: "req_x3", orgId: "org_a", idempotency: claimOf("k-credits", "hash-9") }),
+            admission({ requestId: "req_x4", orgId: "org_a", idempotency: claimOf("k-held", "hash-9") }),
+            admission({ requestId: "req_x5", orgId: "org_a", idempotency: claimOf("k-done") }),
+          ),
+          [{ kind: "admitted" }, { kind: "admitted" }, { kind: "admitted" }, { kind: "idempotency_in_progress" }, { kind: "replay", response: kept }],
+        );
+      });
+
+      it("decides each command of a batch on its own and answers in command order", async () => {
+        await funded("org_a", 500);
+        await org("org_b");
+        assert.deepEqual(
+          await admit(
+            paid("req_1", "org_a", 300),
+            paid("req_2", "org_a", 300),
+            preview("req_3", "org_b", 1, 10),
+            preview("req_4", "org_b", 1, 10),
+            paid("req_5", "org_a", 200),
+            paid("req_6", "org_b", 1),
+            preview("req_7", "org_a", 5, 2),
+          ),
+          [
+            { kind: "admitted" },
+            { kind: "insufficient_credits", availableMicrousd: 200 },
+            { kind: "admitted" },
+            { kind: "quota_exhausted", scope: "org" },
+            { kind: "admitted" },
+            { kind: "insufficient_credits", availableMicrousd: 0 },
+            { kind: "admitted" },
+          ],
+        );
+        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 0, reserved: 500, spent: 0, granted: 500 });
+        assert.deepEqual(ids((await store.listUsage("org_a", { limit: 10 })).records).sort(), ["req_1", "req_5", "req_7"]);
+        assert.deepEqual(ids((await store.listUsage("org_b", { limit: 10 })).records), ["req_3"]);
+        assert.deepEqual(await store.previewUsage("org_b", DAY), { org: 1, global: 2 });
+        assert.deepEqual(await store.previewUsage("org_a", DAY), { org: 1, global: 2 });
+      });
+
+      it("within one batch, a second admission with the same Idempotency-Key is idempotency_in_progress", async () => {
+        const withKey = (requestId: string, orgId: string, hash: string) => admission({ requestId, orgId, idempotency: claimOf("k", hash) });
+        assert.deepEqual(
+          await admit(withKey("req_1", "org_a", "h"), withKey("req_2", "org_a", "h"), withKey("req_3", "org_a", "h2"), withKey("req_4", "org_b", "h")),
+          [{ kind: "admitted" }, { kind: "idempotency_in_progress" }, { kind: "idempotency_in_progress" }, { kind: "admitted" }],
+        );
+        assert.equal(await store.getUsage("org_a", "req_2"), null);
+        assert.equal(await store.getUsage("org_a", "req_3"), null);
+        const response: StoredResponse = { status: 200, body: "{}", requestId: "req_1" };
+        await complete(completion({ requestId: "req_1", orgId: "org_a", idempotency: { key: "k", response } }));
+        assert.deepEqual(await admit(withKey("req_5", "org_a", "h")), [{ kind: "replay", response }]);
+      });
+
+      it("within one batch, completions come first: the funds they return are available to the admissions", async () => {
+        await funded("org_a", 1000);
+        await admit(paid("req_1", "org_a", 600), paid("req_2", "org_a", 400));
+        const result = await store.commitBatch({
+          admissions: [paid("req_3", "org_a", 500), paid("req_4", "org_a", 350), paid("req_5", "org_a", 51)],
+          completions: [
+            completion({ requestId: "req_1", orgId: "org_a", costMicrousd: 100, reserved: true }),
+            completion({ requestId: "req_2", orgId: "org_a", outcome: "model_error", httpStatus: 502, reserved: true }),
+          ],
+        });
+        assert.deepEqual(result, {
+          admissions: [{ kind: "admitted" }, { kind: "admitted" }, { kind: "insufficient_credits", availableMicrousd: 50 }],
+          completions: [{ kind: "completed" }, { kind: "completed" }],
+        });
+        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 50, reserved: 850, spent: 100, granted: 1000 });
+        assert.deepEqual((await store.listLedger("org_a")).map((e) => [e.kind, e.reservationId]), [
+          ["grant", null],
+          ["reserve", "req_1"],
+          ["reserve", "req_2"],
+          ["settle", "req_1"],
+          ["release", "req_2"],
+          ["reserve", "req_3"],
+          ["reserve", "req_4"],
+        ]);
+      });
+
+      it("within one batch, completions come first: a request admitted in it is not yet in flight, a claim dropped in it is free", async () => {
+        await admit(admission({ requestId: "req_1", orgId: "org_a", idempotency: claimOf("k") }));
+        const result = await store.commitBatch({
+          admissions: [admission({ requestId: "req_2", orgId: "org_a", idempotency: claimOf("k", "hash-2") }), admission({ requestId: "req_3", orgId: "org_a" })],
+          completions: [
+            completion({ requestId: "req_1", orgId: "org_a", outcome: "model_error", httpStatus: 502, idempotency: { key: "k", response: null } }),
+            completion({ requestId: "req_3", orgId: "org_a" }),
+          ],
+        });
+        assert.deepEqual(result, { admissions: [{ kind: "admitted" }, { kind: "admitted" }], completions: [{ kind: "completed" }, { kind: "not_in_flight" }] });
+        assert.equal((await store.getUsage("org_a", "req_3"))?.outcome, "in_flight");
+        assert.equal((await store.getUsage("org_a", "req_1"))?.outcome, "model_error");
+        assert.deepEqual(await admit(admission({ requestId: "req_4", orgId: "org_a", idempotency: claimOf("k", "hash-2") })), [{ kind: "idempotency_in_progress" }]);
+      });
+
+      it("a batch with a duplicate request id fails with StoreConflictError and writes nothing of it", async () => {
+        await funded("org_a", 1000);
+        await admit({ ...paid("req_live", "org_a", 300), idempotency: claimOf("k-live") });
+        await recordUsage(store, [usageRecord({ requestId: "req_done", orgId: "org_a", createdAtMs: T0 - 1000, completedAtMs: T0 - 900 })]);
+        const touched = ["req_live", "req_new", "req_prev", "req_idem", "req_twice"];
+        const before = await books("org_a", touched);
+        const response: StoredResponse = { status: 200, body: "{}", requestId: "req_live" };
+        await assert.rejects(
+          store.commitBatch({
+            admissions: [
+              paid("req_new", "org_a", 200),
+              preview("req_prev", "org_a", 5, 5),
+              admission({ requestId: "req_idem", orgId: "org_a", idempotency: claimOf("k-new") }),
+              admission({ requestId: "req_done", orgId: "org_a" }),
+            ],
+            completions: [completion({ requestId: "req_live", orgId: "org_a", costMicrousd: 100, reserved: true, idempotency: { key: "k-live", response } })],
+          }),
+          StoreConflictError,
+        );
+        assert.deepEqual(await books("org_a", touched), before);
+        await assert.rejects(admit(paid("req_twice", "org_a", 100), admission({ requestId: "req_twice", orgId: "org_a" })), StoreConflictError);
+        assert.deepEqual(await books("org_a", touched), before);
+        assert.deepEqual(
+          await admit(
+            admission({ requestId: "req_k1", orgId: "org_a", idempotency: claimOf("k-new", "hash-2") }),
+            admission({ requestId: "req_k2", orgId: "org_a", idempotency: claimOf("k-live") }),
+          ),
+          [{ kind: "admitted" }, { kind: "idempotency_in_progress" }],
+          "the failed batch claimed no key and completed none",
+        );
+        assert.deepEqual(await complete(completion({ requestId: "req_live", orgId: "org_a", costMicrousd: 100, reserved: true })), [{ kind: "completed" }]);
+      });
+
+      it("an empty batch does nothing", async () => {
+        assert.deepEqual(await store.commitBatch({ admissions: [], completions: [] }), { admissions: [], completions: [] });
+      });
+    });
+
+    describe("credits", () => {
       it("an organization without credits has a zero balance and an empty ledger", async () => {
         await org("org_a");
         assert.deepEqual(await store.getBalance("org_a"), ZERO_BALANCE);
         assert.deepEqual(await store.getBalance("org_missing"), ZERO_BALANCE);
         assert.deepEqual(await store.listLedger("org_a"), []);
-        assert.equal(await store.getReservation("res_missing"), null);
+        assert.equal(await store.getReservation("req_missing"), null);
       });
 
       it("grants add up, each with a grant ledger entry", async () => {
@@ -548,24 +933,25 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         for (const amountMicrousd of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 53]) {
           await assert.rejects(store.grantCredits({ orgId: "org_a", amountMicrousd, nowMs: now() }), StoreInputError, `amount ${amountMicrousd}`);
         }
+        await assert.rejects(store.grantCredits({ orgId: "org_a", amountMicrousd: Number.MAX_SAFE_INTEGER, nowMs: now() }), StoreInputError, "beyond the safe integer range");
         await assert.rejects(store.grantCredits({ orgId: "org_missing", amountMicrousd: 5, nowMs: now() }), StoreInputError);
         assert.deepEqual(await store.getBalance("org_a"), { available: 100, reserved: 0, spent: 0, granted: 100 });
         assert.equal((await store.listLedger("org_a")).length, 1);
         assert.deepEqual(await store.listLedger("org_missing"), []);
       });
 
-      it("reserves exactly the available amount; one more microUSD is insufficient and changes nothing", async () => {
+      it("reserves exactly the available amount at admission; one more microUSD is insufficient_credits and writes nothing", async () => {
         await funded("org_a", 1000);
-        const before = await snapshot("org_a", ["res_big"]);
-        assert.equal(await reserve("res_big", "org_a", 1001), "insufficient");
-        assert.deepEqual(await snapshot("org_a", ["res_big"]), before);
+        const before = await books("org_a", ["req_big"]);
+        assert.deepEqual(await admit(paid("req_big", "org_a", 1001)), [{ kind: "insufficient_credits", availableMicrousd: 1000 }]);
+        assert.deepEqual(await books("org_a", ["req_big"]), before);
 
-        assert.equal(await reserve("res_1", "org_a", 1000, { nowMs: T0 + 50, expiresAtMs: T0 + 50 + HOUR }), "reserved");
+        assert.deepEqual(await admit(paid("req_1", "org_a", 1000, { nowMs: T0 + 50, expiresAtMs: T0 + 50 + HOUR })), [{ kind: "admitted" }]);
         assert.deepEqual(await store.getBalance("org_a"), { available: 0, reserved: 1000, spent: 0, granted: 1000 });
-        assert.deepEqual(await store.getReservation("res_1"), {
-          id: "res_1",
+        assert.deepEqual(await store.getReservation("req_1"), {
+          id: "req_1",
           orgId: "org_a",
-          requestId: "req_res_1",
+          requestId: "req_1",
           amountMicrousd: 1000,
           status: "pending",
           costMicrousd: null,
@@ -573,226 +959,210 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           expiresAtMs: T0 + 50 + HOUR,
           resolvedAtMs: null,
         } satisfies Reservation);
-        const last = (await store.listLedger("org_a")).at(-1);
-        assert.deepEqual(
-          { kind: last?.kind, reservationId: last?.reservationId, a: last?.availableDelta, r: last?.reservedDelta, s: last?.spentDelta, g: last?.grantedDelta, at: last?.createdAtMs },
-          { kind: "reserve", reservationId: "res_1", a: -1000, r: 1000, s: 0, g: 0, at: T0 + 50 },
-        );
+        assert.deepEqual(entryOf((await store.listLedger("org_a")).at(-1)), ["reserve", "req_1", -1000, 1000, 0, 0, T0 + 50]);
 
-        const full = await snapshot("org_a", ["res_1", "res_2"]);
-        assert.equal(await reserve("res_2", "org_a", 1), "insufficient");
-        assert.deepEqual(await snapshot("org_a", ["res_1", "res_2"]), full);
+        const full = await books("org_a", ["req_1", "req_2"]);
+        assert.deepEqual(await admit(paid("req_2", "org_a", 1)), [{ kind: "insufficient_credits", availableMicrousd: 0 }]);
+        assert.deepEqual(await books("org_a", ["req_1", "req_2"]), full);
         await checkBalanceInvariants(store, "org_a");
       });
 
-      it("an organization that never had credits can reserve 0 but not 1; an unknown organization neither", async () => {
+      it("an organization that never had credits can reserve 0 but not 1", async () => {
         await org("org_a");
-        assert.equal(await reserve("res_1", "org_a", 1), "insufficient");
-        assert.equal(await store.getReservation("res_1"), null);
-        assert.equal(await reserve("res_0", "org_a", 0), "reserved");
-        assert.equal((await store.getReservation("res_0"))?.status, "pending");
+        assert.deepEqual(await admit(paid("req_1", "org_a", 1)), [{ kind: "insufficient_credits", availableMicrousd: 0 }]);
+        assert.equal(await store.getReservation("req_1"), null);
+        assert.deepEqual(await admit(paid("req_0", "org_a", 0)), [{ kind: "admitted" }]);
+        assert.equal((await store.getReservation("req_0"))?.status, "pending");
         assert.deepEqual(await checkBalanceInvariants(store, "org_a"), ZERO_BALANCE);
-        assert.equal(await reserve("res_x", "org_missing", 1), "insufficient");
-        assert.equal(await reserve("res_y", "org_missing", 0), "insufficient");
-        assert.equal(await store.getReservation("res_y"), null);
       });
 
-      it("rejects a duplicate reservation id with StoreConflictError and changes nothing", async () => {
+      it("an unknown organization cannot reserve, not even 0, and its admission fails nothing else", async () => {
+        await funded("org_a", 100);
+        assert.deepEqual(await admit(paid("req_x", "org_missing", 1), paid("req_a", "org_a", 10)), [
+          { kind: "insufficient_credits", availableMicrousd: 0 },
+          { kind: "admitted" },
+        ]);
+        assert.deepEqual(await admit(paid("req_y", "org_missing", 0), paid("req_b", "org_a", 10)), [
+          { kind: "insufficient_credits", availableMicrousd: 0 },
+          { kind: "admitted" },
+        ]);
+        assert.equal(await store.getReservation("req_x"), null);
+        assert.equal(await store.getReservation("req_y"), null);
+        assert.equal(await store.getUsage("org_missing", "req_y"), null);
+        assert.deepEqual(await store.getBalance("org_missing"), ZERO_BALANCE);
+      });
+
+      it("admitting a request id that exists fails with StoreConflictError and changes nothing", async () => {
         await funded("org_a", 1000);
-        assert.equal(await reserve("res_1", "org_a", 100), "reserved");
-        const before = await snapshot("org_a", ["res_1"]);
-        await assert.rejects(reserve("res_1", "org_a", 200), StoreConflictError);
-        assert.deepEqual(await snapshot("org_a", ["res_1"]), before);
+        await funded("org_b", 1000);
+        assert.deepEqual(await admit(paid("req_1", "org_a", 100)), [{ kind: "admitted" }]);
+        const before = [await books("org_a", ["req_1"]), await books("org_b", ["req_1"])];
+        await assert.rejects(admit(paid("req_1", "org_a", 200)), StoreConflictError);
+        await assert.rejects(admit(paid("req_1", "org_b", 200)), StoreConflictError);
+        await assert.rejects(admit(preview("req_1", "org_a", 5, 5)), StoreConflictError);
+        assert.deepEqual([await books("org_a", ["req_1"]), await books("org_b", ["req_1"])], before);
       });
 
       it("rejects a negative or fractional reservation with StoreInputError", async () => {
         await funded("org_a", 1000);
         for (const amount of [-1, 0.5, Number.NaN]) {
-          await assert.rejects(reserve("res_1", "org_a", amount), StoreInputError, `amount ${amount}`);
+          await assert.rejects(admit(paid("req_1", "org_a", amount)), StoreInputError, `amount ${amount}`);
         }
-        assert.equal(await store.getReservation("res_1"), null);
+        assert.equal(await store.getReservation("req_1"), null);
+        assert.equal(await store.getUsage("org_a", "req_1"), null);
         assert.deepEqual(await store.getBalance("org_a"), { available: 1000, reserved: 0, spent: 0, granted: 1000 });
       });
 
-      it("settles for less than reserved: charges the cost, returns the rest, writes the usage record", async () => {
+      it("a successful completion settles for less than reserved: charges the cost, returns the rest, writes the final record", async () => {
         await funded("org_a", 1000);
-        await reserve("res_1", "org_a", 300);
-        const usage = usageRecord({ requestId: "req_res_1", orgId: "org_a", costMicrousd: 120 });
-        assert.equal(await store.settleReservation({ reservationId: "res_1", costMicrousd: 120, nowMs: T0 + 7000, usage }), "settled");
+        await admit(paid("req_1", "org_a", 300, { nowMs: T0 + 10 }));
+        const done = completion({
+          requestId: "req_1",
+          orgId: "org_a",
+          nowMs: T0 + 7000,
+          inputTokens: 40,
+          outputTokens: 3,
+          costMicrousd: 120,
+          latencyMs: 812.5,
+          gatewayLatencyMs: 830.25,
+          overReservation: true,
+          reserved: true,
+        });
+        assert.deepEqual(await complete(done), [{ kind: "completed" }]);
         assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 880, reserved: 0, spent: 120, granted: 1000 });
-        const r = await store.getReservation("res_1");
+        const r = await store.getReservation("req_1");
         assert.deepEqual([r?.status, r?.costMicrousd, r?.resolvedAtMs], ["settled", 120, T0 + 7000]);
-        const last = (await store.listLedger("org_a")).at(-1);
-        assert.deepEqual(
-          { kind: last?.kind, reservationId: last?.reservationId, a: last?.availableDelta, r: last?.reservedDelta, s: last?.spentDelta, g: last?.grantedDelta, at: last?.createdAtMs },
-          { kind: "settle", reservationId: "res_1", a: 180, r: -300, s: 120, g: 0, at: T0 + 7000 },
-        );
-        assert.deepEqual(await store.getUsage("org_a", "req_res_1"), usage);
+        assert.deepEqual(entryOf((await store.listLedger("org_a")).at(-1)), ["settle", "req_1", 180, -300, 120, 0, T0 + 7000]);
+        assert.deepEqual(await store.getUsage("org_a", "req_1"), {
+          requestId: "req_1",
+          orgId: "org_a",
+          keyId: "key_1",
+          createdAtMs: T0 + 10,
+          completedAtMs: T0 + 7000,
+          source: "api",
+          model: "jev-1",
+          mode: "paid",
+          outcome: "succeeded",
+          httpStatus: 200,
+          inputTokens: 40,
+          outputTokens: 3,
+          costMicrousd: 120,
+          latencyMs: 812.5,
+          gatewayLatencyMs: 830.25,
+          errorDetail: null,
+          overReservation: true,
+        } satisfies UsageRecord);
       });
 
       it("settles for exactly the reservation, and for 0", async () => {
         await funded("org_a", 1000);
-        await reserve("res_1", "org_a", 300);
-        await reserve("res_2", "org_a", 200);
-        assert.equal(await store.settleReservation({ reservationId: "res_1", costMicrousd: 300, nowMs: now(), usage: usageRecord({ requestId: "r1", orgId: "org_a" }) }), "settled");
-        assert.equal(await store.settleReservation({ reservationId: "res_2", costMicrousd: 0, nowMs: now(), usage: usageRecord({ requestId: "r2", orgId: "org_a" }) }), "settled");
+        await admit(paid("req_1", "org_a", 300), paid("req_2", "org_a", 200));
+        assert.deepEqual(
+          await complete(
+            completion({ requestId: "req_1", orgId: "org_a", costMicrousd: 300, reserved: true }),
+            completion({ requestId: "req_2", orgId: "org_a", costMicrousd: 0, reserved: true }),
+          ),
+          [{ kind: "completed" }, { kind: "completed" }],
+        );
         assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 700, reserved: 0, spent: 300, granted: 1000 });
-        assert.equal((await store.getReservation("res_1"))?.costMicrousd, 300);
-        assert.equal((await store.getReservation("res_2"))?.costMicrousd, 0);
+        assert.equal((await store.getReservation("req_1"))?.costMicrousd, 300);
+        assert.equal((await store.getReservation("req_2"))?.costMicrousd, 0);
+        assert.equal((await store.getReservation("req_2"))?.status, "settled");
       });
 
-      it("a cost above the reservation throws RangeError and changes nothing; a bad cost is StoreInputError", async () => {
+      it("a cost above the reservation throws RangeError and the batch writes nothing; a bad cost is StoreInputError", async () => {
         await funded("org_a", 1000);
-        await reserve("res_1", "org_a", 300);
-        const usage = usageRecord({ requestId: "req_res_1", orgId: "org_a" });
-        const before = await snapshot("org_a", ["res_1"]);
-        await assert.rejects(store.settleReservation({ reservationId: "res_1", costMicrousd: 301, nowMs: now(), usage }), RangeError);
+        await admit(paid("req_1", "org_a", 300), paid("req_2", "org_a", 100));
+        const before = await books("org_a", ["req_1", "req_2", "req_3"]);
+        await assert.rejects(
+          store.commitBatch({
+            admissions: [paid("req_3", "org_a", 50)],
+            completions: [
+              completion({ requestId: "req_2", orgId: "org_a", costMicrousd: 10, reserved: true }),
+              completion({ requestId: "req_1", orgId: "org_a", costMicrousd: 301, reserved: true }),
+            ],
+          }),
+          RangeError,
+        );
         for (const costMicrousd of [-1, 1.5, Number.NaN]) {
-          await assert.rejects(store.settleReservation({ reservationId: "res_1", costMicrousd, nowMs: now(), usage }), StoreInputError);
+          await assert.rejects(complete(completion({ requestId: "req_1", orgId: "org_a", costMicrousd, reserved: true })), StoreInputError);
         }
-        assert.deepEqual(await snapshot("org_a", ["res_1"]), before);
-        assert.equal(await store.getUsage("org_a", "req_res_1"), null);
-        assert.equal(await store.settleReservation({ reservationId: "res_1", costMicrousd: 300, nowMs: now(), usage }), "settled", "still pending");
+        assert.deepEqual(await books("org_a", ["req_1", "req_2", "req_3"]), before);
+        assert.deepEqual(await complete(completion({ requestId: "req_1", orgId: "org_a", costMicrousd: 300, reserved: true })), [{ kind: "completed" }], "still in flight");
       });
 
-      it("settling at or after the expiry time expires it instead: funds back, an expire entry, no usage", async () => {
+      it("a success at or after the reservation's expiry is reservation_expired: funds back, an expire entry, nothing charged", async () => {
         await funded("org_a", 1000);
-        await reserve("res_1", "org_a", 300, { nowMs: T0, expiresAtMs: T0 + 5000 });
-        await reserve("res_2", "org_a", 100, { nowMs: T0, expiresAtMs: T0 + 5000 });
-        const usage = usageRecord({ requestId: "req_res_1", orgId: "org_a" });
-        assert.equal(await store.settleReservation({ reservationId: "res_1", costMicrousd: 50, nowMs: T0 + 5000, usage }), "expired", "expiresAtMs ≤ nowMs");
+        await admit(paid("req_1", "org_a", 300, { nowMs: T0, expiresAtMs: T0 + 5000 }), paid("req_2", "org_a", 100, { nowMs: T0, expiresAtMs: T0 + 5000 }));
+        const late = completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 5000, costMicrousd: 50, overReservation: true, reserved: true });
+        assert.deepEqual(await complete(late), [{ kind: "reservation_expired" }], "expiresAtMs ≤ nowMs");
         assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 900, reserved: 100, spent: 0, granted: 1000 });
-        const r = await store.getReservation("res_1");
+        const r = await store.getReservation("req_1");
         assert.deepEqual([r?.status, r?.costMicrousd, r?.resolvedAtMs], ["expired", null, T0 + 5000]);
-        const last = (await store.listLedger("org_a")).at(-1);
-        assert.deepEqual([last?.kind, last?.reservationId, last?.availableDelta, last?.reservedDelta, last?.spentDelta], ["expire", "res_1", 300, -300, 0]);
-        assert.equal(await store.getUsage("org_a", "req_res_1"), null);
-        assert.equal(
-          await store.settleReservation({ reservationId: "res_2", costMicrousd: 50, nowMs: T0 + 4999, usage: usageRecord({ requestId: "req_res_2", orgId: "org_a" }) }),
-          "settled",
+        assert.deepEqual(entryOf((await store.listLedger("org_a")).at(-1)), ["expire", "req_1", 300, -300, 0, 0, T0 + 5000]);
+        assert.deepEqual(
+          await store.getUsage("org_a", "req_1"),
+          usageRecord({ requestId: "req_1", orgId: "org_a", completedAtMs: T0 + 5000, outcome: "reservation_expired", httpStatus: 409, costMicrousd: 0, errorDetail: EXPIRED_DETAIL }),
+        );
+        assert.deepEqual(await complete(late), [{ kind: "not_in_flight" }]);
+        assert.deepEqual(
+          await complete(completion({ requestId: "req_2", orgId: "org_a", nowMs: T0 + 4999, costMicrousd: 50, reserved: true })),
+          [{ kind: "completed" }],
           "one millisecond before the expiry time",
+        );
+        assert.equal((await store.getReservation("req_2"))?.status, "settled");
+      });
+
+      it("a failed completion releases the whole amount, charges nothing and records the failure", async () => {
+        await funded("org_a", 1000);
+        await admit(paid("req_1", "org_a", 300));
+        const failed = completion({
+          requestId: "req_1",
+          orgId: "org_a",
+          nowMs: T0 + 9000,
+          outcome: "model_error",
+          httpStatus: 502,
+          inputTokens: 80,
+          outputTokens: 0,
+          costMicrousd: 50,
+          latencyMs: 30_000,
+          errorDetail: "model timed out",
+          reserved: true,
+        });
+        assert.deepEqual(await complete(failed), [{ kind: "completed" }]);
+        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 1000, reserved: 0, spent: 0, granted: 1000 });
+        const r = await store.getReservation("req_1");
+        assert.deepEqual([r?.status, r?.costMicrousd, r?.resolvedAtMs], ["released", null, T0 + 9000]);
+        assert.deepEqual(entryOf((await store.listLedger("org_a")).at(-1)), ["release", "req_1", 300, -300, 0, 0, T0 + 9000]);
+        assert.deepEqual(
+          await store.getUsage("org_a", "req_1"),
+          usageRecord({ requestId: "req_1", orgId: "org_a", completedAtMs: T0 + 9000, outcome: "model_error", httpStatus: 502, inputTokens: 80, outputTokens: 0, costMicrousd: 0, latencyMs: 30_000, errorDetail: "model timed out" }),
         );
       });
 
-      it("a second settle, a settle after release and a settle of an unknown reservation give not_pending and change nothing", async () => {
+      it("a failed completion after the reservation's expiry time still releases it: it stays pending while its request is in flight", async () => {
         await funded("org_a", 1000);
-        await reserve("res_1", "org_a", 300);
-        await reserve("res_2", "org_a", 200);
-        const usage = usageRecord({ requestId: "req_res_1", orgId: "org_a" });
-        assert.equal(await store.settleReservation({ reservationId: "res_1", costMicrousd: 100, nowMs: now(), usage }), "settled");
-        assert.equal(await store.releaseReservation({ reservationId: "res_2", nowMs: now(), usage: null }), "released");
-        const before = await snapshot("org_a", ["res_1", "res_2"]);
-        const again = usageRecord({ requestId: "req_res_1_again", orgId: "org_a" });
-        assert.equal(await store.settleReservation({ reservationId: "res_1", costMicrousd: 100, nowMs: now(), usage }), "not_pending", "duplicate delivery");
-        assert.equal(await store.settleReservation({ reservationId: "res_1", costMicrousd: 200, nowMs: now(), usage: again }), "not_pending");
-        assert.equal(await store.settleReservation({ reservationId: "res_2", costMicrousd: 0, nowMs: now(), usage: again }), "not_pending");
-        assert.equal(await store.settleReservation({ reservationId: "res_missing", costMicrousd: 0, nowMs: now(), usage: again }), "not_pending");
-        assert.deepEqual(await snapshot("org_a", ["res_1", "res_2"]), before);
-        assert.equal(await store.getUsage("org_a", "req_res_1_again"), null);
-      });
-
-      it("release returns the whole amount and writes the usage record; a second release changes nothing", async () => {
-        await funded("org_a", 1000);
-        await reserve("res_1", "org_a", 300);
-        const usage = usageRecord({ requestId: "req_res_1", orgId: "org_a", outcome: "model_error", httpStatus: 502, costMicrousd: 0 });
-        assert.equal(await store.releaseReservation({ reservationId: "res_1", nowMs: T0 + 9000, usage }), "released");
+        await admit(paid("req_1", "org_a", 300, { nowMs: T0, expiresAtMs: T0 + 10 }));
+        assert.deepEqual(await store.sweep({ nowMs: T0 + 20, inFlightBeforeMs: T0, limit: 10 }), { abandoned: 0, expired: 0 });
+        assert.equal((await store.getReservation("req_1"))?.status, "pending");
+        assert.deepEqual(
+          await complete(completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 20, outcome: "context_rejected", httpStatus: 422, reserved: true })),
+          [{ kind: "completed" }],
+        );
+        assert.equal((await store.getReservation("req_1"))?.status, "released");
+        assert.equal((await store.getUsage("org_a", "req_1"))?.outcome, "context_rejected");
         assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 1000, reserved: 0, spent: 0, granted: 1000 });
-        const r = await store.getReservation("res_1");
-        assert.deepEqual([r?.status, r?.costMicrousd, r?.resolvedAtMs], ["released", null, T0 + 9000]);
-        const last = (await store.listLedger("org_a")).at(-1);
-        assert.deepEqual([last?.kind, last?.reservationId, last?.availableDelta, last?.reservedDelta, last?.createdAtMs], ["release", "res_1", 300, -300, T0 + 9000]);
-        assert.deepEqual(await store.getUsage("org_a", "req_res_1"), usage);
-        const before = await snapshot("org_a", ["res_1"]);
-        assert.equal(await store.releaseReservation({ reservationId: "res_1", nowMs: now(), usage: null }), "not_pending");
-        assert.deepEqual(await snapshot("org_a", ["res_1"]), before);
-      });
-
-      it("release writes the usage record even when the reservation already expired", async () => {
-        await funded("org_a", 1000);
-        await reserve("res_1", "org_a", 300, { nowMs: T0, expiresAtMs: T0 + 10 });
-        assert.equal(await store.expireReservations({ nowMs: T0 + 10, limit: 10 }), 1);
-        const balance = await store.getBalance("org_a");
-        const usage = usageRecord({ requestId: "req_res_1", orgId: "org_a", outcome: "model_error", httpStatus: 502, costMicrousd: 0 });
-        assert.equal(await store.releaseReservation({ reservationId: "res_1", nowMs: T0 + 20, usage }), "not_pending");
-        assert.deepEqual(await store.getUsage("org_a", "req_res_1"), usage);
-        assert.deepEqual(await store.getBalance("org_a"), balance);
-        assert.equal((await store.getReservation("res_1"))?.status, "expired");
-        const other = usageRecord({ requestId: "req_unknown", orgId: "org_a", outcome: "model_error", httpStatus: 502, costMicrousd: 0 });
-        assert.equal(await store.releaseReservation({ reservationId: "res_missing", nowMs: T0 + 30, usage: other }), "not_pending");
-        assert.deepEqual(await store.getUsage("org_a", "req_unknown"), other, "whatever the reservation's state");
-      });
-
-      it("settle or release whose usage record is a duplicate fails with StoreConflictError and changes nothing", async () => {
-        await funded("org_a", 1000);
-        await reserve("res_1", "org_a", 300);
-        await reserve("res_2", "org_a", 200);
-        const existing = usageRecord({ requestId: "req_taken", orgId: "org_a" });
-        await store.insertUsage(existing);
-        const before = await snapshot("org_a", ["res_1", "res_2"]);
-        await assert.rejects(store.settleReservation({ reservationId: "res_1", costMicrousd: 10, nowMs: now(), usage: { ...existing, costMicrousd: 10 } }), StoreConflictError);
-        await assert.rejects(store.releaseReservation({ reservationId: "res_2", nowMs: now(), usage: { ...existing, outcome: "model_error" } }), StoreConflictError);
-        assert.deepEqual(await snapshot("org_a", ["res_1", "res_2"]), before, "all or nothing: the reservations stay pending");
-      });
-
-      it("settle or release with another organization's usage record fails with StoreInputError and changes nothing", async () => {
-        await funded("org_a", 1000);
-        await org("org_b");
-        await reserve("res_1", "org_a", 300);
-        const before = await snapshot("org_a", ["res_1"]);
-        const foreign = usageRecord({ requestId: "req_res_1", orgId: "org_b" });
-        await assert.rejects(store.settleReservation({ reservationId: "res_1", costMicrousd: 10, nowMs: now(), usage: foreign }), StoreInputError);
-        await assert.rejects(store.releaseReservation({ reservationId: "res_1", nowMs: now(), usage: foreign }), StoreInputError);
-        assert.deepEqual(await snapshot("org_a", ["res_1"]), before);
-        assert.equal(await store.getUsage("org_b", "req_res_1"), null);
-      });
-
-      it("expireReservations expires only due pending reservations, at most `limit` per call", async () => {
-        await funded("org_a", 10_000);
-        await funded("org_b", 10_000);
-        await reserve("a_due1", "org_a", 100, { nowMs: T0, expiresAtMs: T0 + 10 });
-        await reserve("a_due2", "org_a", 200, { nowMs: T0, expiresAtMs: T0 + 20 });
-        await reserve("b_due", "org_b", 400, { nowMs: T0, expiresAtMs: T0 + 15 });
-        await reserve("a_later", "org_a", 800, { nowMs: T0, expiresAtMs: T0 + 21 });
-        await reserve("a_settled", "org_a", 1600, { nowMs: T0, expiresAtMs: T0 + 5 });
-        await reserve("a_released", "org_a", 3200, { nowMs: T0, expiresAtMs: T0 + 5 });
-        assert.equal(await store.settleReservation({ reservationId: "a_settled", costMicrousd: 1, nowMs: T0 + 1, usage: usageRecord({ requestId: "u1", orgId: "org_a" }) }), "settled");
-        assert.equal(await store.releaseReservation({ reservationId: "a_released", nowMs: T0 + 1, usage: null }), "released");
-        const resolvedBefore = [await store.getReservation("a_settled"), await store.getReservation("a_released")];
-        const due = ["a_due1", "a_due2", "b_due"];
-        const status = async (id: string) => (await store.getReservation(id))?.status;
-
-        assert.equal(await store.expireReservations({ nowMs: T0 + 20, limit: 0 }), 0);
-        assert.equal(await store.expireReservations({ nowMs: T0 + 20, limit: 2 }), 2);
-        const statuses = await Promise.all(due.map(status));
-        assert.equal(statuses.filter((s) => s === "expired").length, 2);
-        assert.equal(statuses.filter((s) => s === "pending").length, 1);
-        assert.equal(await store.expireReservations({ nowMs: T0 + 20, limit: 2 }), 1);
-        assert.equal(await store.expireReservations({ nowMs: T0 + 20, limit: 2 }), 0);
-        for (const id of due) {
-          const r = await store.getReservation(id);
-          assert.deepEqual([r?.status, r?.resolvedAtMs, r?.costMicrousd], ["expired", T0 + 20, null], id);
-        }
-        assert.equal(await status("a_later"), "pending", "not due yet: expiresAtMs > nowMs");
-        assert.deepEqual([await store.getReservation("a_settled"), await store.getReservation("a_released")], resolvedBefore);
-        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 10_000 - 800 - 1, reserved: 800, spent: 1, granted: 10_000 });
-        assert.deepEqual(await checkBalanceInvariants(store, "org_b"), { available: 10_000, reserved: 0, spent: 0, granted: 10_000 });
-        const expireEntries = (await store.listLedger("org_a")).filter((e) => e.kind === "expire");
-        assert.deepEqual(expireEntries.map((e) => [e.reservationId, e.availableDelta, e.reservedDelta]).sort(), [["a_due1", 100, -100], ["a_due2", 200, -200]]);
-        assert.equal(await store.expireReservations({ nowMs: T0 + 21, limit: 10 }), 1);
-        assert.equal(await status("a_later"), "expired");
-        await assert.rejects(store.expireReservations({ nowMs: T0, limit: -1 }), StoreInputError);
-        await assert.rejects(store.expireReservations({ nowMs: T0, limit: 1.5 }), StoreInputError);
       });
 
       it("the ledger of a busy organization sums to its balance", async () => {
         await funded("org_a", 5000);
-        await reserve("r1", "org_a", 1000);
-        await reserve("r2", "org_a", 1500);
-        await reserve("r3", "org_a", 700, { nowMs: T0, expiresAtMs: T0 + 1 });
+        await admit(paid("r1", "org_a", 1000), paid("r2", "org_a", 1500), paid("r3", "org_a", 700, { nowMs: T0, expiresAtMs: T0 + 1 }));
         await store.grantCredits({ orgId: "org_a", amountMicrousd: 250, nowMs: now() });
-        await store.settleReservation({ reservationId: "r1", costMicrousd: 333, nowMs: now(), usage: usageRecord({ requestId: "u1", orgId: "org_a" }) });
-        await store.releaseReservation({ reservationId: "r2", nowMs: now(), usage: null });
-        await store.expireReservations({ nowMs: now(), limit: 10 });
+        await complete(
+          completion({ requestId: "r1", orgId: "org_a", costMicrousd: 333, reserved: true }),
+          completion({ requestId: "r2", orgId: "org_a", outcome: "model_error", httpStatus: 502, reserved: true }),
+        );
+        assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 10 }), { abandoned: 1, expired: 0 });
         const balance = await checkBalanceInvariants(store, "org_a");
         assert.deepEqual(balance, { available: 5250 - 333, reserved: 0, spent: 333, granted: 5250 });
         assert.deepEqual(
@@ -800,343 +1170,785 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           ["grant", "reserve", "reserve", "reserve", "grant", "settle", "release", "expire"],
         );
       });
-
-      it("keeps invariants 1–3 under random interleavings, duplicate deliveries and expiry (property)", async () => {
-        type Cmd =
-          | { t: "grant"; org: number; amount: number }
-          | { t: "reserve"; org: number; amount: number; ttl: number }
-          | { t: "settle"; pick: number; costPercent: number }
-          | { t: "release"; pick: number; withUsage: boolean }
-          | { t: "tick"; advance: number }
-          | { t: "expire"; advance: number; limit: number }
-          | { t: "duplicate"; pick: number; op: "settle" | "release" | "expire"; costPercent: number };
-        const orgIdx = fc.integer({ min: 0, max: 1 });
-        const cmd: fc.Arbitrary<Cmd> = fc.oneof(
-          { arbitrary: fc.record({ t: fc.constant("grant" as const), org: orgIdx, amount: fc.integer({ min: 1, max: 1000 }) }), weight: 2 },
-          { arbitrary: fc.record({ t: fc.constant("reserve" as const), org: orgIdx, amount: fc.integer({ min: 0, max: 400 }), ttl: fc.integer({ min: 0, max: 12 }) }), weight: 3 },
-          { arbitrary: fc.record({ t: fc.constant("settle" as const), pick: fc.nat(), costPercent: fc.integer({ min: 0, max: 100 }) }), weight: 2 },
-          fc.record({ t: fc.constant("release" as const), pick: fc.nat(), withUsage: fc.boolean() }),
-          fc.record({ t: fc.constant("tick" as const), advance: fc.integer({ min: 1, max: 8 }) }),
-          fc.record({ t: fc.constant("expire" as const), advance: fc.integer({ min: 0, max: 8 }), limit: fc.integer({ min: 1, max: 3 }) }),
-          fc.record({ t: fc.constant("duplicate" as const), pick: fc.nat(), op: fc.constantFrom("settle" as const, "release" as const, "expire" as const), costPercent: fc.integer({ min: 0, max: 100 }) }),
-        );
-
-        interface ModelReservation {
-          id: string;
-          orgId: string;
-          requestId: string;
-          amount: number;
-          expiresAtMs: number;
-          status: ReservationStatus;
-          cost: number | null;
-          /** The stored reservation once resolved: it must never change again. */
-          resolved: Reservation | null;
-        }
-
-        let runs = 0;
-        await fc.assert(
-          fc.asyncProperty(fc.array(cmd, { minLength: 1, maxLength: 40, size: "max" }), async (cmds) => {
-            // One store for all runs: each run has its own organizations and ids, and ends by expiring
-            // everything it left pending, so the global expiry sweep of a later run sees only its own.
-            const s = store;
-            const run = runs++;
-            try {
-              const orgIds = [`org_r${run}_0`, `org_r${run}_1`];
-              let t = T0;
-              for (const id of orgIds) await s.createOrganization({ id, name: id, nowMs: t });
-              const balances = new Map<string, Balance>(orgIds.map((id) => [id, { ...ZERO_BALANCE }]));
-              const reservations: ModelReservation[] = [];
-              const usage = new Set<string>();
-              const bal = (orgId: string) => balances.get(orgId)!;
-              const record = (r: ModelReservation, cost: number) => usageRecord({ requestId: r.requestId, orgId: r.orgId, createdAtMs: t, costMicrousd: cost });
-
-              const giveBack = (r: ModelReservation, status: "released" | "expired") => {
-                r.status = status;
-                bal(r.orgId).available += r.amount;
-                bal(r.orgId).reserved -= r.amount;
-              };
-
-              const settle = async (r: ModelReservation, costPercent: number) => {
-                const cost = Math.floor((r.amount * costPercent) / 100);
-                const got = await s.settleReservation({ reservationId: r.id, costMicrousd: cost, nowMs: t, usage: record(r, cost) });
-                if (r.status !== "pending") return assert.equal(got, "not_pending");
-                if (r.expiresAtMs <= t) {
-                  assert.equal(got, "expired");
-                  return giveBack(r, "expired");
-                }
-                assert.equal(got, "settled");
-                r.status = "settled";
-                r.cost = cost;
-                const b = bal(r.orgId);
-                b.available += r.amount - cost;
-                b.reserved -= r.amount;
-                b.spent += cost;
-                usage.add(r.requestId);
-              };
-
-              const release = async (r: ModelReservation, withUsage: boolean) => {
-                const call = s.releaseReservation({ reservationId: r.id, nowMs: t, usage: withUsage ? record(r, 0) : null });
-                if (withUsage && usage.has(r.requestId)) {
-                  // The record exists already: the whole call fails, the reservation stays as it was.
-                  return await assert.rejects(call, StoreConflictError);
-                }
-                const got = await call;
-                if (withUsage) usage.add(r.requestId);
-                if (r.status !== "pending") return assert.equal(got, "not_pending");
-                assert.equal(got, "released");
-                giveBack(r, "released");
-              };
-
-              const expire = async (limit: number) => {
-                const due = reservations.filter((r) => r.status === "pending" && r.expiresAtMs <= t);
-                const n = await s.expireReservations({ nowMs: t, limit });
-                assert.equal(n, Math.min(limit, due.length));
-                for (const r of due) if ((await s.getReservation(r.id))?.status === "expired") giveBack(r, "expired");
-                assert.equal(due.filter((r) => r.status === "expired").length, n, "exactly the expired count were due");
-              };
-
-              const check = async () => {
-                for (const orgId of orgIds) {
-                  const balance = await checkBalanceInvariants(s, orgId);
-                  assert.deepEqual(balance, bal(orgId), "the balance the model expects");
-                  const pending = reservations.filter((r) => r.orgId === orgId && r.status === "pending").reduce((sum, r) => sum + r.amount, 0);
-                  assert.equal(balance.reserved, pending, "reserved = sum of pending reservations");
-                }
-                for (const r of reservations) {
-                  const got = await s.getReservation(r.id);
-                  assert.ok(got, r.id);
-                  assert.equal(got.status, r.status, r.id);
-                  assert.equal(got.amountMicrousd, r.amount);
-                  assert.equal(got.costMicrousd, r.cost);
-                  if (got.costMicrousd !== null) assert.ok(got.costMicrousd <= got.amountMicrousd);
-                  if (r.resolved) assert.deepEqual(got, r.resolved, "a resolved reservation never changes");
-                  else if (r.status !== "pending") r.resolved = got;
-                  assert.equal((await s.getUsage(r.orgId, r.requestId)) !== null, usage.has(r.requestId), `usage of ${r.requestId}`);
-                }
-              };
-
-              // Time moves only with tick and expire, so calls often land exactly on an expiry time.
-              for (const c of cmds) {
-                const pick = (n: number, from: ModelReservation[]) => (from.length === 0 ? undefined : from[n % from.length]);
-                switch (c.t) {
-                  case "grant": {
-                    const orgId = orgIds[c.org]!;
-                    const got = await s.grantCredits({ orgId, amountMicrousd: c.amount, nowMs: t });
-                    bal(orgId).available += c.amount;
-                    bal(orgId).granted += c.amount;
-                    assert.deepEqual(got, bal(orgId));
-                    break;
-                  }
-                  case "reserve": {
-                    const orgId = orgIds[c.org]!;
-                    const r: ModelReservation = { id: `res_r${run}_${reservations.length}`, orgId, requestId: `req_r${run}_${reservations.length}`, amount: c.amount, expiresAtMs: t + c.ttl, status: "pending", cost: null, resolved: null };
-                    const got = await s.reserveCredits({ reservationId: r.id, orgId, requestId: r.requestId, amountMicrousd: r.amount, nowMs: t, expiresAtMs: r.expiresAtMs });
-                    const b = bal(orgId);
-                    if (b.available >= c.amount) {
-                      assert.equal(got, "reserved");
-                      b.available -= c.amount;
-                      b.reserved += c.amount;
-                      reservations.push(r);
-                    } else {
-                      assert.equal(got, "insufficient");
-                      assert.equal(await s.getReservation(r.id), null);
-                    }
-                    break;
-                  }
-                  case "settle": {
-                    const r = pick(c.pick, reservations);
-                    if (r) await settle(r, c.costPercent);
-                    break;
-                  }
-                  case "release": {
-                    const r = pick(c.pick, reservations);
-                    if (r) await release(r, c.withUsage);
-                    break;
-                  }
-                  case "tick":
-                    t += c.advance;
-                    break;
-                  case "expire":
-                    t += c.advance;
-                    await expire(c.limit);
-                    break;
-                  case "duplicate": {
-                    const r = pick(c.pick, reservations.filter((x) => x.status !== "pending"));
-                    if (!r) break;
-                    if (c.op === "settle") await settle(r, c.costPercent);
-                    else if (c.op === "release") await release(r, false);
-                    else await expire(1000);
-                    break;
-                  }
-                }
-                await check();
-              }
-              t += 1000;
-              await expire(1000);
-              await check();
-              assert.ok(reservations.every((r) => r.status !== "pending"));
-            } finally {
-              // After a failure too (fast-check then shrinks, re-running on this store): leave nothing pending.
-              await s.expireReservations({ nowMs: Number.MAX_SAFE_INTEGER, limit: 100_000 });
-            }
-          }),
-          { numRuns: 100 },
-        );
-      });
     });
 
     describe("preview quotas", () => {
-      const DAY = "2026-01-01";
-      const consume = (orgId: string, orgLimit: number, globalLimit: number, day = DAY) => store.consumePreviewQuota({ orgId, day, orgLimit, globalLimit });
+      let n = 0;
+      const consume = async (orgId: string, orgLimit: number, globalLimit: number, day = DAY) => (await admit(preview(`req_p${++n}`, orgId, orgLimit, globalLimit, day)))[0];
+      const ADMITTED = { kind: "admitted" };
+      const ORG = { kind: "quota_exhausted", scope: "org" };
+      const GLOBAL = { kind: "quota_exhausted", scope: "global" };
 
-      it("counts up to the organization's limit, then says org_exhausted and counts nothing", async () => {
+      it("counts up to the organization's limit, then says quota_exhausted org and counts nothing", async () => {
         assert.deepEqual(await store.previewUsage("org_a", DAY), { org: 0, global: 0 });
-        assert.equal(await consume("org_a", 2, 10), "ok");
-        assert.equal(await consume("org_a", 2, 10), "ok");
-        assert.equal(await consume("org_a", 2, 10), "org_exhausted");
+        assert.deepEqual(await consume("org_a", 2, 10), ADMITTED);
+        assert.deepEqual(await consume("org_a", 2, 10), ADMITTED);
+        assert.deepEqual(await consume("org_a", 2, 10), ORG);
         assert.deepEqual(await store.previewUsage("org_a", DAY), { org: 2, global: 2 });
-        assert.equal(await consume("org_b", 2, 10), "ok", "another organization has its own count");
+        assert.equal(await store.getUsage("org_a", `req_p${n}`), null, "a refused request has no usage record");
+        assert.deepEqual(await consume("org_b", 2, 10), ADMITTED, "another organization has its own count");
         assert.deepEqual(await store.previewUsage("org_b", DAY), { org: 1, global: 3 });
-        assert.equal(await consume("org_a", 3, 10), "ok", "a higher limit allows more");
+        assert.deepEqual(await consume("org_a", 3, 10), ADMITTED, "a higher limit allows more");
         assert.deepEqual(await store.previewUsage("org_a", DAY), { org: 3, global: 4 });
+        assert.equal((await store.listUsage("org_a", { limit: 10 })).records.length, 3, "one usage record per counted request");
       });
 
-      it("the service-wide limit counts every organization; a refused call counts nothing", async () => {
-        assert.equal(await consume("org_a", 10, 3), "ok");
-        assert.equal(await consume("org_b", 10, 3), "ok");
-        assert.equal(await consume("org_a", 10, 3), "ok");
-        assert.equal(await consume("org_b", 10, 3), "global_exhausted");
-        assert.equal(await consume("org_c", 10, 3), "global_exhausted");
+      it("the service-wide limit counts every organization; a refused request counts nothing", async () => {
+        assert.deepEqual(await consume("org_a", 10, 3), ADMITTED);
+        assert.deepEqual(await consume("org_b", 10, 3), ADMITTED);
+        assert.deepEqual(await consume("org_a", 10, 3), ADMITTED);
+        assert.deepEqual(await consume("org_b", 10, 3), GLOBAL);
+        assert.deepEqual(await consume("org_c", 10, 3), GLOBAL);
         assert.deepEqual(await store.previewUsage("org_a", DAY), { org: 2, global: 3 });
         assert.deepEqual(await store.previewUsage("org_b", DAY), { org: 1, global: 3 });
         assert.deepEqual(await store.previewUsage("org_c", DAY), { org: 0, global: 3 });
+        assert.deepEqual((await store.listUsage("org_c", { limit: 10 })).records, []);
       });
 
       it("reports the organization's limit first when both are reached", async () => {
-        assert.equal(await consume("org_a", 1, 1), "ok");
-        assert.equal(await consume("org_a", 1, 1), "org_exhausted");
+        assert.deepEqual(await consume("org_a", 1, 1), ADMITTED);
+        assert.deepEqual(await consume("org_a", 1, 1), ORG);
         assert.deepEqual(await store.previewUsage("org_a", DAY), { org: 1, global: 1 });
       });
 
       it("a limit of 0 allows nothing", async () => {
-        assert.equal(await consume("org_a", 0, 10), "org_exhausted");
-        assert.equal(await consume("org_a", 10, 0), "global_exhausted");
+        assert.deepEqual(await consume("org_a", 0, 10), ORG);
+        assert.deepEqual(await consume("org_a", 10, 0), GLOBAL);
         assert.deepEqual(await store.previewUsage("org_a", DAY), { org: 0, global: 0 });
       });
 
       it("each UTC day has its own counters", async () => {
-        assert.equal(await consume("org_a", 1, 1, "2026-01-01"), "ok");
-        assert.equal(await consume("org_a", 1, 1, "2026-01-01"), "org_exhausted");
-        assert.equal(await consume("org_a", 1, 1, "2026-01-02"), "ok");
-        assert.equal(await consume("org_b", 5, 1, "2025-12-31"), "ok");
+        assert.deepEqual(await consume("org_a", 1, 1, "2026-01-01"), ADMITTED);
+        assert.deepEqual(await consume("org_a", 1, 1, "2026-01-01"), ORG);
+        assert.deepEqual(await consume("org_a", 1, 1, "2026-01-02"), ADMITTED);
+        assert.deepEqual(await consume("org_b", 5, 1, "2025-12-31"), ADMITTED);
         assert.deepEqual(await store.previewUsage("org_a", "2026-01-01"), { org: 1, global: 1 });
         assert.deepEqual(await store.previewUsage("org_a", "2026-01-02"), { org: 1, global: 1 });
         assert.deepEqual(await store.previewUsage("org_a", "2025-12-31"), { org: 0, global: 1 });
         assert.deepEqual(await store.previewUsage("org_a", "2026-01-03"), { org: 0, global: 0 });
       });
 
-      it("rejects a malformed day or limit with StoreInputError", async () => {
+      it("the quota stays consumed when the request fails or is abandoned: it has a usage record", async () => {
+        await admit(preview("req_1", "org_a", 2, 10), preview("req_2", "org_a", 2, 10));
+        await complete(completion({ requestId: "req_1", orgId: "org_a", outcome: "model_error", httpStatus: 502 }));
+        assert.deepEqual(await store.sweep({ nowMs: T0 + HOUR, inFlightBeforeMs: T0 + 1, limit: 10 }), { abandoned: 1, expired: 0 });
+        assert.deepEqual(await store.previewUsage("org_a", DAY), { org: 2, global: 2 });
+        assert.deepEqual(await consume("org_a", 2, 10), ORG);
+        assert.deepEqual((await store.listUsage("org_a", { limit: 10 })).records.map((r) => r.outcome).sort(), ["gateway_error", "model_error"]);
+      });
+
+      it("rejects a malformed day or limit, or the organization id *, with StoreInputError", async () => {
         for (const day of ["2026-1-1", "01/01/2026", "2026-01-01T00:00:00Z", "", "2026-13-01"]) {
           await assert.rejects(consume("org_a", 5, 5, day), StoreInputError, day);
+          await assert.rejects(store.previewUsage("org_a", day), StoreInputError, day);
         }
         await assert.rejects(consume("org_a", -1, 5), StoreInputError);
         await assert.rejects(consume("org_a", 5, 1.5), StoreInputError);
+        await assert.rejects(consume("*", 5, 5), StoreInputError);
+        await assert.rejects(store.previewUsage("*", DAY), StoreInputError);
         assert.deepEqual(await store.previewUsage("org_a", DAY), { org: 0, global: 0 });
+        assert.deepEqual((await store.listUsage("org_a", { limit: 10 })).records, []);
       });
     });
 
     describe("idempotency keys", () => {
-      const MINUTE = 60_000;
-      const DAY_MS = 86_400_000;
-      const claim = (requestId: string, nowMs: number, options: { key?: string; orgId?: string; hash?: string; lockMs?: number; ttlMs?: number } = {}) =>
-        store.claimIdempotencyKey({
-          orgId: options.orgId ?? "org_a",
-          key: options.key ?? "key-1",
-          requestHash: options.hash ?? "hash-1",
-          requestId,
-          nowMs,
-          lockUntilMs: nowMs + (options.lockMs ?? MINUTE),
-          expiresAtMs: nowMs + (options.ttlMs ?? DAY_MS),
-        });
-      const response = (requestId: string): StoredResponse => ({ status: 200, body: `{"request_id":"${requestId}","answers":{"q":"✓"}}`, requestId });
-      const complete = (requestId: string, options: { key?: string; orgId?: string } = {}) =>
-        store.completeIdempotencyKey({ orgId: options.orgId ?? "org_a", key: options.key ?? "key-1", requestId, response: response(requestId) });
-      const release = (requestId: string) => store.releaseIdempotencyKey({ orgId: "org_a", key: "key-1", requestId });
+      let n = 0;
+      const claim = async (nowMs: number, options: { key?: string; orgId?: string; hash?: string; lockMs?: number; ttlMs?: number; requestId?: string } = {}) => {
+        const requestId = options.requestId ?? `req_${++n}`;
+        const orgId = options.orgId ?? "org_a";
+        const idempotency = { key: options.key ?? "key-1", requestHash: options.hash ?? "hash-1", lockUntilMs: nowMs + (options.lockMs ?? MINUTE), expiresAtMs: nowMs + (options.ttlMs ?? DAY_MS) };
+        return (await admit(admission({ requestId, orgId, nowMs, idempotency })))[0];
+      };
+      const response = (requestId: string, body = `{"request_id":"${requestId}","answers":{"q":"✓"}}`): StoredResponse => ({ status: 200, body, requestId });
+      const succeed = async (requestId: string, options: { key?: string; orgId?: string; body?: string; nowMs?: number } = {}) =>
+        (
+          await complete(
+            completion({ requestId, orgId: options.orgId ?? "org_a", nowMs: options.nowMs ?? T0, idempotency: { key: options.key ?? "key-1", response: response(requestId, options.body) } }),
+          )
+        )[0];
+      const fail = async (requestId: string, key = "key-1") =>
+        (
+          await complete(
+            completion({ requestId, orgId: "org_a", outcome: "model_error", httpStatus: 502, idempotency: { key, response: { status: 502, body: "{}", requestId } } }),
+          )
+        )[0];
+      const ADMITTED = { kind: "admitted" };
+      const IN_PROGRESS = { kind: "idempotency_in_progress" };
+      const MISMATCH = { kind: "idempotency_mismatch" };
 
-      it("claims a new key; while it runs, another claim is in_progress whatever its body", async () => {
-        assert.deepEqual(await claim("req_1", T0), { kind: "claimed" });
-        assert.deepEqual(await claim("req_2", T0 + 1000), { kind: "in_progress" });
-        assert.deepEqual(await claim("req_3", T0 + 1000, { hash: "hash-2" }), { kind: "in_progress" });
-        assert.deepEqual(await claim("req_4", T0 + MINUTE - 1), { kind: "in_progress" }, "the lock holds until lockUntilMs");
+      it("claims a new key; while it runs, another admission is idempotency_in_progress whatever its body", async () => {
+        assert.deepEqual(await claim(T0, { requestId: "req_1" }), ADMITTED);
+        assert.deepEqual(await claim(T0 + 1000), IN_PROGRESS);
+        assert.deepEqual(await claim(T0 + 1000, { hash: "hash-2" }), IN_PROGRESS);
+        assert.deepEqual(await claim(T0 + MINUTE - 1), IN_PROGRESS, "the lock holds until lockUntilMs");
+        assert.deepEqual(ids((await store.listUsage("org_a", { limit: 10 })).records), ["req_1"], "only the admitted request is recorded");
       });
 
       it("replays the completed response for the same body, and says mismatch for another body", async () => {
-        await claim("req_1", T0);
-        await complete("req_1");
-        assert.deepEqual(await claim("req_2", T0 + 1000), { kind: "replay", response: response("req_1") });
-        assert.deepEqual(await claim("req_3", T0 + 2 * MINUTE), { kind: "replay", response: response("req_1") }, "long after the lock");
-        assert.deepEqual(await claim("req_4", T0 + 1000, { hash: "hash-2" }), { kind: "mismatch" });
-        assert.deepEqual(await claim("req_5", T0 + DAY_MS - 1), { kind: "replay", response: response("req_1") }, "until expiresAtMs");
+        await claim(T0, { requestId: "req_1" });
+        assert.deepEqual(await succeed("req_1"), { kind: "completed" });
+        assert.deepEqual(await claim(T0 + 1000), { kind: "replay", response: response("req_1") });
+        assert.deepEqual(await claim(T0 + 2 * MINUTE), { kind: "replay", response: response("req_1") }, "long after the lock");
+        assert.deepEqual(await claim(T0 + 1000, { hash: "hash-2" }), MISMATCH);
+        assert.deepEqual(await claim(T0 + DAY_MS - 1), { kind: "replay", response: response("req_1") }, "until expiresAtMs");
+        assert.deepEqual(ids((await store.listUsage("org_a", { limit: 10 })).records), ["req_1"], "a replay is not a new request");
+      });
+
+      it("keeps a response of up to MAX_KEPT_RESPONSE_BYTES UTF-8 bytes; for a larger one says replay_not_kept with its request id", async () => {
+        const exact = JSON.stringify("é".repeat((MAX_KEPT_RESPONSE_BYTES - 2) / 2));
+        const over = JSON.stringify(`${"é".repeat((MAX_KEPT_RESPONSE_BYTES - 2) / 2)}x`);
+        assert.equal(Buffer.byteLength(exact, "utf8"), MAX_KEPT_RESPONSE_BYTES);
+        assert.equal(Buffer.byteLength(over, "utf8"), MAX_KEPT_RESPONSE_BYTES + 1);
+        await claim(T0, { requestId: "req_exact", key: "k-exact" });
+        await claim(T0, { requestId: "req_over", key: "k-over" });
+        await succeed("req_exact", { key: "k-exact", body: exact });
+        await succeed("req_over", { key: "k-over", body: over });
+        assert.deepEqual(await claim(T0 + 1, { key: "k-exact" }), { kind: "replay", response: response("req_exact", exact) });
+        assert.deepEqual(await claim(T0 + 1, { key: "k-over" }), { kind: "replay_not_kept", requestId: "req_over" });
+        assert.deepEqual(await claim(T0 + 2, { key: "k-over", hash: "hash-2" }), MISMATCH, "the body still counts");
+        assert.deepEqual(await claim(T0 + DAY_MS, { key: "k-over", hash: "hash-2" }), ADMITTED, "until it expires");
       });
 
       it("keys are scoped to the organization", async () => {
-        await claim("req_1", T0);
-        await complete("req_1");
-        assert.deepEqual(await claim("req_2", T0 + 1, { orgId: "org_b" }), { kind: "claimed" });
-        assert.deepEqual(await claim("req_3", T0 + 1, { key: "key-2" }), { kind: "claimed" });
-        assert.deepEqual(await claim("req_4", T0 + 2, { orgId: "org_b" }), { kind: "in_progress" });
+        await claim(T0, { requestId: "req_1" });
+        await succeed("req_1");
+        assert.deepEqual(await claim(T0 + 1, { orgId: "org_b" }), ADMITTED);
+        assert.deepEqual(await claim(T0 + 1, { key: "key-2" }), ADMITTED);
+        assert.deepEqual(await claim(T0 + 2, { orgId: "org_b" }), IN_PROGRESS);
       });
 
-      it("only the owner completes or releases the claim", async () => {
-        await claim("req_1", T0);
-        await complete("req_other");
-        await release("req_other");
-        assert.deepEqual(await claim("req_2", T0 + 1), { kind: "in_progress" }, "a stranger changed nothing");
-        await release("req_1");
-        assert.deepEqual(await claim("req_3", T0 + 2), { kind: "claimed" }, "released: a retry runs anew");
-        await complete("req_1");
-        assert.deepEqual(await claim("req_4", T0 + 3), { kind: "in_progress" }, "the old owner cannot complete the new claim");
-        await complete("req_3");
-        assert.deepEqual(await claim("req_5", T0 + 4), { kind: "replay", response: response("req_3") });
+      it("a failed completion drops the claim: a retry with the same key runs anew, whatever its body", async () => {
+        await claim(T0, { requestId: "req_1" });
+        assert.deepEqual(await fail("req_1"), { kind: "completed" });
+        assert.deepEqual(await claim(T0 + 1, { requestId: "req_2", hash: "hash-2" }), ADMITTED);
+        assert.deepEqual(await claim(T0 + 2), IN_PROGRESS);
+        await succeed("req_2");
+        assert.deepEqual(await claim(T0 + 3, { hash: "hash-2" }), { kind: "replay", response: response("req_2") });
       });
 
-      it("a completed response is kept: a later complete or release by its owner changes nothing", async () => {
-        await claim("req_1", T0);
-        await complete("req_1");
-        await store.completeIdempotencyKey({ orgId: "org_a", key: "key-1", requestId: "req_1", response: { status: 200, body: "{}", requestId: "req_1" } });
-        await release("req_1");
-        assert.deepEqual(await claim("req_2", T0 + 1), { kind: "replay", response: response("req_1") });
+      it("a success that finds its reservation expired drops the claim", async () => {
+        await funded("org_a", 1000);
+        const idempotency = { key: "key-1", requestHash: "hash-1", lockUntilMs: T0 + MINUTE, expiresAtMs: T0 + DAY_MS };
+        await admit({ ...paid("req_1", "org_a", 300, { nowMs: T0, expiresAtMs: T0 + 10 }), idempotency });
+        const late = completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 10, costMicrousd: 100, reserved: true, idempotency: { key: "key-1", response: response("req_1") } });
+        assert.deepEqual(await complete(late), [{ kind: "reservation_expired" }]);
+        assert.deepEqual(await claim(T0 + 11, { requestId: "req_2" }), ADMITTED);
       });
 
-      it("takes over a claim whose lock passed; the old owner can no longer complete or release it", async () => {
-        await claim("req_1", T0);
-        assert.deepEqual(await claim("req_2", T0 + MINUTE, { hash: "hash-2" }), { kind: "claimed" }, "lockUntilMs ≤ nowMs: the lock passed");
-        await complete("req_1");
-        await release("req_1");
-        assert.deepEqual(await claim("req_3", T0 + MINUTE + 1, { hash: "hash-2" }), { kind: "in_progress" });
-        await complete("req_2");
-        assert.deepEqual(await claim("req_4", T0 + MINUTE + 2, { hash: "hash-2" }), { kind: "replay", response: response("req_2") });
-        assert.deepEqual(await claim("req_5", T0 + MINUTE + 2), { kind: "mismatch" }, "the new claim's body counts now");
+      it("only the request that holds the claim completes or drops it", async () => {
+        await claim(T0, { requestId: "req_1" });
+        assert.deepEqual(await claim(T0 + MINUTE, { requestId: "req_2", hash: "hash-2" }), ADMITTED, "lockUntilMs ≤ nowMs: the lock passed");
+        assert.deepEqual(await succeed("req_1"), { kind: "completed" }, "req_1 itself completes");
+        assert.deepEqual(await claim(T0 + MINUTE + 1, { hash: "hash-2" }), IN_PROGRESS, "but req_2's claim is untouched");
+        await claim(T0 + MINUTE, { requestId: "req_3", key: "key-2" });
+        assert.deepEqual(await fail("req_3", "key-1"), { kind: "completed" });
+        assert.deepEqual(await claim(T0 + MINUTE + 2, { hash: "hash-2" }), IN_PROGRESS, "a stranger's failure does not drop it");
+        await succeed("req_2");
+        assert.deepEqual(await claim(T0 + MINUTE + 3, { hash: "hash-2" }), { kind: "replay", response: response("req_2") });
+        assert.deepEqual(await claim(T0 + MINUTE + 3), MISMATCH, "the new claim's body counts now");
+        assert.deepEqual(await claim(T0 + MINUTE + 3, { key: "key-2" }), IN_PROGRESS, "req_3's own claim is untouched too");
       });
 
       it("takes over an expired entry, completed or not", async () => {
-        await claim("req_1", T0, { ttlMs: 10 * MINUTE });
-        await complete("req_1");
-        assert.deepEqual(await claim("req_2", T0 + 10 * MINUTE, { hash: "hash-2" }), { kind: "claimed" }, "expiresAtMs ≤ nowMs");
-        await complete("req_2");
-        assert.deepEqual(await claim("req_3", T0 + 10 * MINUTE + 1, { hash: "hash-2" }), { kind: "replay", response: response("req_2") });
+        await claim(T0, { requestId: "req_1", ttlMs: 10 * MINUTE });
+        await succeed("req_1");
+        assert.deepEqual(await claim(T0 + 10 * MINUTE, { requestId: "req_2", hash: "hash-2" }), ADMITTED, "expiresAtMs ≤ nowMs");
+        await succeed("req_2");
+        assert.deepEqual(await claim(T0 + 10 * MINUTE + 1, { hash: "hash-2" }), { kind: "replay", response: response("req_2") });
 
-        await claim("req_a", T0, { key: "key-2", lockMs: DAY_MS, ttlMs: MINUTE });
-        assert.deepEqual(await claim("req_b", T0 + MINUTE, { key: "key-2" }), { kind: "claimed" }, "expired although its lock had not passed");
+        await claim(T0, { key: "key-2", lockMs: DAY_MS, ttlMs: MINUTE });
+        assert.deepEqual(await claim(T0 + MINUTE, { key: "key-2" }), ADMITTED, "expired although its lock had not passed");
       });
 
       it("replays a stored body byte for byte", async () => {
         const body = '{"z":1,"a":"é\\u00e9 👩‍💻","n":1.50}';
-        await claim("req_1", T0);
-        await store.completeIdempotencyKey({ orgId: "org_a", key: "key-1", requestId: "req_1", response: { status: 200, body, requestId: "req_1" } });
-        const got = await claim("req_2", T0 + 1);
-        assert.equal(got.kind, "replay");
-        assert.equal(got.kind === "replay" ? got.response.body : null, body);
+        await claim(T0, { requestId: "req_1" });
+        await succeed("req_1", { body });
+        assert.deepEqual(await claim(T0 + 1), { kind: "replay", response: { status: 200, body, requestId: "req_1" } });
+      });
+    });
+
+    describe("sweep", () => {
+      it("completes requests in flight since before inFlightBeforeMs as gateway_error, expiring their reservations, oldest first, at most limit", async () => {
+        await funded("org_a", 10_000);
+        await admit(
+          paid("req_p1", "org_a", 100),
+          { ...preview("req_v1", "org_a", 5, 5), nowMs: T0 + 5 },
+          paid("req_p2", "org_a", 200, { nowMs: T0 + 10 }),
+          paid("req_late", "org_a", 400, { nowMs: T0 + 20 }),
+          paid("req_done", "org_a", 800, { nowMs: T0 + 1 }),
+        );
+        await complete(completion({ requestId: "req_done", orgId: "org_a", nowMs: T0 + 2, costMicrousd: 8, reserved: true }));
+        const sweep = (limit: number, nowMs = T0 + 1000) => store.sweep({ nowMs, inFlightBeforeMs: T0 + 20, limit });
+        assert.deepEqual(await sweep(0), { abandoned: 0, expired: 0 });
+        assert.deepEqual(await sweep(2), { abandoned: 2, expired: 0 });
+        const outcomes = async () => Promise.all(["req_p1", "req_v1", "req_p2", "req_late"].map(async (id) => (await store.getUsage("org_a", id))?.outcome));
+        assert.deepEqual(await outcomes(), ["gateway_error", "gateway_error", "in_flight", "in_flight"], "the oldest two");
+        assert.deepEqual(await sweep(2, T0 + 2000), { abandoned: 1, expired: 0 });
+        assert.deepEqual(await sweep(2, T0 + 2000), { abandoned: 0, expired: 0 });
+        assert.deepEqual(await outcomes(), ["gateway_error", "gateway_error", "gateway_error", "in_flight"], "created at inFlightBeforeMs: not abandoned");
+
+        const abandoned = (requestId: string, createdAtMs: number, completedAtMs: number, mode: UsageRecord["mode"]): UsageRecord => ({
+          ...usageRecord({ requestId, orgId: "org_a", createdAtMs, outcome: "in_flight", mode }),
+          completedAtMs,
+          outcome: "gateway_error",
+          errorDetail: ABANDONED_DETAIL,
+        });
+        assert.deepEqual(await store.getUsage("org_a", "req_p1"), abandoned("req_p1", T0, T0 + 1000, "paid"));
+        assert.deepEqual(await store.getUsage("org_a", "req_v1"), abandoned("req_v1", T0 + 5, T0 + 1000, "preview"));
+        assert.deepEqual(await store.getUsage("org_a", "req_p2"), abandoned("req_p2", T0 + 10, T0 + 2000, "paid"));
+        for (const [id, at] of [["req_p1", T0 + 1000], ["req_p2", T0 + 2000]] as const) {
+          const r = await store.getReservation(id);
+          assert.deepEqual([r?.status, r?.costMicrousd, r?.resolvedAtMs], ["expired", null, at], id);
+        }
+        assert.equal((await store.getReservation("req_late"))?.status, "pending");
+        assert.equal((await store.getReservation("req_done"))?.status, "settled");
+        assert.deepEqual(
+          (await store.listLedger("org_a")).filter((e) => e.kind === "expire").map(entryOf),
+          [["expire", "req_p1", 100, -100, 0, 0, T0 + 1000], ["expire", "req_p2", 200, -200, 0, 0, T0 + 2000]],
+        );
+        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 10_000 - 400 - 8, reserved: 400, spent: 8, granted: 10_000 });
+        assert.deepEqual(await store.previewUsage("org_a", DAY), { org: 1, global: 1 }, "the quota stays consumed");
+
+        const before = await books("org_a", ["req_p1", "req_v1", "req_p2"]);
+        assert.deepEqual(
+          await complete(
+            completion({ requestId: "req_p1", orgId: "org_a", nowMs: T0 + 3000, costMicrousd: 50, reserved: true }),
+            completion({ requestId: "req_v1", orgId: "org_a", nowMs: T0 + 3000 }),
+          ),
+          [{ kind: "not_in_flight" }, { kind: "not_in_flight" }],
+          "a completion arriving after the sweep changes nothing",
+        );
+        assert.deepEqual(await books("org_a", ["req_p1", "req_v1", "req_p2"]), before);
+      });
+
+      it("expires due pending reservations whose request is no longer in flight, earliest first, at most limit", async () => {
+        await funded("org_a", 10_000);
+        await funded("org_b", 10_000);
+        const left = (requestId: string, orgId: string, amount: number, expiresAtMs: number) => paid(requestId, orgId, amount, { nowMs: T0, expiresAtMs });
+        await admit(
+          left("a_due1", "org_a", 100, T0 + 10),
+          left("a_due2", "org_a", 200, T0 + 20),
+          left("b_due", "org_b", 400, T0 + 15),
+          left("a_later", "org_a", 800, T0 + 21),
+          left("a_in_flight", "org_a", 1600, T0 + 5),
+          left("a_settled", "org_a", 3200, T0 + 5),
+        );
+        // Completions that do not hold the reservation leave it pending (as a request recorded before the
+        // two-step books did), except a_settled's.
+        await complete(
+          ...["a_due1", "a_due2", "b_due", "a_later"].map((id) => completion({ requestId: id, orgId: id.startsWith("b") ? "org_b" : "org_a", nowMs: T0 + 1, outcome: "model_error", httpStatus: 502 })),
+          completion({ requestId: "a_settled", orgId: "org_a", nowMs: T0 + 1, costMicrousd: 1, reserved: true }),
+        );
+        const settled = await store.getReservation("a_settled");
+        const status = async (id: string) => (await store.getReservation(id))?.status;
+        const sweep = (limit: number, nowMs = T0 + 20) => store.sweep({ nowMs, inFlightBeforeMs: T0, limit });
+
+        assert.deepEqual(await sweep(0), { abandoned: 0, expired: 0 });
+        assert.deepEqual(await sweep(2), { abandoned: 0, expired: 2 });
+        assert.deepEqual(await Promise.all(["a_due1", "b_due", "a_due2"].map(status)), ["expired", "expired", "pending"]);
+        assert.deepEqual(await sweep(2), { abandoned: 0, expired: 1 });
+        assert.deepEqual(await sweep(2), { abandoned: 0, expired: 0 });
+        for (const id of ["a_due1", "a_due2", "b_due"]) {
+          const r = await store.getReservation(id);
+          assert.deepEqual([r?.status, r?.resolvedAtMs, r?.costMicrousd], ["expired", T0 + 20, null], id);
+        }
+        assert.equal(await status("a_later"), "pending", "not due yet: expiresAtMs > nowMs");
+        assert.equal(await status("a_in_flight"), "pending", "its request is in flight");
+        assert.deepEqual(await store.getReservation("a_settled"), settled);
+        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 10_000 - 800 - 1600 - 1, reserved: 2400, spent: 1, granted: 10_000 });
+        assert.deepEqual(await checkBalanceInvariants(store, "org_b"), { available: 10_000, reserved: 0, spent: 0, granted: 10_000 });
+        assert.deepEqual(
+          (await store.listLedger("org_a")).filter((e) => e.kind === "expire").map(entryOf),
+          [["expire", "a_due1", 100, -100, 0, 0, T0 + 20], ["expire", "a_due2", 200, -200, 0, 0, T0 + 20]],
+        );
+        assert.deepEqual(await sweep(10, T0 + 21), { abandoned: 0, expired: 1 });
+        assert.equal(await status("a_later"), "expired");
+        assert.deepEqual(
+          await complete(completion({ requestId: "a_in_flight", orgId: "org_a", nowMs: T0 + 21, costMicrousd: 5, reserved: true })),
+          [{ kind: "reservation_expired" }],
+          "the request in flight finds its reservation past expiry at completion",
+        );
+        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 10_000 - 1, reserved: 0, spent: 1, granted: 10_000 });
+      });
+    });
+
+    describe("purge", () => {
+      it("deletes exactly the idempotency entries expired at nowMs and the counters of days before keepFromDay, at most limit of each", async () => {
+        const keyed = (requestId: string, key: string, nowMs: number, expiresAtMs: number, lockUntilMs = nowMs + MINUTE) =>
+          admission({ requestId, orgId: "org_a", nowMs, idempotency: { key, requestHash: "hash-1", lockUntilMs, expiresAtMs } });
+        await admit(
+          keyed("req_old1", "k-old1", T0, T0 + 100),
+          keyed("req_old2", "k-old2", T0, T0 + 200),
+          keyed("req_edge", "k-edge", T0, T0 + 300),
+          keyed("req_keep", "k-keep", T0, T0 + 301),
+          keyed("req_keep2", "k-keep2", T0, T0 + DAY_MS, T0 + DAY_MS),
+        );
+        const kept = (requestId: string): StoredResponse => ({ status: 200, body: `{"id":"${requestId}"}`, requestId });
+        await complete(
+          ...["req_old1", "req_edge", "req_keep"].map((id) => completion({ requestId: id, orgId: "org_a", nowMs: T0 + 50, idempotency: { key: id.replace("req_", "k-"), response: kept(id) } })),
+        );
+        await admit(
+          preview("req_d1", "org_a", 9, 9, "2025-12-30"),
+          preview("req_d2", "org_a", 9, 9, "2025-12-31"),
+          preview("req_d3", "org_b", 9, 9, "2025-12-31"),
+          preview("req_d4", "org_a", 9, 9, "2026-01-01"),
+          preview("req_d5", "org_b", 9, 9, "2026-01-02"),
+        );
+        const usageBefore = [await store.listUsage("org_a", { limit: 200 }), await store.listUsage("org_b", { limit: 200 })];
+        const purge = (limit: number) => store.purge({ nowMs: T0 + 300, keepFromDay: "2026-01-01", limit });
+        // Old counters: (org_a, 12-30), (*, 12-30), (org_a, 12-31), (org_b, 12-31), (*, 12-31).
+        assert.deepEqual(await purge(0), { idempotencyKeys: 0, previewCounters: 0 });
+        assert.deepEqual(await purge(2), { idempotencyKeys: 2, previewCounters: 2 });
+        assert.deepEqual(await purge(2), { idempotencyKeys: 1, previewCounters: 2 });
+        assert.deepEqual(await purge(2), { idempotencyKeys: 0, previewCounters: 1 });
+        assert.deepEqual(await purge(2), { idempotencyKeys: 0, previewCounters: 0 });
+
+        for (const day of ["2025-12-30", "2025-12-31"]) {
+          assert.deepEqual(await store.previewUsage("org_a", day), { org: 0, global: 0 }, day);
+          assert.deepEqual(await store.previewUsage("org_b", day), { org: 0, global: 0 }, day);
+        }
+        assert.deepEqual(await store.previewUsage("org_a", "2026-01-01"), { org: 1, global: 1 });
+        assert.deepEqual(await store.previewUsage("org_b", "2026-01-02"), { org: 1, global: 1 });
+        assert.deepEqual([await store.listUsage("org_a", { limit: 200 }), await store.listUsage("org_b", { limit: 200 })], usageBefore, "usage records are kept");
+        const probe = (requestId: string, key: string) => admission({ requestId, orgId: "org_a", nowMs: T0 + 300, idempotency: { key, requestHash: "hash-1", lockUntilMs: T0 + 400, expiresAtMs: T0 + DAY_MS } });
+        assert.deepEqual(await admit(probe("req_x1", "k-keep"), probe("req_x2", "k-keep2")), [
+          { kind: "replay", response: kept("req_keep") },
+          { kind: "idempotency_in_progress" },
+        ]);
+      });
+
+      it("rejects bad arguments with StoreInputError", async () => {
+        await assert.rejects(store.purge({ nowMs: Number.NaN, keepFromDay: DAY, limit: 10 }), StoreInputError);
+        await assert.rejects(store.purge({ nowMs: T0, keepFromDay: "2026-13-01", limit: 10 }), StoreInputError);
+        await assert.rejects(store.purge({ nowMs: T0, keepFromDay: DAY, limit: -1 }), StoreInputError);
+        await assert.rejects(store.purge({ nowMs: T0, keepFromDay: DAY, limit: 1.5 }), StoreInputError);
+        await assert.rejects(store.sweep({ nowMs: Number.NaN, inFlightBeforeMs: T0, limit: 10 }), StoreInputError);
+        await assert.rejects(store.sweep({ nowMs: T0, inFlightBeforeMs: 1.5, limit: 10 }), StoreInputError);
+        await assert.rejects(store.sweep({ nowMs: T0, inFlightBeforeMs: T0, limit: -1 }), StoreInputError);
+      });
+    });
+
+    describe("input checks", () => {
+      it("refuses a malformed command with StoreInputError naming the field, before anything of its batch is written", async () => {
+        await funded("org_a", 1000);
+        await admit(paid("req_live", "org_a", 100));
+        const a = (overrides: Partial<AdmitCommand>) => admission({ requestId: "req_bad", orgId: "org_a", ...overrides });
+        const idem = { key: "k", requestHash: "h", lockUntilMs: T0 + 1, expiresAtMs: T0 + 2 };
+        const quota = { day: DAY, orgLimit: 5, globalLimit: 5 };
+        const reservation = { amountMicrousd: 5, expiresAtMs: T0 + 5 };
+        const badAdmissions: [AdmitCommand, string][] = [
+          [a({ requestId: "" }), "requestId"],
+          [a({ orgId: "" }), "orgId"],
+          [a({ keyId: "" }), "keyId"],
+          [a({ nowMs: 1.5 }), "nowMs"],
+          [a({ nowMs: Number.NaN }), "nowMs"],
+          [a({ idempotency: { ...idem, key: "" } }), "idempotency.key"],
+          [a({ idempotency: { ...idem, requestHash: "" } }), "idempotency.requestHash"],
+          [a({ idempotency: { ...idem, lockUntilMs: Number.NaN } }), "idempotency.lockUntilMs"],
+          [a({ idempotency: { ...idem, expiresAtMs: Number.POSITIVE_INFINITY } }), "idempotency.expiresAtMs"],
+          [a({ quota: { ...quota, day: "2026-1-1" } }), "quota.day"],
+          [a({ quota: { ...quota, orgLimit: -1 } }), "quota.orgLimit"],
+          [a({ quota: { ...quota, globalLimit: 1.5 } }), "quota.globalLimit"],
+          [a({ orgId: "*", quota }), "orgId"],
+          [a({ reservation: { ...reservation, amountMicrousd: -1 } }), "reservation.amountMicrousd"],
+          [a({ reservation: { ...reservation, amountMicrousd: 2 ** 53 } }), "reservation.amountMicrousd"],
+          [a({ reservation: { ...reservation, expiresAtMs: Number.NaN } }), "reservation.expiresAtMs"],
+        ];
+        const c = (overrides: Partial<CompleteCommand>) => completion({ requestId: "req_live", orgId: "org_a", reserved: true, ...overrides });
+        const kept = { status: 200, body: "{}", requestId: "req_live" };
+        const badCompletions: [CompleteCommand, string][] = [
+          [c({ requestId: "" }), "requestId"],
+          [c({ orgId: "" }), "orgId"],
+          [c({ nowMs: Number.NaN }), "nowMs"],
+          [c({ httpStatus: 99 }), "httpStatus"],
+          [c({ httpStatus: 600 }), "httpStatus"],
+          [c({ httpStatus: 200.5 }), "httpStatus"],
+          [c({ inputTokens: -1 }), "inputTokens"],
+          [c({ outputTokens: 1.5 }), "outputTokens"],
+          [c({ costMicrousd: -1 }), "costMicrousd"],
+          [c({ idempotency: { key: "", response: null } }), "idempotency.key"],
+          [c({ idempotency: { key: "k", response: { ...kept, status: 700 } } }), "idempotency.response.status"],
+          [c({ idempotency: { key: "k", response: { ...kept, body: 5 as unknown as string } } }), "idempotency.response.body"],
+          [c({ idempotency: { key: "k", response: { ...kept, requestId: "" } } }), "idempotency.response.requestId"],
+        ];
+        const before = await books("org_a", ["req_live", "req_ok", "req_bad"]);
+        const good = { admission: paid("req_ok", "org_a", 10), completion: completion({ requestId: "req_live", orgId: "org_a", costMicrousd: 10, reserved: true }) };
+        for (const [bad, field] of badAdmissions) {
+          await assert.rejects(store.commitBatch({ admissions: [good.admission, bad], completions: [good.completion] }), (err) => {
+            assert.ok(err instanceof StoreInputError, String(err));
+            assert.equal(err.field, field);
+            return true;
+          });
+        }
+        for (const [bad, field] of badCompletions) {
+          await assert.rejects(store.commitBatch({ admissions: [good.admission], completions: [good.completion, bad] }), (err) => {
+            assert.ok(err instanceof StoreInputError, String(err));
+            assert.equal(err.field, field);
+            return true;
+          });
+        }
+        assert.deepEqual(await books("org_a", ["req_live", "req_ok", "req_bad"]), before);
+        assert.deepEqual(await store.commitBatch({ admissions: [good.admission], completions: [good.completion] }), {
+          admissions: [{ kind: "admitted" }],
+          completions: [{ kind: "completed" }],
+        });
+      });
+    });
+
+    describe("invariants", () => {
+      it("keeps invariants 1–3 under random batches, duplicate deliveries, sweeps with clock jumps and grants (property)", async () => {
+        interface AdmitSpec {
+          org: number;
+          preview: boolean;
+          amount: number;
+          ttl: number;
+          orgLimit: number;
+          globalLimit: number;
+        }
+        interface CompleteSpec {
+          pick: number;
+          success: boolean;
+          costPercent: number;
+          /** Charge one microUSD more than reserved: the batch must fail with RangeError if it settles. */
+          over: boolean;
+          /** Complete without settling or releasing (as a request recorded before the two-step books): the reservation stays pending. */
+          keep: boolean;
+        }
+        type Cmd =
+          | { t: "grant"; org: number; amount: number }
+          | { t: "batch"; admits: AdmitSpec[]; completes: CompleteSpec[] }
+          | { t: "redeliver"; pick: number; success: boolean }
+          | { t: "sweep"; advance: number; inFlightTtl: number; limit: number }
+          | { t: "tick"; advance: number };
+        const orgIdx = fc.integer({ min: 0, max: 1 });
+        const admitArb: fc.Arbitrary<AdmitSpec> = fc.record({
+          org: orgIdx,
+          preview: fc.integer({ min: 0, max: 2 }).map((n) => n === 0),
+          amount: fc.integer({ min: 0, max: 400 }),
+          ttl: fc.integer({ min: 0, max: 12 }),
+          orgLimit: fc.integer({ min: 0, max: 4 }),
+          globalLimit: fc.integer({ min: 0, max: 6 }),
+        });
+        const completeArb: fc.Arbitrary<CompleteSpec> = fc.record({
+          pick: fc.nat(),
+          success: fc.boolean(),
+          costPercent: fc.integer({ min: 0, max: 100 }),
+          over: fc.integer({ min: 0, max: 19 }).map((n) => n === 0),
+          keep: fc.integer({ min: 0, max: 9 }).map((n) => n === 0),
+        });
+        const cmd: fc.Arbitrary<Cmd> = fc.oneof(
+          { arbitrary: fc.record({ t: fc.constant("grant" as const), org: orgIdx, amount: fc.integer({ min: 1, max: 1000 }) }), weight: 2 },
+          {
+            arbitrary: fc.record({ t: fc.constant("batch" as const), admits: fc.array(admitArb, { maxLength: 3 }), completes: fc.array(completeArb, { maxLength: 3 }) }),
+            weight: 6,
+          },
+          fc.record({ t: fc.constant("redeliver" as const), pick: fc.nat(), success: fc.boolean() }),
+          {
+            arbitrary: fc.record({
+              t: fc.constant("sweep" as const),
+              advance: fc.integer({ min: 0, max: 8 }),
+              inFlightTtl: fc.integer({ min: 0, max: 10 }),
+              limit: fc.integer({ min: 1, max: 3 }),
+            }),
+            weight: 2,
+          },
+          fc.record({ t: fc.constant("tick" as const), advance: fc.integer({ min: 1, max: 8 }) }),
+        );
+        const FAILURES = [
+          ["model_error", 502],
+          ["context_rejected", 422],
+          ["gateway_error", 500],
+        ] as const;
+
+        interface ModelRequest {
+          id: string;
+          orgId: string;
+          amount: number;
+          createdAtMs: number;
+          expiresAtMs: number;
+          outcome: UsageOutcome;
+          httpStatus: number | null;
+          cost: number;
+          /** null for a preview request. */
+          reservation: ReservationStatus | null;
+          /** The stored reservation once resolved: it must never change again. */
+          resolved: Reservation | null;
+        }
+        interface Model {
+          balances: Map<string, Balance>;
+          grants: Map<string, number>;
+          requests: Map<string, ModelRequest>;
+          previews: Map<string, number>;
+          global: number;
+        }
+        const RANGE_ERROR = "RangeError" as const;
+
+        /** What the store must answer for a batch, applied to the model; RANGE_ERROR when the whole batch must fail. */
+        function decide(m: Model, admissions: AdmitCommand[], completions: CompleteCommand[]) {
+          const completed: CompleteResult[] = [];
+          for (const c of completions) {
+            const r = m.requests.get(c.requestId);
+            if (!r || r.outcome !== "in_flight") {
+              completed.push({ kind: "not_in_flight" });
+              continue;
+            }
+            const b = m.balances.get(r.orgId)!;
+            r.outcome = c.outcome;
+            r.httpStatus = c.httpStatus;
+            r.cost = 0;
+            if (!c.reserved) {
+              completed.push({ kind: "completed" });
+            } else if (c.outcome === "succeeded" && r.expiresAtMs <= c.nowMs) {
+              r.reservation = "expired";
+              b.available += r.amount;
+              b.reserved -= r.amount;
+              r.outcome = "reservation_expired";
+              r.httpStatus = 409;
+              completed.push({ kind: "reservation_expired" });
+            } else if (c.outcome === "succeeded") {
+              if (c.costMicrousd > r.amount) return RANGE_ERROR;
+              r.reservation = "settled";
+              r.cost = c.costMicrousd;
+              b.available += r.amount - c.costMicrousd;
+              b.reserved -= r.amount;
+              b.spent += c.costMicrousd;
+              completed.push({ kind: "completed" });
+            } else {
+              r.reservation = "released";
+              b.available += r.amount;
+              b.reserved -= r.amount;
+              completed.push({ kind: "completed" });
+            }
+          }
+          const admitted: AdmitResult[] = [];
+          for (const a of admissions) {
+            const b = m.balances.get(a.orgId)!;
+            const counted = m.previews.get(a.orgId) ?? 0;
+            if (a.quota && counted >= a.quota.orgLimit) {
+              admitted.push({ kind: "quota_exhausted", scope: "org" });
+            } else if (a.quota && m.global >= a.quota.globalLimit) {
+              admitted.push({ kind: "quota_exhausted", scope: "global" });
+            } else if (a.reservation && b.available < a.reservation.amountMicrousd) {
+              admitted.push({ kind: "insufficient_credits", availableMicrousd: b.available });
+            } else {
+              const amount = a.reservation?.amountMicrousd ?? 0;
+              if (a.quota) {
+                m.previews.set(a.orgId, counted + 1);
+                m.global += 1;
+              } else {
+                b.available -= amount;
+                b.reserved += amount;
+              }
+              m.requests.set(a.requestId, {
+                id: a.requestId,
+                orgId: a.orgId,
+                amount,
+                createdAtMs: a.nowMs,
+                expiresAtMs: a.reservation?.expiresAtMs ?? 0,
+                outcome: "in_flight",
+                httpStatus: null,
+                cost: 0,
+                reservation: a.reservation ? "pending" : null,
+                resolved: null,
+              });
+              admitted.push({ kind: "admitted" });
+            }
+          }
+          return { admissions: admitted, completions: completed };
+        }
+
+        let runs = 0;
+        await fc.assert(
+          fc.asyncProperty(fc.array(cmd, { minLength: 1, maxLength: 40, size: "max" }), async (cmds) => {
+            // One store for all runs: each run has its own organizations, ids and preview day, and ends by sweeping
+            // everything it left in flight or pending, so the global sweep of a later run sees only its own.
+            const s = store;
+            const run = runs++;
+            const day = utcDay(T0 + run * DAY_MS);
+            try {
+              const orgIds = [`org_r${run}_0`, `org_r${run}_1`];
+              let t = T0;
+              for (const id of orgIds) await s.createOrganization({ id, name: id, nowMs: t });
+              let m: Model = {
+                balances: new Map(orgIds.map((id) => [id, { ...ZERO_BALANCE }])),
+                grants: new Map(orgIds.map((id) => [id, 0])),
+                requests: new Map(),
+                previews: new Map(),
+                global: 0,
+              };
+              /** Every request id tried, admitted or not, with its organization. */
+              const tried: { id: string; orgId: string }[] = [];
+
+              const checkReservation = async (r: ModelRequest) => {
+                const got = await s.getReservation(r.id);
+                assert.ok(got, r.id);
+                assert.deepEqual(
+                  [got.status, got.orgId, got.requestId, got.amountMicrousd, got.costMicrousd, got.expiresAtMs],
+                  [r.reservation, r.orgId, r.id, r.amount, r.reservation === "settled" ? r.cost : null, r.expiresAtMs],
+                  r.id,
+                );
+                if (got.costMicrousd !== null) assert.ok(got.costMicrousd <= got.amountMicrousd, "settled cost ≤ reservation");
+                if (r.resolved) assert.deepEqual(got, r.resolved, "a resolved reservation never changes");
+                else if (got.status !== "pending") r.resolved = got;
+              };
+
+              const check = async (touched: Iterable<string>, rejected: string[]) => {
+                await Promise.all(
+                  orgIds.map(async (orgId) => {
+                    const balance = await checkBalanceInvariants(s, orgId);
+                    assert.deepEqual(balance, m.balances.get(orgId), `the balance the model expects for ${orgId}`);
+                    const mine = [...m.requests.values()].filter((r) => r.orgId === orgId);
+                    const paidOnes = mine.filter((r) => r.reservation !== null);
+                    const pending = paidOnes.filter((r) => r.reservation === "pending").reduce((sum, r) => sum + r.amount, 0);
+                    assert.equal(balance.reserved, pending, "reserved = sum of pending reservations");
+                    // Each reservation has one reserve entry and, once resolved, exactly one settle, release or expire entry.
+                    const ledger = await s.listLedger(orgId);
+                    assert.equal(ledger.filter((e) => e.reservationId === null && e.kind === "grant").length, m.grants.get(orgId));
+                    const byReservation = new Map<string, unknown[][]>();
+                    for (const e of ledger) {
+                      if (e.reservationId === null) continue;
+                      const list = byReservation.get(e.reservationId) ?? [];
+                      list.push([e.kind, e.availableDelta, e.reservedDelta, e.spentDelta, e.grantedDelta]);
+                      byReservation.set(e.reservationId, list);
+                    }
+                    assert.deepEqual([...byReservation.keys()].sort(), paidOnes.map((r) => r.id).sort(), "ledger entries only for admitted reservations");
+                    for (const r of paidOnes) {
+                      assert.ok(r.cost <= r.amount);
+                      const resolution = {
+                        pending: [],
+                        settled: [["settle", r.amount - r.cost, 0 - r.amount, r.cost, 0]],
+                        released: [["release", r.amount, 0 - r.amount, 0, 0]],
+                        expired: [["expire", r.amount, 0 - r.amount, 0, 0]],
+                      }[r.reservation!];
+                      assert.deepEqual(byReservation.get(r.id), [["reserve", 0 - r.amount, r.amount, 0, 0], ...resolution], `the ledger of ${r.id}`);
+                    }
+                    // Exactly one usage record per admitted request: in flight, or final with the outcome the model expects.
+                    const usage = (await listAll(s, orgId, { limit: 200 })).records;
+                    assert.equal(new Set(ids(usage)).size, usage.length, "never two records of one request");
+                    const row = (id: string, outcome: UsageOutcome, cost: number, status: number | null, final: boolean) => JSON.stringify([id, outcome, cost, status, final]);
+                    assert.deepEqual(
+                      usage.map((u) => row(u.requestId, u.outcome, u.costMicrousd, u.httpStatus, u.completedAtMs !== null)).sort(),
+                      mine.map((r) => row(r.id, r.outcome, r.cost, r.httpStatus, r.outcome !== "in_flight")).sort(),
+                    );
+                    assert.deepEqual(await s.previewUsage(orgId, day), { org: m.previews.get(orgId) ?? 0, global: m.global });
+                  }),
+                );
+                for (const id of rejected) assert.equal(await s.getReservation(id), null, `no reservation for the rejected ${id}`);
+                for (const id of touched) {
+                  const r = m.requests.get(id);
+                  if (r?.reservation) await checkReservation(r);
+                }
+              };
+
+              const commit = async (admissions: AdmitCommand[], completions: CompleteCommand[]) => {
+                const next = structuredClone(m);
+                const expected = decide(next, admissions, completions);
+                const call = s.commitBatch({ admissions, completions });
+                if (expected === RANGE_ERROR) {
+                  await assert.rejects(call, RangeError);
+                } else {
+                  assert.deepEqual(await call, expected);
+                  m = next;
+                }
+                tried.push(...admissions.map((a) => ({ id: a.requestId, orgId: a.orgId })));
+                const touched = [...admissions, ...completions].map((x) => x.requestId);
+                await check(touched, touched.filter((id) => !m.requests.has(id)));
+              };
+
+              const completionOf = (target: { id: string; orgId: string }, spec: { pick: number; success: boolean; costPercent?: number; over?: boolean; keep?: boolean }) => {
+                const r = m.requests.get(target.id);
+                const amount = r?.amount ?? 0;
+                const cost = spec.over ? amount + 1 : Math.floor((amount * (spec.costPercent ?? 0)) / 100);
+                const [outcome, httpStatus] = spec.success ? (["succeeded", 200] as const) : FAILURES[spec.pick % FAILURES.length]!;
+                return completion({ requestId: target.id, orgId: target.orgId, nowMs: t, outcome, httpStatus, costMicrousd: cost, reserved: (r?.reservation ?? null) !== null && !spec.keep });
+              };
+
+              const sweep = async (inFlightBeforeMs: number, limit: number) => {
+                const all = [...m.requests.values()];
+                const dueInFlight = all.filter((r) => r.outcome === "in_flight" && r.createdAtMs < inFlightBeforeMs);
+                const dueReservations = all.filter((r) => r.reservation === "pending" && r.expiresAtMs <= t && r.outcome !== "in_flight");
+                const got = await s.sweep({ nowMs: t, inFlightBeforeMs, limit });
+                assert.deepEqual(got, { abandoned: Math.min(limit, dueInFlight.length), expired: Math.min(limit, dueReservations.length) });
+                // Oldest first; among equal times the store may take any.
+                const abandoned = [];
+                for (const r of dueInFlight) if ((await s.getUsage(r.orgId, r.id))?.outcome === "gateway_error") abandoned.push(r);
+                const expired = [];
+                for (const r of dueReservations) if ((await s.getReservation(r.id))?.status === "expired") expired.push(r);
+                assert.equal(abandoned.length, got.abandoned);
+                assert.equal(expired.length, got.expired);
+                for (const r of dueInFlight) if (!abandoned.includes(r)) assert.ok(abandoned.every((a) => a.createdAtMs <= r.createdAtMs), "oldest in flight first");
+                for (const r of dueReservations) if (!expired.includes(r)) assert.ok(expired.every((e) => e.expiresAtMs <= r.expiresAtMs), "earliest expiry first");
+                for (const r of [...abandoned, ...expired]) {
+                  if (r.outcome === "in_flight") {
+                    r.outcome = "gateway_error";
+                    r.httpStatus = null;
+                    r.cost = 0;
+                  }
+                  if (r.reservation === "pending") {
+                    r.reservation = "expired";
+                    const b = m.balances.get(r.orgId)!;
+                    b.available += r.amount;
+                    b.reserved -= r.amount;
+                  }
+                }
+                await check([...dueInFlight, ...dueReservations].map((r) => r.id), []);
+              };
+
+              for (const c of cmds) {
+                switch (c.t) {
+                  case "grant": {
+                    const orgId = orgIds[c.org]!;
+                    const got = await s.grantCredits({ orgId, amountMicrousd: c.amount, nowMs: t });
+                    const b = m.balances.get(orgId)!;
+                    b.available += c.amount;
+                    b.granted += c.amount;
+                    m.grants.set(orgId, m.grants.get(orgId)! + 1);
+                    assert.deepEqual(got, b);
+                    await check([], []);
+                    break;
+                  }
+                  case "batch": {
+                    const admissions = c.admits.map((a, i) => {
+                      const requestId = `req_r${run}_${tried.length + i}`;
+                      const orgId = orgIds[a.org]!;
+                      return a.preview
+                        ? admission({ requestId, orgId, nowMs: t, quota: { day, orgLimit: a.orgLimit, globalLimit: a.globalLimit } })
+                        : admission({ requestId, orgId, nowMs: t, reservation: { amountMicrousd: a.amount, expiresAtMs: t + a.ttl } });
+                    });
+                    // Completions may name any request tried so far or admitted in this very batch (then not yet in flight).
+                    const targets = [...tried, ...admissions.map((a) => ({ id: a.requestId, orgId: a.orgId }))];
+                    const completions = targets.length === 0 ? [] : c.completes.map((spec) => completionOf(targets[spec.pick % targets.length]!, spec));
+                    await commit(admissions, completions);
+                    break;
+                  }
+                  case "redeliver": {
+                    const done = [...m.requests.values()].filter((r) => r.outcome !== "in_flight");
+                    if (done.length === 0) break;
+                    const r = done[c.pick % done.length]!;
+                    await commit([], [completionOf({ id: r.id, orgId: r.orgId }, { pick: c.pick, success: c.success, costPercent: 100 })]);
+                    break;
+                  }
+                  case "sweep":
+                    t += c.advance;
+                    await sweep(t - c.inFlightTtl, c.limit);
+                    break;
+                  case "tick":
+                    t += c.advance;
+                    break;
+                }
+              }
+              t += 1000;
+              await sweep(t, 1000);
+              assert.ok([...m.requests.values()].every((r) => r.outcome !== "in_flight" && r.reservation !== "pending"));
+              for (const r of m.requests.values()) if (r.reservation) await checkReservation(r);
+            } finally {
+              // After a failure too (fast-check then shrinks, re-running on this store): leave nothing in flight or pending.
+              await s.sweep({ nowMs: Number.MAX_SAFE_INTEGER, inFlightBeforeMs: Number.MAX_SAFE_INTEGER, limit: 100_000 });
+            }
+          }),
+          { numRuns: 100 },
+        );
       });
     });
 

@@ -44,3 +44,12 @@ export interface Snapshot {
 export async function snapshot(store: Store, orgId: string): Promise<Snapshot> {
   return { balance: await store.getBalance(orgId), usage: (await allUsage(store, orgId)).length, ledger: (await store.listLedger(orgId)).length };
 }
+
+/** Waits until `check` holds (polling every 10 ms), or fails after `ms`: for work the gateway finishes after answering. */
+export async function eventually(what: string, check: () => Promise<boolean>, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) assert.fail(`not within ${ms} ms: ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}

@@ -11,8 +11,9 @@ import type { Metrics } from "../../src/observability/metrics.ts";
 import type { ModelService } from "../../src/models/model-service.ts";
 import { openModelService } from "../../src/models/open-model-service.ts";
 import { openStore } from "../../src/store/open-store.ts";
+import { SERVING_SQLITE } from "../../src/store/sqlite/sqlite-store.ts";
 import type { Store } from "../../src/store/store.ts";
-import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
+import { startFakeModelServer, type FakeModelServer, type FakeModelServerOptions } from "../fixtures/fake-model-server.ts";
 
 export interface Gateway {
   url: string;
@@ -33,13 +34,15 @@ export interface Gateway {
 
 export interface GatewayOptions {
   env?: Record<string, string>;
-  /** false: no model service configured. */
-  fake?: boolean;
+  /** false: no model service configured; options: the fake model server's. */
+  fake?: boolean | FakeModelServerOptions;
   modelService?: ModelService | null;
   clock?: Clock;
   rateLimiter?: RateLimiter;
   metrics?: Metrics;
   shutdownGraceMs?: number;
+  /** How long a durable step waits for busy storage (default 2 s). */
+  storageWaitMs?: number;
   /** A pino logger for the app (default: no logs). */
   loggerInstance?: FastifyBaseLogger;
 }
@@ -47,7 +50,8 @@ export interface GatewayOptions {
 /** A real listening gateway on 127.0.0.1:<random>, a temp SQLite file and (by default) the fake model server. */
 export async function startGateway(options: GatewayOptions = {}): Promise<Gateway> {
   const dir = mkdtempSync(join(tmpdir(), "tds-test-"));
-  const fake = options.fake === false || options.modelService !== undefined ? null : await startFakeModelServer();
+  const fake =
+    options.fake === false || options.modelService !== undefined ? null : await startFakeModelServer(typeof options.fake === "object" ? options.fake : {});
   const config = loadConfig({
     TDS_DATABASE_URL: `sqlite:${join(dir, "tds.sqlite")}`,
     ...(fake ? { TDS_MODEL_SERVICE_URL: fake.url } : {}),
@@ -61,7 +65,7 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
     TDS_PREVIEW_GLOBAL_REQUEST_LIMIT: "1000000",
     ...options.env,
   });
-  const store = await openStore(config.databaseUrl);
+  const store = await openStore(config.databaseUrl, { sqlite: SERVING_SQLITE });
   const modelService = options.modelService !== undefined ? options.modelService : openModelService(config);
   const app = await buildApp(config, {
     store,
@@ -70,6 +74,7 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
     ...(options.rateLimiter ? { rateLimiter: options.rateLimiter } : {}),
     ...(options.metrics ? { metrics: options.metrics } : {}),
     ...(options.shutdownGraceMs !== undefined ? { shutdownGraceMs: options.shutdownGraceMs } : {}),
+    ...(options.storageWaitMs !== undefined ? { storageWaitMs: options.storageWaitMs } : {}),
     ...(options.loggerInstance ? { loggerInstance: options.loggerInstance } : { logger: false }),
   });
   await app.listen({ host: "127.0.0.1", port: 0 });

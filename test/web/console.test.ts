@@ -12,6 +12,7 @@ import { after, before, describe, test } from "node:test";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { sampleRequest, startGateway, type Gateway } from "../support/gateway-harness.ts";
 import { launchChromium, watchPage, type PageWatch } from "./browser.ts";
+import { seedUsage } from "../support/usage-fixtures.ts";
 
 const SCREENSHOTS = join(import.meta.dirname, "..", "..", "test-output", "screenshots");
 const DAY_MS = 86_400_000;
@@ -251,7 +252,7 @@ describe("console in a browser", { timeout: 60_000 }, () => {
       for (const [daysAgo, count] of [[1, 6], [2, 9], [3, 4], [4, 7], [5, 3], [6, 5]] as const) {
         for (let i = 0; i < count; i++) {
           const failed = i === 0 && daysAgo !== 3;
-          await gw.store.insertUsage({
+          await seedUsage(gw.store, [{
             requestId: `req_seed${daysAgo}x${i}`,
             orgId: gw.orgId,
             keyId: gw.keyId,
@@ -268,7 +269,7 @@ describe("console in a browser", { timeout: 60_000 }, () => {
             gatewayLatencyMs: 1,
             errorDetail: failed ? "The model service returned HTTP 500" : null,
             overReservation: false,
-          });
+          }]);
           seeded++;
         }
       }

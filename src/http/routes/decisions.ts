@@ -2,7 +2,7 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyInstance } from "fastify";
 import { DecisionRequest, DecisionResponse } from "../../contract/decision.ts";
 import { ErrorResponse } from "../../contract/errors.ts";
-import type { IdempotentDecisions } from "../../gateway/idempotent-decisions.ts";
+import type { DecisionPipeline } from "../../gateway/decision-pipeline.ts";
 import type { InFlight } from "../in-flight.ts";
 import type { Store, UsageSource } from "../../store/store.ts";
 import { authenticate, authOf } from "../auth.ts";
@@ -26,7 +26,7 @@ function sourceOf(header: string | string[] | undefined): UsageSource {
   return header === "playground" ? "playground" : "api";
 }
 
-export function decisionRoutes(app: FastifyInstance, deps: { store: Store; decisions: IdempotentDecisions; maxRequestBytes: number; inFlight: InFlight }) {
+export function decisionRoutes(app: FastifyInstance, deps: { store: Store; pipeline: DecisionPipeline; maxRequestBytes: number; inFlight: InFlight }) {
   app.post<{ Body: DecisionRequest; Headers: { "idempotency-key"?: string; "x-tds-source"?: string } }>(
     "/v1/systemone",
     {
@@ -44,7 +44,7 @@ export function decisionRoutes(app: FastifyInstance, deps: { store: Store; decis
       const auth = authOf(request);
       const key = request.headers["idempotency-key"];
       const result = await deps.inFlight.track(
-        deps.decisions.handle(
+        deps.pipeline.decide(
           {
             requestId: request.id,
             org: auth.org,

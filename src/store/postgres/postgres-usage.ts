@@ -1,38 +1,10 @@
-import type { UsageQuery, UsageRecord } from "../store.ts";
+import type { UsageQuery } from "../store.ts";
 import { decodeUsageCursor } from "../usage-cursor.ts";
-import { USAGE_COLUMNS, toUsage, type UsageRow } from "../usage-rows.ts";
+import { USAGE_COLUMNS } from "../usage-rows.ts";
 import { StoreInputError } from "../store-errors.ts";
-import { conflictOr, hasNul, type Client } from "./postgres-connection.ts";
+import { hasNul } from "./postgres-connection.ts";
 
-/** Usage records in PostgreSQL: the row mapping, the insert (also used inside settle/release transactions) and the page query. */
-
-const INSERT_USAGE = `INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${Array.from({ length: 16 }, (_, i) => `$${i + 1}`).join(", ")})`;
-
-/** Inserts one usage record; StoreConflictError on a duplicate request id. Values the schema refuses fail with the pg error, as in SQLite. */
-export async function insertUsageRow(client: Client, record: UsageRecord): Promise<void> {
-  try {
-    await client.query(INSERT_USAGE, [
-      record.requestId,
-      record.orgId,
-      record.keyId,
-      record.createdAtMs,
-      record.source,
-      record.model,
-      record.mode,
-      record.outcome,
-      record.httpStatus,
-      record.inputTokens,
-      record.outputTokens,
-      record.costMicrousd,
-      record.latencyMs ?? null,
-      record.gatewayLatencyMs,
-      record.errorDetail ?? null,
-      record.overReservation ? true : false,
-    ]);
-  } catch (err) {
-    conflictOr(err, `A usage record with request id ${JSON.stringify(record.requestId)} already exists`);
-  }
-}
+/** The usage page query of PostgreSQL. */
 
 /**
  * A time bound as a bigint parameter: created_at_ms is a whole number, so `>= x` and `< x` mean the same with

@@ -1,0 +1,26 @@
+import type { Organization, UsageSource } from "../store/store.ts";
+
+export interface DecisionContext {
+  requestId: string;
+  org: Organization;
+  keyId: string;
+  source: UsageSource;
+  /** performance.now() when the request arrived. */
+  startedAt: number;
+  /** Fires when the server gives up on the request (shutdown). */
+  signal?: AbortSignal;
+}
+
+export interface IdempotencyRequest {
+  key: string;
+  /** sha256 of the request body bytes. */
+  requestHash: string;
+}
+
+export interface DecisionReply {
+  status: 200;
+  /** JSON text of the DecisionResponse, byte-for-byte the same on a replay. */
+  body: string;
+  requestId: string;
+  replayed: boolean;
+}

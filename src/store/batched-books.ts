@@ -1,0 +1,145 @@
+import type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult } from "./bookkeeping/commands.ts";
+import type { BookkeepingStore } from "./store.ts";
+
+/** How long a step waits for storage (a busy SQLite database) before it fails, by default. */
+export const DEFAULT_STORAGE_WAIT_MS = 2000;
+/** Most steps committed in one transaction. */
+export const MAX_BATCH = 256;
+
+export interface BatchedBooksOptions {
+  /** Errors after which the batch is tried again, unchanged, after a pause (the database was busy). */
+  retryable: (err: unknown) => boolean;
+  /** Errors of the storage itself (connection lost, disk full): every step of the batch fails, none is tried alone. */
+  unavailable: (err: unknown) => boolean;
+  /** How long a step waits while the batch is retried before it fails with the last error. */
+  waitMs?: number;
+  maxBatch?: number;
+  /** Told of every committed or failed transaction: its number of steps and its duration. */
+  onCommit?: (steps: number, seconds: number, ok: boolean) => void;
+  /** Monotonic milliseconds (tests). */
+  nowMs?: () => number;
+}
+
+type Step =
+  | { kind: "admit"; command: AdmitCommand; resolve: (r: AdmitResult) => void; reject: (e: unknown) => void; deadline: number }
+  | { kind: "complete"; command: CompleteCommand; resolve: (r: CompleteResult) => void; reject: (e: unknown) => void; deadline: number };
+
+/**
+ * Group commit of the two durable steps of every request. Steps submitted while no transaction is running are
+ * committed together at the end of the event-loop turn; steps submitted while one runs wait for it and go
+ * together into the next. Each step is decided on its own inside the transaction; if the transaction fails as a
+ * whole for a reason that is neither "busy" nor "unavailable" (a constraint, a bug), every step of it is committed
+ * again alone, so one step's failure fails only that step. A busy database is waited for asynchronously, up to each step's deadline.
+ * A step's promise settles only after its transaction committed (or failed).
+ */
+export class BatchedBooks {
+  readonly #store: Pick<BookkeepingStore, "commitBatch">;
+  readonly #options: Required<Omit<BatchedBooksOptions, "onCommit">> & Pick<BatchedBooksOptions, "onCommit">;
+  #queue: Step[] = [];
+  #running = false;
+  #timer: NodeJS.Immediate | NodeJS.Timeout | null = null;
+  #pause = 0;
+
+  constructor(store: Pick<BookkeepingStore, "commitBatch">, options: BatchedBooksOptions) {
+    this.#store = store;
+    this.#options = {
+      waitMs: DEFAULT_STORAGE_WAIT_MS,
+      maxBatch: MAX_BATCH,
+      nowMs: () => performance.now(),
+      ...options,
+    };
+  }
+
+  /** Steps waiting for a transaction (for metrics and tests). */
+  get waiting(): number {
+    return this.#queue.length;
+  }
+
+  admit(command: AdmitCommand, waitMs = this.#options.waitMs): Promise<AdmitResult> {
+    return new Promise((resolve, reject) => this.#submit({ kind: "admit", command, resolve, reject, deadline: this.#options.nowMs() + waitMs }));
+  }
+
+  complete(command: CompleteCommand, waitMs = this.#options.waitMs): Promise<CompleteResult> {
+    return new Promise((resolve, reject) => this.#submit({ kind: "complete", command, resolve, reject, deadline: this.#options.nowMs() + waitMs }));
+  }
+
+  #submit(step: Step): void {
+    this.#queue.push(step);
+    this.#schedule();
+  }
+
+  #schedule(): void {
+    if (this.#running || this.#timer !== null || this.#queue.length === 0) return;
+    const run = () => {
+      this.#timer = null;
+      void this.#flush();
+    };
+    this.#timer = this.#pause > 0 ? setTimeout(run, this.#pause) : setImmediate(run);
+  }
+
+  async #flush(): Promise<void> {
+    this.#running = true;
+    const batch = this.#queue.splice(0, this.#options.maxBatch);
+    try {
+      await this.#commit(batch);
+    } finally {
+      this.#running = false;
+      this.#schedule();
+    }
+  }
+
+  async #commit(batch: Step[]): Promise<void> {
+    try {
+      await this.#transaction(batch);
+      this.#pause = 0;
+    } catch (err) {
+      if (this.#options.retryable(err)) return this.#retryLater(batch, err);
+      this.#pause = 0;
+      if (batch.length === 1 || this.#options.unavailable(err)) {
+        for (const step of batch) step.reject(err);
+        return;
+      }
+      for (const step of batch) {
+        try {
+          await this.#transaction([step]);
+        } catch (alone) {
+          if (this.#options.retryable(alone)) this.#retryLater([step], alone);
+          else step.reject(alone);
+        }
+      }
+    }
+  }
+
+  /** Steps past their deadline fail with the error; the others go back to the front of the queue, after a pause. */
+  #retryLater(steps: Step[], err: unknown): void {
+    const now = this.#options.nowMs();
+    const alive = steps.filter((s) => s.deadline > now);
+    for (const s of steps) if (s.deadline <= now) s.reject(err);
+    this.#queue.unshift(...alive);
+    this.#pause = Math.min(Math.max(this.#pause * 2, 2), 50);
+  }
+
+  async #transaction(steps: Step[]): Promise<void> {
+    const admissions: AdmitCommand[] = [];
+    const completions: CompleteCommand[] = [];
+    for (const s of steps) {
+      if (s.kind === "admit") admissions.push(s.command);
+      else completions.push(s.command);
+    }
+    const started = this.#options.nowMs();
+    let results: Awaited<ReturnType<BookkeepingStore["commitBatch"]>>;
+    try {
+      results = await this.#store.commitBatch({ admissions, completions });
+    } catch (err) {
+      this.#options.onCommit?.(steps.length, (this.#options.nowMs() - started) / 1000, false);
+      throw err;
+    }
+    this.#options.onCommit?.(steps.length, (this.#options.nowMs() - started) / 1000, true);
+    let a = 0;
+    let c = 0;
+    for (const s of steps) {
+      if (s.kind === "admit") s.resolve(results.admissions[a++]!);
+      else s.resolve(results.completions[c++]!);
+    }
+  }
+}

@@ -1,0 +1,90 @@
+import { checkAmount, checkCount, checkDay, checkEpochMs, checkHttpStatus, checkPreviewOrg, checkText } from "../input-checks.ts";
+import { StoreInputError } from "../store-errors.ts";
+import { type BookkeepingStore, USAGE_OUTCOMES, type UsageQuery } from "../store.ts";
+import type { AdmitCommand, CompleteCommand } from "./commands.ts";
+import { batchProgram, grantProgram, sweepProgram } from "./programs.ts";
+import type { RunProgram } from "./rows.ts";
+
+/**
+ * The writing half of BookkeepingStore for any adapter that can run a program in one transaction: the
+ * arguments are checked here, the decisions are made by programs.ts, and the adapter only reads and writes rows.
+ */
+export function bookkeepingWrites(run: RunProgram): Pick<BookkeepingStore, "commitBatch" | "sweep" | "grantCredits"> {
+  return {
+    async commitBatch(batch) {
+      batch.admissions.forEach(checkAdmit);
+      batch.completions.forEach(checkComplete);
+      return run(() => batchProgram(batch.admissions, batch.completions));
+    },
+    async sweep(input) {
+      checkEpochMs(input.nowMs, "nowMs");
+      checkEpochMs(input.inFlightBeforeMs, "inFlightBeforeMs");
+      checkCount(input.limit, "limit");
+      return run(() => sweepProgram(input));
+    },
+    async grantCredits(input) {
+      checkText(input.orgId, "orgId");
+      checkAmount(input.amountMicrousd, "amountMicrousd", { positive: true });
+      checkEpochMs(input.nowMs, "nowMs");
+      return run(() => grantProgram({ orgId: input.orgId, amountMicrousd: input.amountMicrousd, nowMs: input.nowMs, note: input.note ?? null }));
+    },
+  };
+}
+
+function checkAdmit(a: AdmitCommand): void {
+  checkText(a.requestId, "requestId");
+  checkText(a.orgId, "orgId");
+  checkText(a.keyId, "keyId");
+  checkEpochMs(a.nowMs, "nowMs");
+  if (a.idempotency) {
+    checkText(a.idempotency.key, "idempotency.key");
+    checkText(a.idempotency.requestHash, "idempotency.requestHash");
+    checkEpochMs(a.idempotency.lockUntilMs, "idempotency.lockUntilMs");
+    checkEpochMs(a.idempotency.expiresAtMs, "idempotency.expiresAtMs");
+  }
+  if (a.quota) {
+    checkPreviewOrg(a.orgId);
+    checkDay(a.quota.day, "quota.day");
+    checkCount(a.quota.orgLimit, "quota.orgLimit");
+    checkCount(a.quota.globalLimit, "quota.globalLimit");
+  }
+  if (a.reservation) {
+    checkAmount(a.reservation.amountMicrousd, "reservation.amountMicrousd");
+    checkEpochMs(a.reservation.expiresAtMs, "reservation.expiresAtMs");
+  }
+}
+
+function checkComplete(c: CompleteCommand): void {
+  checkText(c.requestId, "requestId");
+  checkText(c.orgId, "orgId");
+  checkEpochMs(c.nowMs, "nowMs");
+  checkHttpStatus(c.httpStatus, "httpStatus");
+  checkCount(c.inputTokens, "inputTokens");
+  checkCount(c.outputTokens, "outputTokens");
+  checkAmount(c.costMicrousd, "costMicrousd");
+  if (c.idempotency) checkText(c.idempotency.key, "idempotency.key");
+  if (c.idempotency?.response) {
+    checkHttpStatus(c.idempotency.response.status, "idempotency.response.status");
+    if (typeof c.idempotency.response.body !== "string") throw new StoreInputError("idempotency.response.body must be a string", "idempotency.response.body");
+    checkText(c.idempotency.response.requestId, "idempotency.response.requestId");
+  }
+}
+
+export const MAX_USAGE_PAGE = 200;
+
+/** The checks of a usage page query, the same for every adapter. */
+export function checkUsageQuery(query: UsageQuery): void {
+  const { limit } = query;
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_USAGE_PAGE) {
+    throw new StoreInputError(`limit must be a whole number from 1 to ${MAX_USAGE_PAGE}`, "limit");
+  }
+  for (const [value, field] of [
+    [query.fromMs, "fromMs"],
+    [query.toMs, "toMs"],
+  ] as const) {
+    if (value !== undefined && !Number.isFinite(value)) throw new StoreInputError(`${field} must be a finite number of epoch milliseconds`, field);
+  }
+  if (query.outcome !== undefined && !USAGE_OUTCOMES.includes(query.outcome)) {
+    throw new StoreInputError(`outcome must be one of ${USAGE_OUTCOMES.join(", ")}`, "outcome");
+  }
+}

@@ -1,0 +1,58 @@
+import type { ServiceMode } from "../../contract/decision.ts";
+import type { FinalOutcome, StoredResponse, UsageRecord, UsageSource } from "../store.ts";
+
+/**
+ * The two durable steps of an accepted request, as commands to the books. Both are committed in batches
+ * (store.commitBatch), each command decided on its own.
+ */
+
+/** Responses larger than this (UTF-8 bytes) are not kept for Idempotency-Key replays. */
+export const MAX_KEPT_RESPONSE_BYTES = 65_536;
+
+/** Admission: idempotency claim, then preview quotas or the credit reservation, then the in-flight usage record. */
+export interface AdmitCommand {
+  requestId: string;
+  orgId: string;
+  keyId: string;
+  source: UsageSource;
+  model: string;
+  mode: ServiceMode;
+  nowMs: number;
+  idempotency: { key: string; requestHash: string; lockUntilMs: number; expiresAtMs: number } | null;
+  /** Preview: the day counters to count this request in. */
+  quota: { day: string; orgLimit: number; globalLimit: number } | null;
+  /** Paid: the credits to set aside; the reservation's id is the request id. */
+  reservation: { amountMicrousd: number; expiresAtMs: number } | null;
+}
+
+export type AdmitResult =
+  | { kind: "admitted" }
+  /** The key's first request succeeded: its stored response, replayed as it was. */
+  | { kind: "replay"; response: StoredResponse }
+  /** The key's first request (requestId) succeeded, but its response was too large to keep. */
+  | { kind: "replay_not_kept"; requestId: string }
+  | { kind: "idempotency_mismatch" }
+  | { kind: "idempotency_in_progress" }
+  | { kind: "quota_exhausted"; scope: "org" | "global" }
+  | { kind: "insufficient_credits"; availableMicrousd: number };
+
+/** Completion: settle or release the reservation, the final usage record and the idempotency entry. */
+export interface CompleteCommand
+  extends Pick<UsageRecord, "requestId" | "orgId" | "inputTokens" | "outputTokens" | "latencyMs" | "gatewayLatencyMs" | "errorDetail" | "overReservation"> {
+  nowMs: number;
+  outcome: Exclude<FinalOutcome, "reservation_expired">;
+  httpStatus: number;
+  /** What to charge on success (≤ the reservation); 0 otherwise. */
+  costMicrousd: number;
+  /** The admission reserved credits: settled on success, released otherwise. */
+  reserved: boolean;
+  /** The request's Idempotency-Key: a success keeps `response` for replays, anything else drops the claim. */
+  idempotency: { key: string; response: StoredResponse | null } | null;
+}
+
+export type CompleteResult =
+  | { kind: "completed" }
+  /** A success whose reservation had expired: recorded as reservation_expired (409), nothing charged. */
+  | { kind: "reservation_expired" }
+  /** The request was no longer in flight (completed before, e.g. by the sweep): nothing changed. */
+  | { kind: "not_in_flight" };

@@ -1,0 +1,389 @@
+import { StoreInputError } from "../store-errors.ts";
+import type { Balance, LedgerKind, UsageRecord } from "../store.ts";
+import { GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
+import { type AdmitCommand, type AdmitResult, type CompleteCommand, type CompleteResult, MAX_KEPT_RESPONSE_BYTES } from "./commands.ts";
+import {
+  type BookProgram,
+  type CounterKey,
+  counterKey,
+  emptyWriteSet,
+  type IdempotencyKeyRef,
+  type IdempotencyRow,
+  idempotencyKey,
+  type ReservationRow,
+  type Snapshot,
+  type SnapshotQuery,
+  type UsageFinal,
+  type WriteSet,
+} from "./rows.ts";
+
+/**
+ * The bookkeeping decisions, the same for every database: each program reads the rows it needs (locked),
+ * decides every command against them in order, and writes the result. Nothing here knows SQL.
+ */
+
+const ZERO: Balance = Object.freeze({ available: 0, reserved: 0, spent: 0, granted: 0 });
+
+export const EXPIRED_DETAIL = "the credit reservation expired before settlement; nothing was charged";
+export const ABANDONED_DETAIL =
+  "the request did not complete within reservation_ttl_seconds (the gateway stopped, or could not store its outcome); nothing was charged";
+
+/** The working state of one transaction: rows as read, changed as commands are decided, then written once each. */
+class Books {
+  readonly writes: WriteSet = emptyWriteSet();
+  readonly #balances = new Map<string, { value: Balance; existed: boolean; delta: Balance | null }>();
+  readonly #counters = new Map<string, { key: CounterKey; count: number; changed: boolean }>();
+  readonly #idempotency = new Map<string, { ref: IdempotencyKeyRef; row: IdempotencyRow | null; existed: boolean; changed: boolean }>();
+
+  constructor(private readonly snapshot: Snapshot) {}
+
+  balance(orgId: string): Balance {
+    return this.#balance(orgId).value;
+  }
+
+  /** The organization exists (read with its balance). */
+  knows(orgId: string): boolean {
+    return this.snapshot.organizations.has(orgId);
+  }
+
+  #balance(orgId: string) {
+    let entry = this.#balances.get(orgId);
+    if (!entry) {
+      const stored = this.snapshot.balances.get(orgId);
+      entry = { value: { ...(stored ?? ZERO) }, existed: stored !== undefined, delta: null };
+      this.#balances.set(orgId, entry);
+    }
+    return entry;
+  }
+
+  /** One balance change, with its ledger entry (the ledger always sums to the balance). */
+  move(orgId: string, kind: LedgerKind, reservationId: string | null, delta: Balance, nowMs: number, note: string | null = null): void {
+    const entry = this.#balance(orgId);
+    entry.delta ??= { ...ZERO };
+    for (const k of ["available", "reserved", "spent", "granted"] as const) {
+      entry.value[k] += delta[k];
+      entry.delta[k] += delta[k];
+    }
+    this.writes.ledger.push({
+      orgId,
+      kind,
+      reservationId,
+      availableDelta: delta.available,
+      reservedDelta: delta.reserved,
+      spentDelta: delta.spent,
+      grantedDelta: delta.granted,
+      createdAtMs: nowMs,
+      note,
+    });
+  }
+
+  counter(scope: string, day: string): number {
+    return this.#counter(scope, day).count;
+  }
+
+  #counter(scope: string, day: string) {
+    const k = counterKey(scope, day);
+    let entry = this.#counters.get(k);
+    if (!entry) {
+      entry = { key: { scope, day }, count: this.snapshot.counters.get(k) ?? 0, changed: false };
+      this.#counters.set(k, entry);
+    }
+    return entry;
+  }
+
+  count(scope: string, day: string): void {
+    const entry = this.#counter(scope, day);
+    entry.count += 1;
+    entry.changed = true;
+  }
+
+  entry(orgId: string, key: string): IdempotencyRow | null {
+    return this.#entry(orgId, key).row;
+  }
+
+  #entry(orgId: string, key: string) {
+    const k = idempotencyKey(orgId, key);
+    let entry = this.#idempotency.get(k);
+    if (!entry) {
+      const stored = this.snapshot.idempotency.get(k) ?? null;
+      entry = { ref: { orgId, key }, row: stored, existed: stored !== null, changed: false };
+      this.#idempotency.set(k, entry);
+    }
+    return entry;
+  }
+
+  setEntry(orgId: string, key: string, row: IdempotencyRow | null): void {
+    const entry = this.#entry(orgId, key);
+    entry.row = row;
+    entry.changed = true;
+  }
+
+  /** The write set, with every balance, counter and idempotency entry written once. */
+  finish(): WriteSet {
+    const w = this.writes;
+    for (const [orgId, entry] of this.#balances) {
+      if (entry.delta === null) continue;
+      if (entry.existed) w.balanceDeltas.push({ orgId, ...entry.delta });
+      else w.balanceInserts.push({ orgId, ...entry.value });
+    }
+    for (const entry of this.#counters.values()) if (entry.changed) w.counters.push({ ...entry.key, count: entry.count });
+    for (const entry of this.#idempotency.values()) {
+      if (!entry.changed) continue;
+      if (entry.row) w.idempotencyPuts.push(entry.row);
+      else if (entry.existed) w.idempotencyDeletes.push(entry.ref);
+    }
+    return w;
+  }
+}
+
+function resolve(books: Books, r: ReservationRow, status: "released" | "expired", nowMs: number): void {
+  const amount = r.amount_microusd;
+  books.writes.reservationResolutions.push({ id: r.id, status, costMicrousd: null, resolvedAtMs: nowMs });
+  books.move(r.org_id, status === "released" ? "release" : "expire", r.id, { available: amount, reserved: -amount, spent: 0, granted: 0 }, nowMs);
+}
+
+function settle(books: Books, r: ReservationRow, cost: number, nowMs: number): void {
+  const amount = r.amount_microusd;
+  if (!Number.isSafeInteger(cost) || cost < 0 || cost > amount) {
+    throw new RangeError(`The cost ${cost} is not a whole amount from 0 to the reservation ${JSON.stringify(r.id)} of ${amount} microUSD`);
+  }
+  books.writes.reservationResolutions.push({ id: r.id, status: "settled", costMicrousd: cost, resolvedAtMs: nowMs });
+  books.move(r.org_id, "settle", r.id, { available: amount - cost, reserved: -amount, spent: cost, granted: 0 }, nowMs);
+}
+
+/** The rows a batch needs, in the one order every transaction locks them: counters, usage, reservations, balances, idempotency. */
+export function batchQuery(admissions: readonly AdmitCommand[], completions: readonly CompleteCommand[]): SnapshotQuery {
+  const counters = new Map<string, CounterKey>();
+  const balances = new Set<string>();
+  const idempotency = new Map<string, IdempotencyKeyRef>();
+  for (const a of admissions) {
+    if (a.quota) {
+      counters.set(counterKey(a.orgId, a.quota.day), { scope: a.orgId, day: a.quota.day });
+      counters.set(counterKey(GLOBAL_PREVIEW_SCOPE, a.quota.day), { scope: GLOBAL_PREVIEW_SCOPE, day: a.quota.day });
+    }
+    if (a.reservation) balances.add(a.orgId);
+    if (a.idempotency) idempotency.set(idempotencyKey(a.orgId, a.idempotency.key), { orgId: a.orgId, key: a.idempotency.key });
+  }
+  const reservations: string[] = [];
+  for (const c of completions) {
+    if (c.reserved) {
+      reservations.push(c.requestId);
+      balances.add(c.orgId);
+    }
+    if (c.idempotency) idempotency.set(idempotencyKey(c.orgId, c.idempotency.key), { orgId: c.orgId, key: c.idempotency.key });
+  }
+  return {
+    counters: [...counters.values()],
+    usage: completions.map((c) => c.requestId),
+    reservations,
+    balances: [...balances],
+    idempotency: [...idempotency.values()],
+  };
+}
+
+function complete(books: Books, snapshot: Snapshot, c: CompleteCommand): CompleteResult {
+  const state = snapshot.usage.get(c.requestId);
+  if (!state || state.outcome !== "in_flight" || state.orgId !== c.orgId) return { kind: "not_in_flight" };
+  snapshot.usage.delete(c.requestId); // A second completion of this request in the batch finds it no longer in flight.
+  const final: UsageFinal = {
+    requestId: c.requestId,
+    completedAtMs: c.nowMs,
+    outcome: c.outcome,
+    httpStatus: c.httpStatus,
+    inputTokens: c.inputTokens,
+    outputTokens: c.outputTokens,
+    costMicrousd: c.outcome === "succeeded" && c.reserved ? c.costMicrousd : 0,
+    latencyMs: c.latencyMs,
+    gatewayLatencyMs: c.gatewayLatencyMs,
+    errorDetail: c.errorDetail,
+    overReservation: c.overReservation,
+  };
+  let result: CompleteResult = { kind: "completed" };
+  if (c.reserved) {
+    const r = snapshot.reservations.get(c.requestId);
+    const pending = r !== undefined && r.status === "pending" && r.org_id === c.orgId;
+    const expired = !pending || r.expires_at_ms <= c.nowMs;
+    if (c.outcome === "succeeded" && expired) {
+      if (pending) resolve(books, r, "expired", c.nowMs);
+      Object.assign(final, { outcome: "reservation_expired", httpStatus: 409, costMicrousd: 0, errorDetail: EXPIRED_DETAIL, overReservation: false });
+      result = { kind: "reservation_expired" };
+    } else if (pending && c.outcome === "succeeded") {
+      settle(books, r, final.costMicrousd, c.nowMs);
+    } else if (pending) {
+      resolve(books, r, "released", c.nowMs);
+    }
+  }
+  books.writes.usageFinals.push(final);
+  if (c.idempotency) {
+    const row = books.entry(c.orgId, c.idempotency.key);
+    if (row && row.requestId === c.requestId && row.state === "in_progress") {
+      const response = final.outcome === "succeeded" ? c.idempotency.response : null;
+      books.setEntry(
+        c.orgId,
+        c.idempotency.key,
+        response
+          ? {
+              ...row,
+              state: "completed",
+              responseStatus: response.status,
+              responseBody: Buffer.byteLength(response.body, "utf8") <= MAX_KEPT_RESPONSE_BYTES ? response.body : null,
+              responseRequestId: response.requestId,
+            }
+          : null,
+      );
+    }
+  }
+  return result;
+}
+
+function admit(books: Books, a: AdmitCommand): AdmitResult {
+  const idem = a.idempotency;
+  if (idem) {
+    const row = books.entry(a.orgId, idem.key);
+    if (row && row.expiresAtMs > a.nowMs) {
+      if (row.state === "completed") {
+        if (row.requestHash !== idem.requestHash) return { kind: "idempotency_mismatch" };
+        if (row.responseBody === null) return { kind: "replay_not_kept", requestId: row.responseRequestId ?? row.requestId };
+        return { kind: "replay", response: { status: row.responseStatus ?? 200, body: row.responseBody, requestId: row.responseRequestId ?? row.requestId } };
+      }
+      if (row.lockUntilMs > a.nowMs) return { kind: "idempotency_in_progress" };
+    }
+    // No entry, an expired one, or a claim whose lock passed (its process died or hung): this request claims it.
+  }
+  if (a.quota) {
+    if (books.counter(a.orgId, a.quota.day) >= a.quota.orgLimit) return { kind: "quota_exhausted", scope: "org" };
+    if (books.counter(GLOBAL_PREVIEW_SCOPE, a.quota.day) >= a.quota.globalLimit) return { kind: "quota_exhausted", scope: "global" };
+  }
+  if (a.reservation) {
+    const amount = a.reservation.amountMicrousd;
+    // An unknown organization has nothing to reserve from, not even 0.
+    const available = books.knows(a.orgId) ? books.balance(a.orgId).available : -1;
+    if (available < amount) return { kind: "insufficient_credits", availableMicrousd: Math.max(0, available) };
+    books.writes.reservationInserts.push({
+      id: a.requestId,
+      org_id: a.orgId,
+      request_id: a.requestId,
+      amount_microusd: amount,
+      status: "pending",
+      cost_microusd: null,
+      created_at_ms: a.nowMs,
+      expires_at_ms: a.reservation.expiresAtMs,
+      resolved_at_ms: null,
+    });
+    books.move(a.orgId, "reserve", a.requestId, { available: -amount, reserved: amount, spent: 0, granted: 0 }, a.nowMs);
+  }
+  if (a.quota) {
+    books.count(a.orgId, a.quota.day);
+    books.count(GLOBAL_PREVIEW_SCOPE, a.quota.day);
+  }
+  if (idem) {
+    books.setEntry(a.orgId, idem.key, {
+      orgId: a.orgId,
+      key: idem.key,
+      requestHash: idem.requestHash,
+      requestId: a.requestId,
+      state: "in_progress",
+      responseStatus: null,
+      responseBody: null,
+      responseRequestId: null,
+      lockUntilMs: idem.lockUntilMs,
+      expiresAtMs: idem.expiresAtMs,
+    });
+  }
+  books.writes.usageInserts.push(inFlightRecord(a));
+  return { kind: "admitted" };
+}
+
+export function inFlightRecord(a: AdmitCommand): UsageRecord {
+  return {
+    requestId: a.requestId,
+    orgId: a.orgId,
+    keyId: a.keyId,
+    createdAtMs: a.nowMs,
+    completedAtMs: null,
+    source: a.source,
+    model: a.model,
+    mode: a.mode,
+    outcome: "in_flight",
+    httpStatus: null,
+    inputTokens: 0,
+    outputTokens: 0,
+    costMicrousd: 0,
+    latencyMs: null,
+    gatewayLatencyMs: 0,
+    errorDetail: null,
+    overReservation: false,
+  };
+}
+
+/** Decides a batch against its snapshot: completions first (they may return credits), then admissions in order. */
+export function planBatch(
+  admissions: readonly AdmitCommand[],
+  completions: readonly CompleteCommand[],
+  snapshot: Snapshot,
+): { writes: WriteSet; results: { admissions: AdmitResult[]; completions: CompleteResult[] } } {
+  const books = new Books(snapshot);
+  const completed = completions.map((c) => complete(books, snapshot, c));
+  const admitted = admissions.map((a) => admit(books, a));
+  return { writes: books.finish(), results: { admissions: admitted, completions: completed } };
+}
+
+export function* batchProgram(
+  admissions: readonly AdmitCommand[],
+  completions: readonly CompleteCommand[],
+): BookProgram<{ admissions: AdmitResult[]; completions: CompleteResult[] }> {
+  const snapshot = yield { read: batchQuery(admissions, completions) };
+  const plan = planBatch(admissions, completions, snapshot!);
+  yield { write: plan.writes };
+  return plan.results;
+}
+
+/**
+ * Requests left in flight past their deadline (the gateway crashed, or could not store the outcome) are completed
+ * as gateway_error with nothing charged, their reservations expired; pending reservations of requests no longer
+ * in flight are expired too. Usage rows are locked before reservations, as a completion does.
+ */
+export function* sweepProgram(input: { nowMs: number; inFlightBeforeMs: number; limit: number }): BookProgram<{ abandoned: number; expired: number }> {
+  const due = (yield {
+    read: { dueInFlight: { createdBeforeMs: input.inFlightBeforeMs, limit: input.limit }, dueReservations: { nowMs: input.nowMs, limit: input.limit } },
+  })!;
+  if (due.dueInFlight.length === 0 && due.dueReservations.length === 0) return { abandoned: 0, expired: 0 };
+  const paid = due.dueInFlight.filter((u) => u.mode === "paid").map((u) => u.requestId);
+  const held = paid.length > 0 ? (yield { read: { reservations: paid } })!.reservations : new Map<string, ReservationRow>();
+  const toExpire = [...[...held.values()].filter((r) => r.status === "pending"), ...due.dueReservations];
+  const locked = (yield { read: { balances: [...new Set(toExpire.map((r) => r.org_id))] } })!;
+  const books = new Books(locked);
+  for (const u of due.dueInFlight) {
+    books.writes.usageFinals.push({
+      requestId: u.requestId,
+      completedAtMs: input.nowMs,
+      outcome: "gateway_error",
+      httpStatus: null,
+      inputTokens: 0,
+      outputTokens: 0,
+      costMicrousd: 0,
+      latencyMs: null,
+      gatewayLatencyMs: 0,
+      errorDetail: ABANDONED_DETAIL,
+      overReservation: false,
+    });
+  }
+  for (const r of toExpire) resolve(books, r, "expired", input.nowMs);
+  yield { write: books.finish() };
+  return { abandoned: due.dueInFlight.length, expired: due.dueReservations.length };
+}
+
+/** Adds credits with a grant ledger entry; returns the new balance. */
+export function* grantProgram(input: { orgId: string; amountMicrousd: number; nowMs: number; note: string | null }): BookProgram<Balance> {
+  const snapshot = (yield { read: { balances: [input.orgId] } })!;
+  if (!snapshot.organizations.has(input.orgId)) throw new StoreInputError(`No organization with id ${JSON.stringify(input.orgId)}`, "orgId");
+  const books = new Books(snapshot);
+  if (!Number.isSafeInteger(books.balance(input.orgId).granted + input.amountMicrousd)) {
+    throw new StoreInputError("The grant would take the organization's credits beyond the safe integer range", "amountMicrousd");
+  }
+  const amount = input.amountMicrousd;
+  books.move(input.orgId, "grant", null, { available: amount, reserved: 0, spent: 0, granted: amount }, input.nowMs, input.note);
+  yield { write: books.finish() };
+  // Read again: a first grant racing another instance's first grant adds to the row that one created.
+  return (yield { read: { balances: [input.orgId] } })!.balances.get(input.orgId)!;
+}

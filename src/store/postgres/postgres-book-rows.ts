@@ -1,0 +1,270 @@
+import { StoreConflictError } from "../store.ts";
+import { RESERVATION_COLUMNS } from "../credit-rows.ts";
+import {
+  counterKey,
+  emptySnapshot,
+  IDEMPOTENCY_COLUMNS,
+  type IdempotencyDbRow,
+  idempotencyKey,
+  type ReservationRow,
+  type Snapshot,
+  type SnapshotQuery,
+  toIdempotencyRow,
+  toUsageState,
+  type UsageStateRow,
+  type WriteSet,
+} from "../bookkeeping/rows.ts";
+import { type Client, isUniqueViolation } from "./postgres-connection.ts";
+
+/**
+ * The rows of the bookkeeping programs in PostgreSQL: each list is read or written with ONE set-based statement
+ * (arrays unnested), so a batch of any size costs the same few round trips. Reads lock their rows (FOR UPDATE)
+ * in one order shared by every transaction — counters, usage, reservations, balances, idempotency entries, each
+ * sorted by key — so concurrent batches of several instances wait for each other but never deadlock. The sweep's
+ * reads skip rows another transaction holds.
+ */
+
+
+const SQL = {
+  // Creates missing counters at 0 so that every counter of the batch is locked; the no-op update locks existing ones.
+  counters:
+    "INSERT INTO preview_counters (scope, day, count) " +
+    'SELECT scope, day, 0 FROM unnest($1::text[], $2::text[]) AS k(scope, day) ORDER BY scope COLLATE "C", day COLLATE "C" ' +
+    "ON CONFLICT (scope, day) DO UPDATE SET count = preview_counters.count RETURNING scope, day, count",
+  usage: "SELECT request_id, org_id, mode, outcome FROM usage_records WHERE request_id = ANY($1::text[]) ORDER BY request_id FOR UPDATE",
+  reservations: `SELECT ${RESERVATION_COLUMNS} FROM reservations WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`,
+  // The organizations that exist, each with its balance row (locked) when it has one.
+  balances:
+    "SELECT o.id AS org_id, b.available, b.reserved, b.spent, b.granted FROM organizations o LEFT JOIN LATERAL " +
+    "(SELECT available, reserved, spent, granted FROM org_balances WHERE org_id = o.id FOR UPDATE) b ON true " +
+    "WHERE o.id = ANY($1::text[]) ORDER BY o.id",
+  // Entries that do not exist yet cannot be locked: a transaction-level advisory lock per (organization, key), taken in
+  // one order, serializes two claims of one new key (the two-key space does not overlap the migration lock's bigint key).
+  lockIdempotency:
+    "SELECT pg_advisory_xact_lock(1952671090, h) FROM (SELECT DISTINCT hashtext(length(o)::text || ':' || o || k) AS h " +
+    "FROM unnest($1::text[], $2::text[]) AS k(o, k) ORDER BY h) AS keys",
+  idempotency:
+    `SELECT ${IDEMPOTENCY_COLUMNS.replace(/(\w+)/g, "i.$1")} FROM idempotency_keys i ` +
+    "JOIN unnest($1::text[], $2::text[]) AS k(org_id, key) ON i.org_id = k.org_id AND i.key = k.key ORDER BY i.org_id, i.key FOR UPDATE OF i",
+  dueInFlight:
+    "SELECT request_id, org_id, mode, outcome FROM usage_records WHERE outcome = 'in_flight' AND created_at_ms < $1 " +
+    "ORDER BY created_at_ms LIMIT $2 FOR UPDATE SKIP LOCKED",
+  dueReservations:
+    `SELECT ${RESERVATION_COLUMNS.replace(/(\w+)/g, "r.$1")} FROM reservations r WHERE r.status = 'pending' AND r.expires_at_ms <= $1 ` +
+    "AND NOT EXISTS (SELECT 1 FROM usage_records u WHERE u.request_id = r.request_id AND u.outcome = 'in_flight') " +
+    "ORDER BY r.expires_at_ms LIMIT $2 FOR UPDATE OF r SKIP LOCKED",
+
+  insertUsage:
+    "INSERT INTO usage_records (request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens, output_tokens, " +
+    "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation, completed_at_ms) " +
+    "SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], " +
+    "$10::bigint[], $11::bigint[], $12::bigint[], $13::float8[], $14::float8[], $15::text[], $16::bool[], $17::bigint[])",
+  finalUsage:
+    "UPDATE usage_records u SET completed_at_ms = f.completed_at_ms, outcome = f.outcome, http_status = f.http_status, " +
+    "input_tokens = f.input_tokens, output_tokens = f.output_tokens, cost_microusd = f.cost_microusd, latency_ms = f.latency_ms, " +
+    "gateway_latency_ms = f.gateway_latency_ms, error_detail = f.error_detail, over_reservation = f.over_reservation " +
+    "FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::bigint[], $7::bigint[], $8::float8[], $9::float8[], " +
+    "$10::text[], $11::bool[]) AS f(request_id, completed_at_ms, outcome, http_status, input_tokens, output_tokens, cost_microusd, latency_ms, " +
+    "gateway_latency_ms, error_detail, over_reservation) WHERE u.request_id = f.request_id AND u.outcome = 'in_flight'",
+  insertReservations:
+    `INSERT INTO reservations (${RESERVATION_COLUMNS}) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], ` +
+    "$6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[])",
+  resolveReservations:
+    "UPDATE reservations r SET status = f.status, cost_microusd = f.cost_microusd, resolved_at_ms = f.resolved_at_ms " +
+    "FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS f(id, status, cost_microusd, resolved_at_ms) " +
+    "WHERE r.id = f.id AND r.status = 'pending'",
+  // A row another transaction created since the snapshot (it could not be locked) is added to instead.
+  insertBalances:
+    "INSERT INTO org_balances AS b (org_id, available, reserved, spent, granted) " +
+    "SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) ON CONFLICT (org_id) DO UPDATE SET " +
+    "available = b.available + excluded.available, reserved = b.reserved + excluded.reserved, spent = b.spent + excluded.spent, " +
+    "granted = b.granted + excluded.granted",
+  moveBalances:
+    "UPDATE org_balances b SET available = b.available + d.available, reserved = b.reserved + d.reserved, spent = b.spent + d.spent, " +
+    "granted = b.granted + d.granted FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) " +
+    "AS d(org_id, available, reserved, spent, granted) WHERE b.org_id = d.org_id",
+  insertLedger:
+    "INSERT INTO ledger_entries (org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms, note) " +
+    "SELECT org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms, note " +
+    "FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::text[]) " +
+    "WITH ORDINALITY AS e(org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms, note, n) ORDER BY n",
+  putCounters:
+    "INSERT INTO preview_counters (scope, day, count) SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) " +
+    "ON CONFLICT (scope, day) DO UPDATE SET count = excluded.count",
+  putIdempotency:
+    `INSERT INTO idempotency_keys (${IDEMPOTENCY_COLUMNS}) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], ` +
+    "$6::int[], $7::text[], $8::text[], $9::bigint[], $10::bigint[]) ON CONFLICT (org_id, key) DO UPDATE SET request_hash = excluded.request_hash, " +
+    "request_id = excluded.request_id, state = excluded.state, response_status = excluded.response_status, response_body = excluded.response_body, " +
+    "response_request_id = excluded.response_request_id, lock_until_ms = excluded.lock_until_ms, expires_at_ms = excluded.expires_at_ms",
+  deleteIdempotency:
+    "DELETE FROM idempotency_keys i USING unnest($1::text[], $2::text[]) AS k(org_id, key) WHERE i.org_id = k.org_id AND i.key = k.key",
+} as const;
+
+type Name = keyof typeof SQL;
+
+/** A named (server-side prepared) statement: parsed once per connection. */
+function run<R extends object = object>(c: Client, name: Name, values: unknown[]) {
+  return c.query<R & import("pg").QueryResultRow>({ name: `tds_${name}`, text: SQL[name], values });
+}
+
+/** Columns of a list of rows, as the arrays `unnest` takes. */
+function columns<T>(rows: readonly T[], ...pick: ((row: T) => unknown)[]): unknown[][] {
+  return pick.map((f) => rows.map(f));
+}
+
+
+
+
+export async function readSnapshot(c: Client, q: SnapshotQuery): Promise<Snapshot> {
+  const s = emptySnapshot();
+  if (q.counters?.length) {
+    const [scopes, days] = columns(q.counters, (k) => k.scope, (k) => k.day);
+    for (const row of (await run<{ scope: string; day: string; count: number }>(c, "counters", [scopes, days])).rows) {
+      s.counters.set(counterKey(row.scope, row.day), row.count);
+    }
+  }
+  if (q.usage?.length) {
+    for (const row of (await run<UsageStateRow>(c, "usage", [q.usage])).rows) s.usage.set(row.request_id, toUsageState(row));
+  }
+  if (q.reservations?.length) {
+    for (const row of (await run<ReservationRow>(c, "reservations", [q.reservations])).rows) s.reservations.set(row.id, row);
+  }
+  if (q.balances?.length) {
+    type Row = { org_id: string; available: number | null; reserved: number; spent: number; granted: number };
+    for (const row of (await run<Row>(c, "balances", [q.balances])).rows) {
+      s.organizations.add(row.org_id);
+      if (row.available !== null) s.balances.set(row.org_id, { available: row.available, reserved: row.reserved, spent: row.spent, granted: row.granted });
+    }
+  }
+  if (q.idempotency?.length) {
+    const [orgs, keys] = columns(q.idempotency, (k) => k.orgId, (k) => k.key);
+    await run(c, "lockIdempotency", [orgs, keys]);
+    for (const r of (await run<IdempotencyDbRow>(c, "idempotency", [orgs, keys])).rows) {
+      s.idempotency.set(idempotencyKey(r.org_id, r.key), toIdempotencyRow(r));
+    }
+  }
+  if (q.dueInFlight) {
+    s.dueInFlight = (await run<UsageStateRow>(c, "dueInFlight", [q.dueInFlight.createdBeforeMs, q.dueInFlight.limit])).rows.map(toUsageState);
+  }
+  if (q.dueReservations) {
+    s.dueReservations = (await run<ReservationRow>(c, "dueReservations", [q.dueReservations.nowMs, q.dueReservations.limit])).rows;
+  }
+  return s;
+}
+
+async function expectAll(c: Client, name: Name, values: unknown[], expected: number, what: string): Promise<void> {
+  const changed = (await run(c, name, values)).rowCount;
+  if (changed !== expected) throw new Error(`Bookkeeping conflict: ${expected - (changed ?? 0)} of ${expected} ${what}`);
+}
+
+/** Writes the rows; a duplicate key (a request id, a reservation id) fails with StoreConflictError. */
+export async function writeRows(c: Client, w: WriteSet): Promise<void> {
+  try {
+    await write(c, w);
+  } catch (err) {
+    if (isUniqueViolation(err)) throw new StoreConflictError(`A row with this key already exists (${err.constraint ?? "unique"})`);
+    throw err;
+  }
+}
+
+async function write(c: Client, w: WriteSet): Promise<void> {
+  if (w.usageInserts.length) {
+    await run(c, "insertUsage", columns(
+      w.usageInserts,
+      (u) => u.requestId,
+      (u) => u.orgId,
+      (u) => u.keyId,
+      (u) => u.createdAtMs,
+      (u) => u.source,
+      (u) => u.model,
+      (u) => u.mode,
+      (u) => u.outcome,
+      (u) => u.httpStatus,
+      (u) => u.inputTokens,
+      (u) => u.outputTokens,
+      (u) => u.costMicrousd,
+      (u) => u.latencyMs,
+      (u) => u.gatewayLatencyMs,
+      (u) => u.errorDetail,
+      (u) => u.overReservation,
+      (u) => u.completedAtMs,
+    ));
+  }
+  if (w.usageFinals.length) {
+    const values = columns(
+      w.usageFinals,
+      (f) => f.requestId,
+      (f) => f.completedAtMs,
+      (f) => f.outcome,
+      (f) => f.httpStatus,
+      (f) => f.inputTokens,
+      (f) => f.outputTokens,
+      (f) => f.costMicrousd,
+      (f) => f.latencyMs,
+      (f) => f.gatewayLatencyMs,
+      (f) => f.errorDetail,
+      (f) => f.overReservation,
+    );
+    await expectAll(c, "finalUsage", values, w.usageFinals.length, "usage records were not in flight");
+  }
+  if (w.reservationInserts.length) {
+    await run(c, "insertReservations", columns(
+      w.reservationInserts,
+      (r) => r.id,
+      (r) => r.org_id,
+      (r) => r.request_id,
+      (r) => r.amount_microusd,
+      (r) => r.status,
+      (r) => r.cost_microusd,
+      (r) => r.created_at_ms,
+      (r) => r.expires_at_ms,
+      (r) => r.resolved_at_ms,
+    ));
+  }
+  if (w.reservationResolutions.length) {
+    const values = columns(w.reservationResolutions, (r) => r.id, (r) => r.status, (r) => r.costMicrousd, (r) => r.resolvedAtMs);
+    await expectAll(c, "resolveReservations", values, w.reservationResolutions.length, "reservations were not pending");
+  }
+  if (w.balanceInserts.length) {
+    await run(c, "insertBalances", columns(w.balanceInserts, (b) => b.orgId, (b) => b.available, (b) => b.reserved, (b) => b.spent, (b) => b.granted));
+  }
+  if (w.balanceDeltas.length) {
+    const values = columns(w.balanceDeltas, (b) => b.orgId, (b) => b.available, (b) => b.reserved, (b) => b.spent, (b) => b.granted);
+    await expectAll(c, "moveBalances", values, w.balanceDeltas.length, "organizations had no credit balance");
+  }
+  if (w.ledger.length) {
+    await run(c, "insertLedger", columns(
+      w.ledger,
+      (e) => e.orgId,
+      (e) => e.kind,
+      (e) => e.reservationId,
+      (e) => e.availableDelta,
+      (e) => e.reservedDelta,
+      (e) => e.spentDelta,
+      (e) => e.grantedDelta,
+      (e) => e.createdAtMs,
+      (e) => e.note,
+    ));
+  }
+  if (w.counters.length) {
+    await run(c, "putCounters", columns(w.counters, (k) => k.scope, (k) => k.day, (k) => k.count));
+  }
+  if (w.idempotencyPuts.length) {
+    await run(c, "putIdempotency", columns(
+      w.idempotencyPuts,
+      (i) => i.orgId,
+      (i) => i.key,
+      (i) => i.requestHash,
+      (i) => i.requestId,
+      (i) => i.state,
+      (i) => i.responseStatus,
+      (i) => i.responseBody,
+      (i) => i.responseRequestId,
+      (i) => i.lockUntilMs,
+      (i) => i.expiresAtMs,
+    ));
+  }
+  if (w.idempotencyDeletes.length) {
+    await run(c, "deleteIdempotency", columns(w.idempotencyDeletes, (k) => k.orgId, (k) => k.key));
+  }
+}

@@ -1,0 +1,139 @@
+import type Database from "better-sqlite3";
+import type { Statement } from "better-sqlite3";
+import { type AccountStore, type ApiKeyRecord, type Organization, StoreConflictError } from "../store.ts";
+import { StoreInputError } from "../store-errors.ts";
+import { isConstraint, UNIQUE_CODES } from "./sqlite-errors.ts";
+
+interface OrgRow {
+  id: string;
+  name: string;
+  paused: number;
+  created_at_ms: number;
+}
+
+interface KeyRow {
+  id: string;
+  org_id: string;
+  name: string | null;
+  hash: string;
+  created_at_ms: number;
+  revoked_at_ms: number | null;
+}
+
+interface KeyWithOrgRow extends KeyRow {
+  org_name: string;
+  org_paused: number;
+  org_created_at_ms: number;
+}
+
+const ORG_COLUMNS = "id, name, paused, created_at_ms";
+const KEY_COLUMNS = "id, org_id, name, hash, created_at_ms, revoked_at_ms";
+
+function toOrganization(row: OrgRow): Organization {
+  return { id: row.id, name: row.name, paused: row.paused === 1, createdAtMs: row.created_at_ms };
+}
+
+function toApiKey(row: KeyRow): ApiKeyRecord {
+  return { id: row.id, orgId: row.org_id, name: row.name, hash: row.hash, createdAtMs: row.created_at_ms, revokedAtMs: row.revoked_at_ms };
+}
+
+/**
+ * Organizations and API keys in SQLite. Each write is one statement; `write` runs it (the store passes a wrapper
+ * that waits asynchronously while another process holds the write lock).
+ */
+export class SqliteAccounts implements AccountStore {
+  readonly #insertOrg: Statement<[string, string, number]>;
+  readonly #orgById: Statement<[string], OrgRow>;
+  readonly #orgByName: Statement<[string], OrgRow>;
+  readonly #listOrgs: Statement<[], OrgRow>;
+  readonly #countOrgs: Statement<[], { n: number }>;
+  readonly #setPaused: Statement<[number, string]>;
+  readonly #insertKey: Statement<[string, string, string | null, string, number]>;
+  readonly #keyWithOrg: Statement<[string], KeyWithOrgRow>;
+  readonly #listKeys: Statement<[string], KeyRow>;
+  readonly #revokeKey: Statement<[number, string]>;
+
+  constructor(
+    db: Database.Database,
+    private readonly write: <T>(fn: () => T) => Promise<T>,
+  ) {
+    this.#insertOrg = db.prepare("INSERT INTO organizations (id, name, paused, created_at_ms) VALUES (?, ?, 0, ?)");
+    this.#orgById = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations WHERE id = ?`);
+    this.#orgByName = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations WHERE name = ?`);
+    this.#listOrgs = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations ORDER BY created_at_ms, id`);
+    this.#countOrgs = db.prepare("SELECT count(*) AS n FROM organizations");
+    this.#setPaused = db.prepare("UPDATE organizations SET paused = ? WHERE id = ?");
+    this.#insertKey = db.prepare(`INSERT INTO api_keys (id, org_id, name, hash, created_at_ms, revoked_at_ms) VALUES (?, ?, ?, ?, ?, NULL)`);
+    this.#keyWithOrg = db.prepare(
+      "SELECT k.id, k.org_id, k.name, k.hash, k.created_at_ms, k.revoked_at_ms, " +
+        "o.name AS org_name, o.paused AS org_paused, o.created_at_ms AS org_created_at_ms " +
+        "FROM api_keys k JOIN organizations o ON o.id = k.org_id WHERE k.id = ?",
+    );
+    this.#listKeys = db.prepare(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE org_id = ? ORDER BY created_at_ms, id`);
+    this.#revokeKey = db.prepare("UPDATE api_keys SET revoked_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL");
+  }
+
+  async createOrganization(input: { id: string; name: string; nowMs: number }): Promise<Organization> {
+    try {
+      await this.write(() => this.#insertOrg.run(input.id, input.name, input.nowMs));
+    } catch (err) {
+      if (isConstraint(err, "SQLITE_CONSTRAINT_UNIQUE") && err.message.includes("organizations.name")) {
+        throw new StoreConflictError(`An organization named ${JSON.stringify(input.name)} already exists`);
+      }
+      if (isConstraint(err, ...UNIQUE_CODES)) throw new StoreConflictError(`An organization with id ${JSON.stringify(input.id)} already exists`);
+      throw err;
+    }
+    return { id: input.id, name: input.name, paused: false, createdAtMs: input.nowMs };
+  }
+
+  async findOrganization(idOrName: string): Promise<Organization | null> {
+    const row = this.#orgById.get(idOrName) ?? this.#orgByName.get(idOrName);
+    return row ? toOrganization(row) : null;
+  }
+
+  async listOrganizations(): Promise<Organization[]> {
+    return this.#listOrgs.all().map(toOrganization);
+  }
+
+  async countOrganizations(): Promise<number> {
+    return this.#countOrgs.get()?.n ?? 0;
+  }
+
+  async setOrganizationPaused(orgId: string, paused: boolean): Promise<boolean> {
+    return (await this.write(() => this.#setPaused.run(paused ? 1 : 0, orgId))).changes > 0;
+  }
+
+  async createApiKey(input: { id: string; orgId: string; name: string | null; hash: string; nowMs: number }): Promise<ApiKeyRecord> {
+    try {
+      await this.write(() => this.#insertKey.run(input.id, input.orgId, input.name ?? null, input.hash, input.nowMs));
+    } catch (err) {
+      if (isConstraint(err, "SQLITE_CONSTRAINT_FOREIGNKEY")) {
+        throw new StoreInputError(`No organization with id ${JSON.stringify(input.orgId)}`, "orgId");
+      }
+      if (isConstraint(err, ...UNIQUE_CODES)) {
+        // Never include the hash in a message.
+        const what = err.message.includes("api_keys.hash") ? "with this hash" : `with id ${JSON.stringify(input.id)}`;
+        throw new StoreConflictError(`An API key ${what} already exists`);
+      }
+      throw err;
+    }
+    return { id: input.id, orgId: input.orgId, name: input.name ?? null, hash: input.hash, createdAtMs: input.nowMs, revokedAtMs: null };
+  }
+
+  async findApiKey(keyId: string): Promise<{ key: ApiKeyRecord; org: Organization } | null> {
+    const row = this.#keyWithOrg.get(keyId);
+    if (!row) return null;
+    return {
+      key: toApiKey(row),
+      org: { id: row.org_id, name: row.org_name, paused: row.org_paused === 1, createdAtMs: row.org_created_at_ms },
+    };
+  }
+
+  async listApiKeys(orgId: string): Promise<ApiKeyRecord[]> {
+    return this.#listKeys.all(orgId).map(toApiKey);
+  }
+
+  async revokeApiKey(keyId: string, nowMs: number): Promise<boolean> {
+    return (await this.write(() => this.#revokeKey.run(nowMs, keyId))).changes > 0;
+  }
+}

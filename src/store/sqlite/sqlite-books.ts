@@ -1,0 +1,160 @@
+import type Database from "better-sqlite3";
+import type { Statement } from "better-sqlite3";
+import { bookkeepingWrites, checkUsageQuery } from "../bookkeeping/books.ts";
+import { type BookProgram, runSync } from "../bookkeeping/rows.ts";
+import { LEDGER_COLUMNS, type LedgerRow, RESERVATION_COLUMNS, type ReservationRow, toLedgerEntry, toReservation, ZERO_BALANCE } from "../credit-rows.ts";
+import { checkCount, checkDay, checkEpochMs, checkPreviewOrg, GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
+import type { Balance, BookkeepingStore, LedgerEntry, PurgeResult, Reservation, SweepResult, UsagePage, UsageQuery, UsageRecord } from "../store.ts";
+import { encodeUsageCursor, decodeUsageCursor } from "../usage-cursor.ts";
+import { toUsage, USAGE_COLUMNS, type UsageRow } from "../usage-rows.ts";
+import { SqliteBookRows } from "./sqlite-book-rows.ts";
+
+/**
+ * The SQL and parameters of one usage page (limit + 1 rows, to know whether more follow). Exported for the
+ * query-plan test. Only one upper bound is used: with a cursor and toMs, whichever is lower implies the other,
+ * so SQLite can seek to it in usage_records_by_org_time instead of scanning the earlier pages.
+ */
+export function usageListQuery(orgId: string, query: UsageQuery): { sql: string; params: unknown[] } {
+  const cursor = query.cursor === undefined ? undefined : decodeUsageCursor(query.cursor);
+  const clauses = ["org_id = ?"];
+  const params: unknown[] = [orgId];
+  if (query.fromMs !== undefined) {
+    clauses.push("created_at_ms >= ?");
+    params.push(query.fromMs);
+  }
+  if (query.toMs !== undefined && (cursor === undefined || cursor.createdAtMs >= query.toMs)) {
+    clauses.push("created_at_ms < ?");
+    params.push(query.toMs);
+  } else if (cursor !== undefined) {
+    clauses.push("(created_at_ms, request_id) < (?, ?)");
+    params.push(cursor.createdAtMs, cursor.requestId);
+  }
+  if (query.outcome !== undefined) {
+    clauses.push("outcome = ?");
+    params.push(query.outcome);
+  }
+  params.push(query.limit + 1);
+  const sql =
+    `SELECT ${USAGE_COLUMNS} FROM usage_records WHERE ${clauses.join(" AND ")} ` + "ORDER BY created_at_ms DESC, request_id DESC LIMIT ?";
+  return { sql, params };
+}
+
+/**
+ * The books in SQLite. Every write is one BEGIN IMMEDIATE transaction; `commitBatch` fails at once with
+ * SQLITE_BUSY while another process holds the write lock (the group committer waits and retries it without
+ * blocking the event loop), the other writes go through `write`, which waits the same way.
+ */
+export class SqliteBooks implements BookkeepingStore {
+  readonly #db: Database.Database;
+  readonly #rows: SqliteBookRows;
+  readonly #balance: Statement<[string], Balance>;
+  readonly #reservation: Statement<[string], ReservationRow>;
+  readonly #ledger: Statement<[string], LedgerRow>;
+  readonly #counter: Statement<[string, string], { count: number }>;
+  readonly #getUsage: Statement<[string, string], UsageRow>;
+  readonly #listUsage = new Map<string, Statement<unknown[], UsageRow>>();
+  readonly #purgeIdempotency: Statement<[number, number]>;
+  readonly #purgeCounters: Statement<[string, number]>;
+  readonly #previewUsage: Database.Transaction<(orgId: string, day: string) => { org: number; global: number }>;
+  readonly #writes: Pick<BookkeepingStore, "commitBatch" | "sweep" | "grantCredits">;
+
+  constructor(
+    db: Database.Database,
+    private readonly write: <T>(fn: () => T) => Promise<T>,
+  ) {
+    this.#db = db;
+    this.#rows = new SqliteBookRows(db);
+    this.#balance = db.prepare("SELECT available, reserved, spent, granted FROM org_balances WHERE org_id = ?");
+    this.#reservation = db.prepare(`SELECT ${RESERVATION_COLUMNS} FROM reservations WHERE id = ?`);
+    this.#ledger = db.prepare(`SELECT ${LEDGER_COLUMNS} FROM ledger_entries WHERE org_id = ? ORDER BY id`);
+    this.#counter = db.prepare("SELECT count FROM preview_counters WHERE scope = ? AND day = ?");
+    this.#getUsage = db.prepare(`SELECT ${USAGE_COLUMNS} FROM usage_records WHERE org_id = ? AND request_id = ?`);
+    this.#purgeIdempotency = db.prepare(
+      "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE expires_at_ms <= ? LIMIT ?)",
+    );
+    this.#purgeCounters = db.prepare("DELETE FROM preview_counters WHERE rowid IN (SELECT rowid FROM preview_counters WHERE day < ? LIMIT ?)");
+    this.#previewUsage = db.transaction((orgId: string, day: string) => ({
+      org: this.#counter.get(orgId, day)?.count ?? 0,
+      global: this.#counter.get(GLOBAL_PREVIEW_SCOPE, day)?.count ?? 0,
+    }));
+    const failFast = bookkeepingWrites(async (program) => this.#runNow(program()));
+    const patient = bookkeepingWrites((program) => this.write(() => this.#runNow(program())));
+    this.#writes = { commitBatch: failFast.commitBatch, sweep: patient.sweep, grantCredits: patient.grantCredits };
+  }
+
+  /** One program in one BEGIN IMMEDIATE transaction, synchronously: no other statement can interleave. */
+  #runNow<T>(program: BookProgram<T>): T {
+    this.#db.exec("BEGIN IMMEDIATE");
+    try {
+      const result = runSync(program, (q) => this.#rows.read(q), (w) => this.#rows.write(w));
+      this.#db.exec("COMMIT");
+      return result;
+    } catch (err) {
+      if (this.#db.inTransaction) this.#db.exec("ROLLBACK");
+      throw err;
+    }
+  }
+
+  commitBatch(batch: Parameters<BookkeepingStore["commitBatch"]>[0]) {
+    return this.#writes.commitBatch(batch);
+  }
+
+  sweep(input: { nowMs: number; inFlightBeforeMs: number; limit: number }): Promise<SweepResult> {
+    return this.#writes.sweep(input);
+  }
+
+  grantCredits(input: { orgId: string; amountMicrousd: number; nowMs: number; note?: string }): Promise<Balance> {
+    return this.#writes.grantCredits(input);
+  }
+
+  async purge(input: { nowMs: number; keepFromDay: string; limit: number }): Promise<PurgeResult> {
+    checkEpochMs(input.nowMs, "nowMs");
+    checkDay(input.keepFromDay, "keepFromDay");
+    checkCount(input.limit, "limit");
+    return this.write(() => ({
+      idempotencyKeys: this.#purgeIdempotency.run(input.nowMs, input.limit).changes,
+      previewCounters: this.#purgeCounters.run(input.keepFromDay, input.limit).changes,
+    }));
+  }
+
+  async getBalance(orgId: string): Promise<Balance> {
+    const row = this.#balance.get(orgId);
+    return row ? { ...row } : { ...ZERO_BALANCE };
+  }
+
+  async getReservation(reservationId: string): Promise<Reservation | null> {
+    const row = this.#reservation.get(reservationId);
+    return row ? toReservation(row) : null;
+  }
+
+  async listLedger(orgId: string): Promise<LedgerEntry[]> {
+    return this.#ledger.all(orgId).map(toLedgerEntry);
+  }
+
+  async previewUsage(orgId: string, day: string): Promise<{ org: number; global: number }> {
+    checkPreviewOrg(orgId);
+    checkDay(day);
+    // Both counters from one snapshot.
+    return this.#previewUsage.deferred(orgId, day);
+  }
+
+  async getUsage(orgId: string, requestId: string): Promise<UsageRecord | null> {
+    const row = this.#getUsage.get(orgId, requestId);
+    return row ? toUsage(row) : null;
+  }
+
+  async listUsage(orgId: string, query: UsageQuery): Promise<UsagePage> {
+    checkUsageQuery(query);
+    const { sql, params } = usageListQuery(orgId, query);
+    let statement = this.#listUsage.get(sql);
+    if (!statement) {
+      statement = this.#db.prepare<unknown[], UsageRow>(sql);
+      this.#listUsage.set(sql, statement);
+    }
+    const rows = statement.all(...params);
+    const more = rows.length > query.limit;
+    const records = (more ? rows.slice(0, query.limit) : rows).map(toUsage);
+    const last = records[records.length - 1];
+    return { records, nextCursor: more && last ? encodeUsageCursor({ createdAtMs: last.createdAtMs, requestId: last.requestId }) : null };
+  }
+}

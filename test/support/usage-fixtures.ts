@@ -1,0 +1,62 @@
+import type { PostgresStore } from "../../src/store/postgres/postgres-store.ts";
+import type { SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
+import type { Store, UsageRecord } from "../../src/store/store.ts";
+import { USAGE_COLUMNS } from "../../src/store/usage-rows.ts";
+
+/**
+ * Writes usage records as they are (any outcome, cost and time) straight into the table: history fixtures for the
+ * usage pages, summaries and the console (completedAtMs defaults to createdAtMs). Requests go through
+ * store.commitBatch; this bypasses it on purpose.
+ */
+export type SeedRecord = Omit<UsageRecord, "completedAtMs"> & { completedAtMs?: number | null };
+
+export async function seedUsage(store: Store, records: SeedRecord[]): Promise<void> {
+  const values = (r: SeedRecord, flag: unknown) => [
+    r.requestId,
+    r.orgId,
+    r.keyId,
+    r.createdAtMs,
+    r.source,
+    r.model,
+    r.mode,
+    r.outcome,
+    r.httpStatus,
+    r.inputTokens,
+    r.outputTokens,
+    r.costMicrousd,
+    r.latencyMs,
+    r.gatewayLatencyMs,
+    r.errorDetail,
+    flag,
+    r.completedAtMs === undefined ? r.createdAtMs : r.completedAtMs,
+  ];
+  if (store.dialect === "sqlite") {
+    const insert = (store as SqliteStore).db.prepare(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${Array(17).fill("?").join(", ")})`);
+    for (const r of records) insert.run(...values(r, r.overReservation ? 1 : 0));
+    return;
+  }
+  const pool = (store as PostgresStore).pool;
+  const placeholders = Array.from({ length: 17 }, (_, i) => `$${i + 1}`).join(", ");
+  for (const r of records) await pool.query(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${placeholders})`, values(r, r.overReservation));
+}
+
+/** A final usage record with defaults (completed when it was created). */
+export function finalRecord(overrides: Partial<UsageRecord> & Pick<UsageRecord, "requestId" | "orgId" | "createdAtMs">): UsageRecord {
+  return {
+    keyId: "key_1",
+    completedAtMs: overrides.createdAtMs,
+    source: "api",
+    model: "fake-small",
+    mode: "preview",
+    outcome: "succeeded",
+    httpStatus: 200,
+    inputTokens: 10,
+    outputTokens: 1,
+    costMicrousd: 0,
+    latencyMs: 1,
+    gatewayLatencyMs: 1,
+    errorDetail: null,
+    overReservation: false,
+    ...overrides,
+  };
+}
