@@ -1,138 +1,163 @@
 /**
- * What the gateway costs on top of the model service, in one run on this machine, loopback only:
+ * What the gateway costs on top of the model service, measured on this machine, loopback only.
  *
- *   npx tsx bench/gateway.ts [--seconds 10] [--memory] [--profile] [--store-costs]
- *       [--connections 32] [--rate 300] [--rate-connections 10] [--paced-seconds 5] [--memory-seconds 60] [--no-postgres]
+ *   npx tsx bench/gateway.ts [--runs 3] [--seconds 5] [--connections 32] [--rate 300] [--paced-seconds 5] [--no-postgres]
+ *       [--memory [--memory-seconds 180]] [--profile] [--perf] [--profile-seconds 10] [--store-costs] [--no-comparison]
  *
- * With the realistic request (bench/support.ts: ~2 KB state, 3 questions of each type), autocannon
- * against (a) the fake model server directly, (b) a minimal pass-through proxy
- * (bench/passthrough-proxy.ts, its own process), (c) the gateway in preview mode and (d) in paid mode
- * on SQLite, (e)/(f) the same on PostgreSQL when reachable (createTestDatabase), and (c') the preview
- * SQLite setup logging at LOG_LEVEL=info (its lines go to a file, as to a log collector); every other
- * gateway logs at warn. Every gateway is src/server.ts in its own process. All processes stay up for
- * the whole run and the saturating runs are cut in five slices per target taken in turns, so noise on
- * this shared machine falls on all of them alike.
+ * Processes, each its own and all up for the whole comparison: bench/precomputed-model.ts, a System One server that
+ * answers every request with the same precomputed bytes, so that the model server's cost does not mask the gateway's
+ * ((a) is it called directly); (b) bench/passthrough-proxy.ts in front of it, the least a gateway can do; the
+ * gateway (src/server.ts) in front of it in (c) preview and (d) paid mode on SQLite, (e) and (f) the same on
+ * PostgreSQL (a scratch database of the local server, when reachable), and (c') as (c) logging at LOG_LEVEL=info to
+ * a file (the others log at warn). Every request is bench/support.ts realisticRequest().
  *
- * Then a fixed moderate rate: autocannon overallRate 300 req/s for `--seconds` (10 connections; each
- * sends its share of a second back to back, so requests come in bursts) and the same rate evenly paced
- * (open loop, undici) for `--paced-seconds`: p50/p99 of proxy and gateway and the difference.
- * `--memory` adds a 60-second run at that rate on a fresh paid gateway with its RSS (VmRSS from
- * /proc/<pid>/status) and V8 heap (its GET /metrics) before, every 5 s during, and after. `--profile`
- * runs the preview and paid gateways once more under `node --cpu-prof` and summarises the profiles
- * (top self-time functions, self time by package, inclusive time of src/ functions); `--store-costs` times
- * the SQLite store calls of a decision one by one and counts the WAL pages each appends. Percentiles are
- * computed from every 2xx response time (not autocannon's whole-millisecond histogram). Targets,
- * printed and never asserted: preview ≥ 60 % of the proxy's throughput, paid ≥ 50 %, ≤ +2 ms p99 at
- * 300 req/s, flat memory. The default run takes about 3 minutes; --memory adds ~80 s, --profile ~30 s.
+ * The comparison is `--runs` runs. A run takes the setups in turns, SLICES times each: a slice is a fixed number of
+ * requests (about `--seconds`/SLICES worth at the warm-up's rate) over `--connections` connections (autocannon);
+ * then every setup but (a) and (c') gets `--paced-seconds` at `--rate` req/s evenly paced (open loop, undici).
+ * Around every slice it reads the CPU time of the measured process from /proc (every thread's schedstat, in ns; see
+ * proc-cpu.ts), of the model server, and for (e)/(f) of PostgreSQL's backends of the bench database and its shared
+ * processes, PostgreSQL's WAL position, and the gateway's tds_store_batch_steps and tds_store_commit_seconds
+ * histograms (GET /metrics, outside the CPU window). CPU time per request does not depend on how the two cores were
+ * shared with the load generator and the other processes, unlike throughput: it is the primary figure.
+ *
+ * Prints, per run and as the median of the runs' ratios: gateway CPU µs per request ÷ the proxy's at saturation
+ * (targets ≤ 2.5× preview and ≤ 3× paid on SQLite, ≤ 4× and ≤ 5× on PostgreSQL) with the throughput ratio beside
+ * it; added p50/p99 at `--rate` req/s evenly paced (target p99 ≤ +2 ms); CPU per request at that rate; group-commit
+ * figures (steps per transaction, transactions per request, commit time); the inputs of a PostgreSQL capacity model
+ * (gateway and PostgreSQL CPU µs, WAL bytes and transactions per request). Targets are printed, never asserted.
+ * The default comparison takes about 4–5 minutes.
+ *
+ * --memory        a fresh paid SQLite gateway at `--rate` req/s evenly paced for `--memory-seconds` (default 180):
+ *                 RSS (/proc) and V8 heap (its GET /metrics) every 5 s, and whether memory stayed flat.
+ * --profile       a fresh gateway of each of (c) to (f) under `node --cpu-prof`, 2 s warm-up + `--profile-seconds` at
+ *                 `--connections`: CPU per request, top self-time functions and packages, inclusive src/ functions.
+ * --perf          the same under Linux perf (on-CPU samples, kernel and native code included; V8's profile counts wall
+ *                 time while not idle, so a thread preempted in a syscall shows there as that syscall). Kernel symbols
+ *                 need root or kernel.perf_event_paranoid ≤ 1.
+ * --store-costs   store.commitBatch timed directly, batches of 1, 8 and 32 requests (bench/store-costs.ts).
+ * --no-comparison skips the comparison, to run only the parts above.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
-import { cpus, totalmem, tmpdir } from "node:os";
+import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { cpus, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import autocannon from "autocannon";
+import pg from "pg";
 import { Pool } from "undici";
-import { openSqliteStore } from "../src/store/sqlite/sqlite-store.ts";
-import type { UsageRecord } from "../src/store/store.ts";
+import { createTestDatabase, TEST_POSTGRES_URL } from "../test/support/postgres-db.ts";
 import { freePort } from "../test/support/redis-server.ts";
-import { createTestDatabase } from "../test/support/postgres-db.ts";
-import { OPEN_LIMITS, ROOT, provisionOrg, realisticRequest, startFakeModel, startProcess, type Started } from "./support.ts";
+import { summarizeProfile } from "./cpu-profile.ts";
+import { addCpu, cpuSince, type CpuReading, postgresCpuSince, readCpu, readPostgresCpu } from "./proc-cpu.ts";
+import { perfAvailable, perfNodeArgs, perfRecord, perfSummary, removePerfMap } from "./perf-profile.ts";
+import { storeCosts } from "./store-costs.ts";
+import { OPEN_LIMITS, provisionOrg, realisticRequest, ROOT, startProcess, type Started } from "./support.ts";
 
 const { values } = parseArgs({
   options: {
-    seconds: { type: "string", default: "10" },
+    runs: { type: "string", default: "3" },
+    seconds: { type: "string", default: "5" },
     connections: { type: "string", default: "32" },
     rate: { type: "string", default: "300" },
-    "rate-connections": { type: "string", default: "10" },
-    memory: { type: "boolean", default: false },
-    "memory-seconds": { type: "string", default: "60" },
     "paced-seconds": { type: "string", default: "5" },
+    memory: { type: "boolean", default: false },
+    "memory-seconds": { type: "string", default: "180" },
     profile: { type: "boolean", default: false },
-    "no-postgres": { type: "boolean", default: false },
+    "profile-seconds": { type: "string", default: "10" },
+    perf: { type: "boolean", default: false },
     "store-costs": { type: "boolean", default: false },
+    "no-postgres": { type: "boolean", default: false },
+    "no-comparison": { type: "boolean", default: false },
   },
 });
+const RUNS = Number(values.runs);
 const SECONDS = Number(values.seconds);
 const CONNECTIONS = Number(values.connections);
 const RATE = Number(values.rate);
-const RATE_CONNECTIONS = Number(values["rate-connections"]);
-const MEMORY_SECONDS = Number(values["memory-seconds"]);
-const WARMUP_SECONDS = 2;
-/** The saturating runs are cut into this many slices per target, taken in turns. */
-const ROUNDS = 5;
 const PACED_SECONDS = Number(values["paced-seconds"]);
+const MEMORY_SECONDS = Number(values["memory-seconds"]);
+const PROFILE_SECONDS = Number(values["profile-seconds"]);
+/** Saturating slices per setup and run, taken in turns. */
+const SLICES = 4;
+const WARMUP_SECONDS = 2;
 const BODY = JSON.stringify(realisticRequest());
 /** Enough for every paid request of the run (a reservation is 32768 tokens × 0.5 USD per million = 16384 microUSD). */
 const PAID_GRANT = 1_000_000_000_000;
+/** Targets of gateway CPU per request ÷ the proxy's, by setup. */
+const CPU_TARGETS: Record<string, number> = { c: 2.5, d: 3, e: 4, f: 5 };
+const ADDED_P99_TARGET_MS = 2;
 
-// ── measuring ────────────────────────────────────────────────────────────────────────────────
+const started = Date.now();
+const log = (msg: string) => process.stderr.write(`[${((Date.now() - started) / 1000).toFixed(0).padStart(3)} s] ${msg}\n`);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const f0 = (v: number) => (Number.isFinite(v) ? v.toFixed(0) : "–");
+const f1 = (v: number) => (Number.isFinite(v) ? v.toFixed(1) : "–");
+const f2 = (v: number) => (Number.isFinite(v) ? v.toFixed(2) : "–");
+const signed = (v: number) => (Number.isFinite(v) ? `${v >= 0 ? "+" : ""}${v.toFixed(2)}` : "–");
 
-interface Measured {
-  rps: number;
-  p50: number;
-  p99: number;
-  requests: number;
-  /** Connection errors, time-outs and non-2xx responses. */
-  failures: number;
+function median(xs: number[]): number {
+  const s = xs.filter(Number.isFinite).sort((a, b) => a - b);
+  if (s.length === 0) return Number.NaN;
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
 }
 
-/** What one or more runs against a target saw: every 2xx response time, and the totals. */
-interface Samples {
-  times: number[];
-  seconds: number;
-  requests: number;
-  failures: number;
-}
-
-function percentile(sorted: Float64Array, p: number): number {
-  if (sorted.length === 0) return Number.NaN;
+function percentile(times: number[], p: number): number {
+  if (times.length === 0) return Number.NaN;
+  const sorted = Float64Array.from(times).sort();
   return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
 }
 
-function summarize(s: Samples): Measured {
-  const sorted = Float64Array.from(s.times).sort();
-  return { rps: s.times.length / s.seconds, p50: percentile(sorted, 50), p99: percentile(sorted, 99), requests: s.requests, failures: s.failures };
+// ── load ─────────────────────────────────────────────────────────────────────────────────────
+
+interface Endpoint {
+  url: string;
+  key?: string;
 }
 
-function merge(a: Samples | undefined, b: Samples): Samples {
-  if (!a) return b;
-  return { times: a.times.concat(b.times), seconds: a.seconds + b.seconds, requests: a.requests + b.requests, failures: a.failures + b.failures };
+/** What a load saw: every 2xx response time (ms), the requests answered, the failures, the wall time. */
+interface Samples {
+  times: number[];
+  requests: number;
+  failures: number;
+  seconds: number;
 }
 
-async function load(target: { url: string; key?: string }, opts: { seconds: number; connections: number; rate?: number }): Promise<Samples> {
+const headersOf = (t: Endpoint) => ({ "content-type": "application/json", ...(t.key ? { authorization: `Bearer ${t.key}` } : {}) });
+
+/** Closed loop at `connections` (autocannon): `amount` requests, or for `seconds`. */
+async function saturate(target: Endpoint, opts: { connections: number; amount?: number; seconds?: number }): Promise<Samples> {
   const times: number[] = [];
+  let answered = 0;
+  const t0 = performance.now();
   let instance!: autocannon.Instance;
   const done = new Promise<autocannon.Result>((resolve, reject) => {
     instance = autocannon(
       {
         url: `${target.url}/v1/systemone`,
         method: "POST",
-        headers: { "content-type": "application/json", ...(target.key ? { authorization: `Bearer ${target.key}` } : {}) },
+        headers: headersOf(target),
         body: BODY,
         connections: opts.connections,
-        duration: opts.seconds,
-        ...(opts.rate ? { overallRate: opts.rate } : {}),
+        ...(opts.amount ? { amount: opts.amount } : { duration: opts.seconds ?? 1 }),
       },
       (err, result) => (err ? reject(err) : resolve(result)),
     );
   });
   instance.on("response", (_client: unknown, status: number, _bytes: number, ms: number) => {
+    answered++;
     if (status >= 200 && status < 300) times.push(ms);
   });
   const result = await done;
-  return { times, seconds: opts.seconds, requests: result.requests.total, failures: result.errors + result.timeouts + result.non2xx };
+  return { times, requests: answered, failures: result.errors + result.non2xx, seconds: (performance.now() - t0) / 1000 };
 }
 
-const measure = async (target: { url: string; key?: string }, opts: { seconds: number; connections: number; rate?: number }) => summarize(await load(target, opts));
-
 /**
- * An open-loop load at an even pace (one request every 1000/rate ms, whatever the answers do), with
- * undici: unlike autocannon's overallRate, which lets each connection send its share of a second
- * back to back and then pause, so requests arrive in bursts.
+ * Open loop at an even pace (one request every 1000/rate ms, whatever the answers do), with undici; unlike
+ * autocannon's overallRate, which lets each connection send its share of a second back to back.
  */
-async function measurePaced(target: { url: string; key?: string }, opts: { seconds: number; rate: number }): Promise<Measured> {
+async function paced(target: Endpoint, opts: { seconds: number; rate: number }): Promise<Samples> {
   const pool = new Pool(target.url, { connections: 64, pipelining: 1 });
-  const headers = { "content-type": "application/json", ...(target.key ? { authorization: `Bearer ${target.key}` } : {}) };
+  const headers = headersOf(target);
   const times: number[] = [];
   let failures = 0;
   let sent = 0;
@@ -165,18 +190,18 @@ async function measurePaced(target: { url: string; key?: string }, opts: { secon
     }, 1);
   });
   await Promise.all(inFlight);
+  const seconds = (performance.now() - start) / 1000;
   await pool.close();
-  return summarize({ times, seconds: opts.seconds, requests: sent, failures });
+  return { times, requests: sent, failures, seconds };
 }
 
 // ── processes ────────────────────────────────────────────────────────────────────────────────
 
 interface GatewayProc extends Started {
   pid: number;
-  logFile: string | null;
 }
 
-/** src/server.ts as its own process; stdout (its logs) goes to a file when `logFile` is given, else nowhere. */
+/** src/server.ts as its own process; its stdout (its logs) goes to `logFile`, or nowhere. */
 async function spawnGateway(env: Record<string, string>, options: { logFile?: string; nodeArgs?: string[] } = {}): Promise<GatewayProc> {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
@@ -198,196 +223,462 @@ async function spawnGateway(env: Record<string, string>, options: { logFile?: st
     if (Date.now() > deadline) throw new Error("gateway did not start within 30 s");
     await sleep(100);
   }
-  return {
-    url,
-    child,
-    pid: child.pid!,
-    logFile: options.logFile ?? null,
-    stop: () =>
-      new Promise((r) => {
-        if (child.exitCode !== null) return r();
-        child.once("exit", () => r());
-        child.kill("SIGTERM");
-        setTimeout(() => child.kill("SIGKILL"), 10_000).unref();
-      }),
-  };
+  const stop = () =>
+    new Promise<void>((r) => {
+      if (child.exitCode !== null) return r();
+      child.once("exit", () => r());
+      child.kill("SIGTERM");
+      setTimeout(() => child.kill("SIGKILL"), 10_000).unref();
+    });
+  return { url, child, pid: child.pid!, stop };
 }
 
-function rssMb(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+/** One request must be answered 200: the precomputed answers are accepted, the key and the credits work. */
+async function checkAccepted(name: string, target: Endpoint): Promise<void> {
+  const res = await fetch(`${target.url}/v1/systemone`, { method: "POST", headers: headersOf(target), body: BODY });
+  const text = await res.text();
+  if (res.status !== 200) throw new Error(`${name} answered ${res.status} instead of 200: ${text.slice(0, 500)}`);
+}
+
+/** A field of /proc/<pid>/status in MB (VmRSS, RssAnon: malloc and V8 heap, RssFile / RssShmem: mapped files). */
+function statusMb(pid: number, field: string): number {
+  const m = new RegExp(`${field}:\\s+(\\d+) kB`).exec(readFileSync(`/proc/${pid}/status`, "utf8"));
   return m ? Number(m[1]) / 1024 : Number.NaN;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const rssMb = (pid: number) => statusMb(pid, "VmRSS");
 
-// ── CPU profile summary ──────────────────────────────────────────────────────────────────────
-
-interface CpuProfile {
-  nodes: Array<{ id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }>;
-  samples: number[];
-  timeDeltas: number[];
+/** One value (or the sum of a labelled family) of a Prometheus text exposition. */
+function promValue(text: string, name: string): number {
+  let sum = 0;
+  for (const m of text.matchAll(new RegExp(`^${name}(?:\\{[^}]*\\})? ([-+0-9.eE]+|NaN)$`, "gm"))) sum += Number(m[1]);
+  return sum;
 }
 
-function shortUrl(url: string): string {
-  if (url === "") return "";
-  const nm = url.lastIndexOf("/node_modules/");
-  if (nm >= 0) return url.slice(nm + "/node_modules/".length);
-  return url.replace(`file://${ROOT}`, "").replace(/^file:\/\//, "");
+async function scrape(url: string): Promise<string> {
+  return (await fetch(`${url}/metrics`)).text();
 }
 
-/** What a file belongs to: the project's own source, a package, Node's internals, or V8's pseudo-nodes. */
-function category(url: string, name: string): string {
-  if (url === "") return name.startsWith("(") ? name : "(native)";
-  if (url.startsWith("node:")) return `node:${url.slice(5).split("/")[0] === "internal" ? url.slice(5).split("/").slice(0, 2).join("/") : url.slice(5)}`;
-  const nm = url.lastIndexOf("/node_modules/");
-  if (nm >= 0) {
-    const rest = url.slice(nm + "/node_modules/".length).split("/");
-    return rest[0]!.startsWith("@") ? `${rest[0]}/${rest[1]}` : rest[0]!;
-  }
-  return shortUrl(url).split("/").slice(0, 3).join("/");
+/** The group committer's histograms: steps committed, transactions, and their total duration. */
+interface CommitCounters {
+  steps: number;
+  transactions: number;
+  commits: number;
+  commitSeconds: number;
 }
 
-/** Top self-time functions, self time by package/file group, and inclusive time of the project's own functions. */
-function summarizeProfile(file: string, top = 20): string {
-  const profile = JSON.parse(readFileSync(file, "utf8")) as CpuProfile;
-  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
-  const parent = new Map<number, number>();
-  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
-  const self = new Map<string, number>();
-  const inclusive = new Map<string, number>();
-  const groups = new Map<string, number>();
-  let total = 0;
-  let idle = 0;
-  const keyOf = (id: number) => {
-    const f = byId.get(id)!.callFrame;
-    // tsx emits each TypeScript module on one line, so a line number means something only for .js files.
-    return `${f.functionName || "(anonymous)"}  ${shortUrl(f.url)}${f.url && f.lineNumber > 0 ? `:${f.lineNumber + 1}` : ""}`;
+function commitCounters(metrics: string): CommitCounters {
+  return {
+    steps: promValue(metrics, "tds_store_batch_steps_sum"),
+    transactions: promValue(metrics, "tds_store_batch_steps_count"),
+    commits: promValue(metrics, "tds_store_commit_seconds_count"),
+    commitSeconds: promValue(metrics, "tds_store_commit_seconds_sum"),
   };
-  for (let i = 0; i < profile.samples.length; i++) {
-    const id = profile.samples[i]!;
-    const dt = profile.timeDeltas[i] ?? 0;
-    const node = byId.get(id)!;
-    total += dt;
-    if (node.callFrame.functionName === "(idle)") {
-      idle += dt;
-      continue;
-    }
-    const key = keyOf(id);
-    self.set(key, (self.get(key) ?? 0) + dt);
-    const g = category(node.callFrame.url, node.callFrame.functionName);
-    groups.set(g, (groups.get(g) ?? 0) + dt);
-    const seen = new Set<string>();
-    for (let at: number | undefined = id; at !== undefined; at = parent.get(at)) {
-      const n = byId.get(at)!;
-      if (!n.callFrame.url.includes("/src/") || n.callFrame.url.includes("/node_modules/")) continue;
-      const k = keyOf(at);
-      if (seen.has(k)) continue;
-      seen.add(k);
-      inclusive.set(k, (inclusive.get(k) ?? 0) + dt);
-    }
-  }
-  const busy = total - idle;
-  const pct = (v: number) => `${((100 * v) / busy).toFixed(1)} %`;
-  const lines: string[] = [];
-  lines.push(`profile ${(total / 1e6).toFixed(1)} s, busy (not idle) ${(busy / 1e6).toFixed(1)} s = ${((100 * busy) / total).toFixed(0)} % of one core; shares below are of busy time`);
-  lines.push("", "| self time | function  file:line |", "| ---: | --- |");
-  for (const [k, v] of [...self].sort((a, b) => b[1] - a[1]).slice(0, top)) lines.push(`| ${pct(v)} | \`${k}\` |`);
-  lines.push("", "| self time | package / group |", "| ---: | --- |");
-  for (const [k, v] of [...groups].sort((a, b) => b[1] - a[1]).slice(0, 15)) lines.push(`| ${pct(v)} | ${k} |`);
-  lines.push("", "| inclusive | project function (src/) |", "| ---: | --- |");
-  for (const [k, v] of [...inclusive].sort((a, b) => b[1] - a[1]).slice(0, 15)) lines.push(`| ${pct(v)} | \`${k}\` |`);
-  return lines.join("\n");
 }
 
-// ── SQLite store costs ───────────────────────────────────────────────────────────────────────
+// ── setups ───────────────────────────────────────────────────────────────────────────────────
+
+interface Target extends Endpoint {
+  id: string;
+  name: string;
+  pid: number;
+  kind: "model" | "proxy" | "gateway";
+  /** The PostgreSQL database of a gateway on PostgreSQL. */
+  database?: string;
+  /** Measured at the paced rate too. */
+  paced: boolean;
+}
+
+/** How a gateway setup is started: its environment, its key and (PostgreSQL) its database. */
+interface GatewaySetup {
+  id: string;
+  name: string;
+  env: Record<string, string>;
+  key: string;
+  database?: string;
+  logFile?: string;
+}
+
+/** The server settings that matter for the figures. */
+async function postgresSettings(url: string): Promise<string> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    const rows = (
+      await client.query<{ name: string; setting: string }>(
+        "SELECT name, setting FROM pg_settings WHERE name IN ('server_version', 'autovacuum', 'synchronous_commit', 'fsync', 'full_page_writes', 'shared_buffers') ORDER BY name",
+      )
+    ).rows;
+    return rows.map((r) => `${r.name}=${r.setting}`).join(", ");
+  } finally {
+    await client.end();
+  }
+}
+
+/** The gateway setups (c) to (f) and (c'), with their databases provisioned. */
+async function gatewaySetups(modelUrl: string, dir: string, cleanups: Array<() => Promise<void>>, notes: string[]): Promise<GatewaySetup[]> {
+  const base = { TDS_MODEL_SERVICE_URL: modelUrl, ...OPEN_LIMITS };
+  const sqlite = async (id: string, name: string, mode: "preview" | "paid", extra: Record<string, string> = {}): Promise<GatewaySetup> => {
+    const url = `sqlite:${join(dir, `${id.replace("'", "-info")}.sqlite`)}`;
+    const key = await provisionOrg(url, mode === "paid" ? PAID_GRANT : 0);
+    return { id, name, env: { ...base, TDS_DATABASE_URL: url, TDS_SERVICE_MODE: mode, ...extra }, key };
+  };
+  const setups = [await sqlite("c", "(c) gateway, preview, SQLite", "preview"), await sqlite("d", "(d) gateway, paid, SQLite", "paid")];
+  if (values["no-postgres"]) {
+    notes.push("PostgreSQL setups skipped (--no-postgres).");
+  } else {
+    try {
+      const db = await createTestDatabase("tds_bench_gw");
+      cleanups.push(() => db.drop());
+      notes.push(`PostgreSQL: ${await postgresSettings(db.url)}; the bench runs VACUUM (ANALYZE) on its database before each run and each profile.`);
+      const env = (mode: string) => ({ ...base, TDS_DATABASE_URL: db.url, TDS_SERVICE_MODE: mode });
+      setups.push({ id: "e", name: "(e) gateway, preview, PostgreSQL", env: env("preview"), key: await provisionOrg(db.url), database: db.name });
+      setups.push({ id: "f", name: "(f) gateway, paid, PostgreSQL", env: env("paid"), key: await provisionOrg(db.url, PAID_GRANT), database: db.name });
+    } catch (err) {
+      notes.push(`PostgreSQL setups skipped: ${(err as Error).message}`);
+    }
+  }
+  const info = await sqlite("c'", "(c') gateway, preview, SQLite, LOG_LEVEL=info", "preview", { LOG_LEVEL: "info" });
+  setups.push({ ...info, logFile: join(dir, "info.log") });
+  return setups;
+}
+
+// ── measured slices ──────────────────────────────────────────────────────────────────────────
+
+/** What one or more slices of one setup cost. CPU in ns; PostgreSQL fields only for (e)/(f), commit ones only for gateways. */
+interface Cost extends Samples {
+  cpu: CpuReading;
+  modelNs: number;
+  pgBackendsNs: number;
+  pgSharedNs: number;
+  walBytes: number;
+  commits: CommitCounters;
+}
+
+function addCosts(a: Cost | undefined, b: Cost): Cost {
+  if (!a) return b;
+  return {
+    times: a.times.concat(b.times),
+    requests: a.requests + b.requests,
+    failures: a.failures + b.failures,
+    seconds: a.seconds + b.seconds,
+    cpu: addCpu(a.cpu, b.cpu),
+    modelNs: a.modelNs + b.modelNs,
+    pgBackendsNs: a.pgBackendsNs + b.pgBackendsNs,
+    pgSharedNs: a.pgSharedNs + b.pgSharedNs,
+    walBytes: a.walBytes + b.walBytes,
+    commits: {
+      steps: a.commits.steps + b.commits.steps,
+      transactions: a.commits.transactions + b.commits.transactions,
+      commits: a.commits.commits + b.commits.commits,
+      commitSeconds: a.commits.commitSeconds + b.commits.commitSeconds,
+    },
+  };
+}
+
+/** PostgreSQL's WAL position in bytes, read on the monitor connection (another database: not counted as a bench backend). */
+async function walPosition(monitor: pg.Client | null): Promise<number> {
+  if (!monitor) return 0;
+  const lsn = (await monitor.query<{ lsn: string }>("SELECT pg_current_wal_lsn()::text AS lsn")).rows[0]!.lsn;
+  const [hi, lo] = lsn.split("/");
+  return Number.parseInt(hi!, 16) * 2 ** 32 + Number.parseInt(lo!, 16);
+}
 
 /**
- * µs per call of the store methods a decision runs, on a SQLite file in this machine's temp dir (WAL,
- * synchronous=NORMAL as the gateway opens it, then synchronous=OFF for comparison), and WAL pages each
- * call appends (with automatic checkpoints off while counting).
+ * VACUUM (ANALYZE) of a setup's PostgreSQL database, between measured slices. A server with autovacuum off (as the
+ * local test server is) never analyzes the tables, so the gateway's prepared statements keep the generic plans made
+ * while the tables were empty: sequential scans of usage_records, whose cost grows with the table. ANALYZE
+ * invalidates those plans, as a production server's autovacuum would.
  */
-async function storeCosts(): Promise<string> {
-  const N = 5000;
-  const lines = ["| store call (SQLite file) | µs, synchronous=NORMAL | µs, synchronous=OFF | WAL pages (4 KiB) per call |", "| --- | ---: | ---: | ---: |"];
-  const results = new Map<string, number[]>();
-  const pages = new Map<string, number>();
-  const base = mkdtempSync(join(tmpdir(), "tds-store-cost-"));
-  try {
-    for (const sync of ["NORMAL", "OFF"]) {
-      const store = openSqliteStore(join(base, `${sync}.sqlite`));
-      store.db.pragma(`synchronous = ${sync}`);
-      const org = await store.createOrganization({ id: "org_bench", name: "bench", nowMs: Date.now() });
-      await store.createApiKey({ id: "keybench0001", orgId: org.id, name: null, hash: "a".repeat(64), nowMs: Date.now() });
-      await store.grantCredits({ orgId: org.id, amountMicrousd: 1e12, nowMs: Date.now() });
-      const record = (id: string): UsageRecord => ({
-        requestId: id, orgId: org.id, keyId: "keybench0001", createdAtMs: Date.now(), source: "api", model: "fake-small", mode: "paid",
-        outcome: "succeeded", httpStatus: 200, inputTokens: 900, outputTokens: 9, costMicrousd: 450, latencyMs: 1.2, gatewayLatencyMs: 0.8, errorDetail: null, overReservation: false,
-      });
-      const calls: Array<[string, (i: number) => Promise<unknown>]> = [
-        ["findApiKey (auth)", () => store.findApiKey("keybench0001")],
-        ["consumePreviewQuota (preview admission)", () => store.consumePreviewQuota({ orgId: org.id, day: "2026-11-26", orgLimit: 1e9, globalLimit: 1e9 })],
-        ["insertUsage (preview record)", (i) => store.insertUsage(record(`u${sync}${i}`))],
-        ["reserveCredits (paid admission)", (i) => store.reserveCredits({ reservationId: `r${sync}${i}`, orgId: org.id, requestId: `r${sync}${i}`, amountMicrousd: 16384, nowMs: Date.now(), expiresAtMs: Date.now() + 120_000 })],
-        ["settleReservation + usage (paid record)", (i) => store.settleReservation({ reservationId: `r${sync}${i}`, costMicrousd: 450, nowMs: Date.now(), usage: record(`r${sync}${i}`) })],
-      ];
-      for (const [name, call] of calls) {
-        const t0 = performance.now();
-        for (let i = 0; i < N; i++) await call(i);
-        results.set(name, [...(results.get(name) ?? []), ((performance.now() - t0) / N) * 1000]);
-      }
-      if (sync === "NORMAL") {
-        store.db.pragma("wal_autocheckpoint = 0");
-        for (const [name, call] of calls) {
-          store.db.pragma("wal_checkpoint(TRUNCATE)");
-          for (let i = 0; i < 200; i++) await call(N + i);
-          const [r] = store.db.pragma("wal_checkpoint(PASSIVE)") as Array<{ log: number }>;
-          pages.set(name, r!.log / 200);
-        }
-      }
-      await store.close();
+async function vacuumAnalyze(setups: GatewaySetup[]): Promise<void> {
+  for (const url of new Set(setups.filter((s) => s.database).map((s) => s.env.TDS_DATABASE_URL!))) {
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    try {
+      await client.query("VACUUM (ANALYZE)");
+    } finally {
+      await client.end();
     }
-  } finally {
-    rmSync(base, { recursive: true, force: true });
   }
-  for (const [name, [normal, off]] of results) lines.push(`| ${name} | ${f1(normal!)} | ${f1(off!)} | ${f1(pages.get(name) ?? Number.NaN)} |`);
-  return lines.join("\n");
 }
 
-// ── the run ──────────────────────────────────────────────────────────────────────────────────
+const NO_COMMITS: CommitCounters = { steps: 0, transactions: 0, commits: 0, commitSeconds: 0 };
 
-const f1 = (v: number) => (Number.isFinite(v) ? v.toFixed(1) : "–");
-const f2 = (v: number) => (Number.isFinite(v) ? v.toFixed(2) : "–");
-const rowOf = (name: string, m: Measured) => `| ${name} | ${m.rps.toFixed(0)} | ${f2(m.p50)} | ${f2(m.p99)} | ${m.requests} | ${m.failures} |`;
-const HEAD = "| setup | req/s (2xx) | p50 ms | p99 ms | requests | errors + non-2xx |\n| --- | ---: | ---: | ---: | ---: | ---: |";
-
-const started = Date.now();
-const log = (msg: string) => process.stderr.write(`[${((Date.now() - started) / 1000).toFixed(0).padStart(3)} s] ${msg}\n`);
-
-const dir = mkdtempSync(join(tmpdir(), "tds-bench-gw-"));
-const stops: Array<() => Promise<void>> = [];
-const throughput: Array<[string, Measured]> = [];
-const fixedRate: Array<[string, Measured]> = [];
-const paced: Array<[string, Measured]> = [];
-const rss: Array<[string, number, number]> = [];
-const notes: string[] = [];
-const memorySeries: Array<{ when: string; t: number; rss: number; heap: number }> = [];
-const profiles: Array<[string, string]> = [];
-
-interface Target {
-  name: string;
-  url: string;
-  key?: string;
-  pid: number;
-  /** Also measured at the fixed moderate rate (autocannon overallRate and evenly paced). */
-  rate: boolean;
+/** Runs `load` against the target and reads what it cost the target, the model server and PostgreSQL. */
+async function measured(target: Target, modelPid: number, monitor: pg.Client | null, load: () => Promise<Samples>): Promise<Cost> {
+  const gateway = target.kind === "gateway";
+  const pgMonitor = target.database ? monitor : null;
+  const metrics0 = gateway ? commitCounters(await scrape(target.url)) : NO_COMMITS;
+  const wal0 = await walPosition(pgMonitor);
+  const pg0 = target.database ? readPostgresCpu(target.database) : null;
+  const [model0, cpu0] = [readCpu(modelPid), readCpu(target.pid)];
+  const samples = await load();
+  await sleep(20); // work after the last response (logging, metrics) belongs to the slice
+  const [cpu1, model1] = [readCpu(target.pid), readCpu(modelPid)];
+  const pgCpu = pg0 ? postgresCpuSince(pg0, readPostgresCpu(target.database!)) : { backendsNs: 0, backgroundNs: 0 };
+  const wal1 = await walPosition(pgMonitor);
+  const metrics1 = gateway ? commitCounters(await scrape(target.url)) : NO_COMMITS;
+  return {
+    ...samples,
+    cpu: cpuSince(cpu0, cpu1),
+    modelNs: target.kind === "model" ? 0 : model1.ns - model0.ns,
+    pgBackendsNs: pgCpu.backendsNs,
+    pgSharedNs: pgCpu.backgroundNs,
+    walBytes: wal1 - wal0,
+    commits: {
+      steps: metrics1.steps - metrics0.steps,
+      transactions: metrics1.transactions - metrics0.transactions,
+      commits: metrics1.commits - metrics0.commits,
+      commitSeconds: metrics1.commitSeconds - metrics0.commitSeconds,
+    },
+  };
 }
+
+const usPerRequest = (ns: number, c: Cost) => ns / 1000 / c.requests;
+const rpsOf = (c: Cost) => c.requests / c.seconds;
+
+/** Per run: the saturating and the paced cost of every setup, by id. */
+interface Run {
+  saturated: Map<string, Cost>;
+  paced: Map<string, Cost>;
+}
+
+async function comparisonRun(
+  run: number,
+  targets: Target[],
+  amounts: Map<string, number>,
+  modelPid: number,
+  monitor: pg.Client | null,
+  setups: GatewaySetup[],
+): Promise<Run> {
+  const result: Run = { saturated: new Map(), paced: new Map() };
+  await vacuumAnalyze(setups);
+  for (let slice = 1; slice <= SLICES; slice++) {
+    log(`run ${run} of ${RUNS}: saturating slice ${slice} of ${SLICES} of every setup`);
+    for (const t of targets) {
+      const cost = await measured(t, modelPid, monitor, () => saturate(t, { connections: CONNECTIONS, amount: amounts.get(t.id)! }));
+      result.saturated.set(t.id, addCosts(result.saturated.get(t.id), cost));
+    }
+  }
+  for (const t of targets.filter((x) => x.paced)) {
+    log(`run ${run} of ${RUNS}: ${t.name}, ${PACED_SECONDS} s at ${RATE} req/s evenly paced`);
+    await sleep(300);
+    result.paced.set(t.id, await measured(t, modelPid, monitor, () => paced(t, { seconds: PACED_SECONDS, rate: RATE })));
+  }
+  return result;
+}
+
+// ── report of the comparison ─────────────────────────────────────────────────────────────────
+
+const verdict = (ok: boolean) => (ok ? "met" : "**missed**");
+const perRun = (xs: number[], fmt: (v: number) => string) => xs.map(fmt).join(" / ");
+
+/** CPU µs per request of every setup, per run and median; for gateways their ratio to the proxy's (saturating: with targets and the throughput ratio). */
+function cpuTable(targets: Target[], runs: Run[], which: "saturated" | "paced"): string[] {
+  const saturated = which === "saturated";
+  const cost = (r: Run, id: string) => r[which].get(id)!;
+  const us = (r: Run, id: string) => usPerRequest(cost(r, id).cpu.ns, cost(r, id));
+  const lines = [
+    `| setup | CPU µs per request (runs) | median | ÷ proxy (runs) | **median ÷ proxy** |${saturated ? " target | throughput ÷ proxy (runs) | median |" : ""}`,
+    `| --- | ---: | ---: | ---: | ---: |${saturated ? " --- | ---: | ---: |" : ""}`,
+  ];
+  for (const t of targets.filter((x) => saturated || x.paced)) {
+    const own = runs.map((r) => us(r, t.id));
+    const cells = [t.name, perRun(own, f1), f1(median(own))];
+    if (t.kind !== "gateway") {
+      lines.push(`| ${[...cells, "–", "–", ...(saturated ? ["–", "–", "–"] : [])].join(" | ")} |`);
+      continue;
+    }
+    const ratios = runs.map((r) => us(r, t.id) / us(r, "b"));
+    cells.push(perRun(ratios, f2), `**${f2(median(ratios))}**`);
+    if (saturated) {
+      const goal = CPU_TARGETS[t.id];
+      const tput = runs.map((r) => rpsOf(cost(r, t.id)) / rpsOf(cost(r, "b")));
+      cells.push(goal ? `≤ ${goal}×: ${verdict(median(ratios) <= goal)}` : "–", perRun(tput, f2), f2(median(tput)));
+    }
+    lines.push(`| ${cells.join(" | ")} |`);
+  }
+  return lines;
+}
+
+function postgresTable(targets: Target[], runs: Run[], which: "saturated" | "paced"): string[] {
+  const pgTargets = targets.filter((t) => t.database && (which === "saturated" || t.paced));
+  if (pgTargets.length === 0) return [];
+  const lines = [
+    "| setup | gateway µs | PostgreSQL µs: bench backends + shared processes | (gateway + PostgreSQL) ÷ proxy | gateway cores per PostgreSQL core | WAL bytes | steps per transaction | transactions per request | commit ms (mean) |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+  ];
+  for (const t of pgTargets) {
+    const m = (f: (c: Cost, r: Run) => number) => median(runs.map((r) => f(r[which].get(t.id)!, r)));
+    const proxyUs = (r: Run) => usPerRequest(r[which].get("b")!.cpu.ns, r[which].get("b")!);
+    lines.push(
+      `| ${t.name} | ${f1(m((c) => usPerRequest(c.cpu.ns, c)))} | ${f1(m((c) => usPerRequest(c.pgBackendsNs + c.pgSharedNs, c)))} ` +
+        `(${f1(m((c) => usPerRequest(c.pgBackendsNs, c)))} + ${f1(m((c) => usPerRequest(c.pgSharedNs, c)))}) | ` +
+        `${f2(m((c, r) => usPerRequest(c.cpu.ns + c.pgBackendsNs + c.pgSharedNs, c) / proxyUs(r)))} | ${f2(m((c) => c.cpu.ns / (c.pgBackendsNs + c.pgSharedNs)))} | ` +
+        `${f0(m((c) => c.walBytes / c.requests))} | ` +
+        `${f1(m((c) => c.commits.steps / c.commits.transactions))} | ${f2(m((c) => c.commits.transactions / c.requests))} | ` +
+        `${f2(m((c) => (1000 * c.commits.commitSeconds) / c.commits.commits))} |`,
+    );
+  }
+  return lines;
+}
+
+function commitTable(targets: Target[], runs: Run[]): string[] {
+  const lines = [
+    "| setup | load | steps per transaction | transactions per request | commit ms (mean) |",
+    "| --- | --- | ---: | ---: | ---: |",
+  ];
+  for (const t of targets.filter((x) => x.kind === "gateway")) {
+    for (const which of ["saturated", "paced"] as const) {
+      if (!runs[0]![which].has(t.id)) continue;
+      const m = (f: (c: Cost) => number) => median(runs.map((r) => f(r[which].get(t.id)!)));
+      lines.push(
+        `| ${t.name} | ${which === "saturated" ? `${CONNECTIONS} connections` : `${RATE} req/s paced`} | ${f1(m((c) => c.commits.steps / c.commits.transactions))} | ` +
+          `${f2(m((c) => c.commits.transactions / c.requests))} | ${f2(m((c) => (1000 * c.commits.commitSeconds) / c.commits.commits))} |`,
+      );
+    }
+  }
+  return lines;
+}
+
+function latencyTable(targets: Target[], runs: Run[]): string[] {
+  const lines = [
+    "| setup | p50 ms (runs) | p99 ms (runs) | added p50 ms (runs) | added p99 ms (runs) | **median added p99** | target ≤ +2 ms |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+  ];
+  const p = (r: Run, id: string, q: number) => percentile(r.paced.get(id)!.times, q);
+  for (const t of targets.filter((x) => x.paced)) {
+    const gw = t.kind === "gateway";
+    const added50 = runs.map((r) => p(r, t.id, 50) - p(r, "b", 50));
+    const added99 = runs.map((r) => p(r, t.id, 99) - p(r, "b", 99));
+    lines.push(
+      `| ${t.name} | ${perRun(runs.map((r) => p(r, t.id, 50)), f2)} | ${perRun(runs.map((r) => p(r, t.id, 99)), f2)} | ` +
+        `${gw ? perRun(added50, signed) : "–"} | ${gw ? perRun(added99, signed) : "–"} | ${gw ? `**${signed(median(added99))}**` : "–"} | ` +
+        `${gw ? verdict(median(added99) <= ADDED_P99_TARGET_MS) : "–"} |`,
+    );
+  }
+  return lines;
+}
+
+function throughputTable(targets: Target[], runs: Run[]): string[] {
+  const lines = [
+    "| setup | req/s | p50 ms | p99 ms | requests | errors + non-2xx | kernel share of its CPU (stime) | model server µs per request |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+  ];
+  for (const t of targets) {
+    const all = runs.map((r) => r.saturated.get(t.id)!).reduce<Cost | undefined>((a, b) => addCosts(a, b), undefined)!;
+    lines.push(
+      `| ${t.name} | ${f0(rpsOf(all))} | ${f2(percentile(all.times, 50))} | ${f2(percentile(all.times, 99))} | ${all.requests} | ${all.failures} | ` +
+        `${f0((100 * all.cpu.systemTicksNs) / (all.cpu.userTicksNs + all.cpu.systemTicksNs))} % | ` +
+        `${t.kind === "model" ? "(itself)" : f1(usPerRequest(all.modelNs, all))} |`,
+    );
+  }
+  return lines;
+}
+
+/** schedstat (ns) against utime + stime (ticks) over every slice: they should agree within a few %. */
+function crossCheck(targets: Target[], runs: Run[]): string {
+  const parts = targets.map((t) => {
+    const all = runs.flatMap((r) => [r.saturated.get(t.id), r.paced.get(t.id)]).filter((c): c is Cost => c !== undefined);
+    const ns = all.reduce((a, c) => a + c.cpu.ns, 0);
+    const ticks = all.reduce((a, c) => a + c.cpu.userTicksNs + c.cpu.systemTicksNs, 0);
+    return `(${t.id}) ${f2(ticks / ns)}`;
+  });
+  return `Cross-check, /proc/<pid>/stat utime+stime ÷ schedstat over all slices: ${parts.join(", ")}`;
+}
+
+function infoVsWarn(runs: Run[], logFile: string | undefined): string | null {
+  if (!logFile || !runs[0]!.saturated.has("c'")) return null;
+  const us = (id: string) => median(runs.map((r) => usPerRequest(r.saturated.get(id)!.cpu.ns, r.saturated.get(id)!)));
+  const rps = (id: string) => median(runs.map((r) => rpsOf(r.saturated.get(id)!)));
+  let logged = "";
+  try {
+    const lines = readFileSync(logFile, "utf8").split("\n").filter(Boolean);
+    const completed = lines.filter((l) => l.includes('"request completed"')).length;
+    logged = `; ${f2(lines.length / Math.max(1, completed))} log lines and ${f0(statSync(logFile).size / Math.max(1, completed))} bytes per request`;
+  } catch {
+    // no log written
+  }
+  return (
+    `LOG_LEVEL=info vs warn (preview, SQLite, saturating, medians): CPU ${f1(us("c'"))} vs ${f1(us("c"))} µs per request ` +
+    `(${signed((100 * (us("c'") - us("c"))) / us("c"))} %), ${f0(rps("c'"))} vs ${f0(rps("c"))} req/s${logged}`
+  );
+}
+
+function printComparison(targets: Target[], runs: Run[], rss: Array<[string, number, number]>, logFile: string | undefined): void {
+  const out = (lines: string[] | string) => console.log(Array.isArray(lines) ? lines.join("\n") : lines);
+  out(`\nGateway CPU per request ÷ the proxy's, saturating (${CONNECTIONS} connections), ${RUNS} runs; the ratio of each run, then their median\n`);
+  out(cpuTable(targets, runs, "saturated"));
+  const pgSat = postgresTable(targets, runs, "saturated");
+  if (pgSat.length) {
+    out(`\nPostgreSQL setups, saturating: per request, medians of the runs (PostgreSQL CPU: its backends of the bench database + its shared processes, /proc)\n`);
+    out(pgSat);
+  }
+  out(`\nLatency at ${RATE} req/s evenly paced (${PACED_SECONDS} s per setup and run, one request every ${f2(1000 / RATE)} ms, open loop); added = gateway − proxy of the same run\n`);
+  out(latencyTable(targets, runs));
+  out(`\nCPU per request at ${RATE} req/s evenly paced\n`);
+  out(cpuTable(targets, runs, "paced"));
+  const pgPaced = postgresTable(targets, runs, "paced");
+  if (pgPaced.length) {
+    out(`\nPostgreSQL setups at ${RATE} req/s evenly paced: per request, medians of the runs\n`);
+    out(pgPaced);
+  }
+  out("\nGroup commit (the gateway's tds_store_batch_steps and tds_store_commit_seconds), medians of the runs\n");
+  out(commitTable(targets, runs));
+  out(`\nSaturating throughput and latency, all runs together\n`);
+  out(throughputTable(targets, runs));
+  out("\nRSS of each process before and after the comparison (MB)\n");
+  out(["| process | before | after |", "| --- | ---: | ---: |", ...rss.map(([n, b, a]) => `| ${n} | ${f1(b)} | ${f1(a)} |`)]);
+  out(`\n${crossCheck(targets, runs)}`);
+  const info = infoVsWarn(runs, logFile);
+  if (info) out(`\n${info}`);
+}
+
+// ── the comparison ───────────────────────────────────────────────────────────────────────────
+
+async function comparison(model: Started, setups: GatewaySetup[], cleanups: Array<() => Promise<void>>): Promise<void> {
+  const proxy = await startProcess(["bench/passthrough-proxy.ts", "--upstream", model.url, "--port", "0"], {}, /listening on (http:\/\/127\.0\.0\.1:\d+)/);
+  cleanups.push(() => proxy.stop());
+  const targets: Target[] = [
+    { id: "a", name: "(a) precomputed model server, direct", url: model.url, pid: model.child.pid!, kind: "model", paced: false },
+    { id: "b", name: "(b) pass-through proxy", url: proxy.url, pid: proxy.child.pid!, kind: "proxy", paced: true },
+  ];
+  for (const s of setups) {
+    log(`starting ${s.name}`);
+    const gw = await spawnGateway(s.env, s.logFile ? { logFile: s.logFile } : {});
+    cleanups.push(() => gw.stop());
+    targets.push({ id: s.id, name: s.name, url: gw.url, key: s.key, pid: gw.pid, kind: "gateway", database: s.database, paced: s.id !== "c'" });
+  }
+  for (const t of targets) await checkAccepted(t.name, t);
+
+  const monitor = setups.some((s) => s.database) ? new pg.Client({ connectionString: TEST_POSTGRES_URL }) : null;
+  if (monitor) {
+    await monitor.connect();
+    cleanups.push(() => monitor.end());
+  }
+  const amounts = new Map<string, number>();
+  const rssBefore = new Map<string, number>();
+  for (const t of targets) {
+    log(`${t.name}: warm-up ${WARMUP_SECONDS} + 1 s`);
+    await saturate(t, { connections: CONNECTIONS, seconds: WARMUP_SECONDS });
+    // The slices' size, from the rate of a second, warm, run.
+    const warm = await saturate(t, { connections: CONNECTIONS, seconds: 1 });
+    if (warm.failures > 0) throw new Error(`${t.name}: ${warm.failures} failures during the warm-up`);
+    amounts.set(t.id, Math.max(200, Math.round((warm.requests / warm.seconds) * (SECONDS / SLICES))));
+    rssBefore.set(t.name, rssMb(t.pid));
+  }
+  const runs: Run[] = [];
+  for (let run = 1; run <= RUNS; run++) runs.push(await comparisonRun(run, targets, amounts, model.child.pid!, monitor, setups));
+  const rss = targets.map((t): [string, number, number] => [t.name, rssBefore.get(t.name)!, rssMb(t.pid)]);
+  printComparison(targets, runs, rss, setups.find((s) => s.logFile)?.logFile);
+}
+
+// ── memory ───────────────────────────────────────────────────────────────────────────────────
 
 /** V8 heap used by a gateway process, from its own GET /metrics (prom-client's default process metrics). */
 async function heapUsedMb(url: string): Promise<number> {
   try {
-    const text = await (await fetch(`${url}/metrics`)).text();
-    const m = /^(?:tds_)?nodejs_heap_size_used_bytes (\d+(?:\.\d+)?(?:e\+?\d+)?)/m.exec(text);
-    return m ? Number(m[1]) / 2 ** 20 : Number.NaN;
+    return promValue(await scrape(url), "tds_nodejs_heap_size_used_bytes") / 2 ** 20;
   } catch {
     return Number.NaN;
   }
@@ -404,231 +695,176 @@ function slopePerMinute(points: Array<{ t: number; y: number }>): number {
   return (num / den) * 60;
 }
 
-async function profileRun(name: string, env: Record<string, string>, key: string): Promise<void> {
-  const profDir = join(dir, `prof-${profiles.length}`);
-  const gw = await spawnGateway(env, { nodeArgs: ["--cpu-prof", `--cpu-prof-dir=${profDir}`] });
+async function memoryRun(setup: GatewaySetup, cleanups: Array<() => Promise<void>>): Promise<void> {
+  const gw = await spawnGateway(setup.env);
+  cleanups.push(() => gw.stop());
+  await checkAccepted(setup.name, { url: gw.url, key: setup.key });
+  await sleep(1000);
+  const series: MemorySample[] = [];
+  const wal = `${setup.env.TDS_DATABASE_URL!.replace(/^sqlite:/, "")}-wal`;
+  const sample = async (when: string, t: number) =>
+    series.push({
+      when,
+      t,
+      rss: rssMb(gw.pid),
+      anon: statusMb(gw.pid, "RssAnon"),
+      files: statusMb(gw.pid, "RssFile") + statusMb(gw.pid, "RssShmem"),
+      heap: await heapUsedMb(gw.url),
+      walMb: existsSync(wal) ? statSync(wal).size / 2 ** 20 : 0,
+    });
+  await sample("idle, after start", 0);
+  log(`memory: ${MEMORY_SECONDS} s at ${RATE} req/s evenly paced on a fresh paid SQLite gateway`);
+  const cpu0 = readCpu(gw.pid);
+  const load = paced({ url: gw.url, key: setup.key }, { seconds: MEMORY_SECONDS, rate: RATE });
+  for (let t = 5; t <= MEMORY_SECONDS; t += 5) {
+    await sleep(5000);
+    await sample(`${t} s`, t);
+  }
+  const samples = await load;
+  const cpuUs = cpuSince(cpu0, readCpu(gw.pid)).ns / 1000;
+  await sleep(10_000);
+  await sample("after the run, +10 s idle", MEMORY_SECONDS + 10);
+  printMemory(series, samples, cpuUs);
+}
+
+interface MemorySample {
+  when: string;
+  t: number;
+  rss: number;
+  anon: number;
+  files: number;
+  heap: number;
+  walMb: number;
+}
+
+function printMemory(series: MemorySample[], samples: Samples, cpuUs: number): void {
+  console.log(
+    `\nGateway memory over a ${MEMORY_SECONDS}-second run at ${RATE} req/s evenly paced (a fresh paid SQLite gateway; VmRSS, RssAnon and ` +
+      "RssFile + RssShmem from /proc/<pid>/status, V8 heap used from its GET /metrics, the size of the database's -wal file)\n",
+  );
+  console.log("| when | RSS MB | anonymous MB | mapped files MB | V8 heap used MB | WAL file MB |\n| --- | ---: | ---: | ---: | ---: | ---: |");
+  for (const m of series.filter((m) => m.t % 15 === 0 || m.t > MEMORY_SECONDS)) {
+    console.log(`| ${m.when} | ${f1(m.rss)} | ${f1(m.anon)} | ${f1(m.files)} | ${f1(m.heap)} | ${f1(m.walMb)} |`);
+  }
+  // Live heap: the lowest V8 heap reading (right after a major GC) of the last quarter of the run and after it, against
+  // the lowest of the second quarter (the first is start-up: caches, compiled code, the rate limiter's log fill up).
+  // RSS: the trend over the second half; V8 and the allocator keep freed pages, so RSS lags the heap. A leak shows as
+  // a steady climb of both.
+  const during = series.filter((m) => m.t > 0 && m.t <= MEMORY_SECONDS);
+  const minHeap = (from: number, to: number) => Math.min(...series.filter((m) => m.t >= from && m.t <= to).map((m) => m.heap));
+  const liveHeapGrowth = minHeap(MEMORY_SECONDS * 0.75, Infinity) - minHeap(MEMORY_SECONDS * 0.25, MEMORY_SECONDS * 0.5);
+  const secondHalf = during.filter((m) => m.t >= MEMORY_SECONDS / 2);
+  const rssSlope = slopePerMinute(secondHalf.map((m) => ({ t: m.t, y: m.rss })));
+  const anonSlope = slopePerMinute(secondHalf.map((m) => ({ t: m.t, y: m.anon })));
+  const filesSlope = slopePerMinute(secondHalf.map((m) => ({ t: m.t, y: m.files })));
+  const last = series.at(-1)!;
+  console.log(
+    `\n${samples.requests} requests, ${samples.failures} failures, p50 ${f2(percentile(samples.times, 50))} ms, p99 ${f2(percentile(samples.times, 99))} ms, ` +
+      `gateway CPU ${f1(cpuUs / samples.requests)} µs per request\n` +
+      `live V8 heap (lowest reading of the last quarter vs the second quarter): ${signed(liveHeapGrowth)} MB; ` +
+      `RSS ${f1(series[0]!.rss)} MB at start → ${f1(last.rss)} MB after 10 s idle, trend over the second half ${signed(rssSlope)} MB/min ` +
+      `(anonymous ${signed(anonSlope)}, mapped files ${signed(filesSlope)})\n` +
+      `→ flat memory (live heap ≤ +10 MB and RSS trend over the second half ≤ +10 MB/min): ${verdict(liveHeapGrowth <= 10 && rssSlope <= 10)}` +
+      (MEMORY_SECONDS < 120 ? ` (a ${MEMORY_SECONDS}-second run ends inside V8's start-up growth; use --memory-seconds 180)` : ""),
+  );
+}
+
+// ── profiles ─────────────────────────────────────────────────────────────────────────────────
+
+async function profileRun(setup: GatewaySetup, dir: string): Promise<string> {
+  const profDir = join(dir, `prof-${setup.id}`);
+  const spawned = performance.now();
+  const gw = await spawnGateway(setup.env, { nodeArgs: ["--cpu-prof", `--cpu-prof-dir=${profDir}`] });
+  let line: string;
+  let skipSeconds: number;
+  let requests: number;
   try {
-    log(`${name} under --cpu-prof: ${WARMUP_SECONDS} s warm-up + ${SECONDS} s at ${CONNECTIONS} connections`);
-    await measure({ url: gw.url, key }, { seconds: WARMUP_SECONDS, connections: CONNECTIONS });
-    const m = await measure({ url: gw.url, key }, { seconds: SECONDS, connections: CONNECTIONS });
-    notes.push(`${name} under --cpu-prof: ${m.rps.toFixed(0)} req/s`);
+    const target = { url: gw.url, key: setup.key };
+    await checkAccepted(setup.name, target);
+    log(`${setup.name} under --cpu-prof: ${WARMUP_SECONDS} s warm-up + ${PROFILE_SECONDS} s at ${CONNECTIONS} connections`);
+    await saturate(target, { connections: CONNECTIONS, seconds: WARMUP_SECONDS });
+    // The profile starts with the process: its start-up and the warm-up are left out of the summary.
+    skipSeconds = (performance.now() - spawned) / 1000;
+    const cpu0 = readCpu(gw.pid);
+    const s = await saturate(target, { connections: CONNECTIONS, seconds: PROFILE_SECONDS });
+    const us = cpuSince(cpu0, readCpu(gw.pid)).ns / 1000 / s.requests;
+    requests = s.requests;
+    line = `${f0(s.requests / s.seconds)} req/s, ${s.failures} failures, ${f1(us)} µs CPU per request (/proc, all threads, under the profiler)`;
   } finally {
     await gw.stop();
   }
   const file = readdirSync(profDir).find((f) => f.endsWith(".cpuprofile"));
   if (!file) throw new Error(`no .cpuprofile written in ${profDir}`);
-  profiles.push([`${name} (${(statSync(join(profDir, file)).size / 1e6).toFixed(1)} MB profile)`, summarizeProfile(join(profDir, file))]);
+  return `CPU profile: ${setup.name}: ${line}\n\n${summarizeProfile(join(profDir, file), { skipSeconds, requests })}`;
 }
 
-let infoLog: string | null = null;
+/** The same as profileRun with Linux perf: on-CPU samples of the whole gateway process, kernel and native code included. */
+async function perfRun(setup: GatewaySetup, dir: string): Promise<string> {
+  const file = join(dir, `perf-${setup.id}.data`);
+  const gw = await spawnGateway(setup.env, { nodeArgs: perfNodeArgs(join(dir, `v8-${setup.id}.log`)) });
+  try {
+    const target = { url: gw.url, key: setup.key };
+    await checkAccepted(setup.name, target);
+    log(`${setup.name} under perf: ${WARMUP_SECONDS} s warm-up + ${PROFILE_SECONDS} s at ${CONNECTIONS} connections`);
+    await saturate(target, { connections: CONNECTIONS, seconds: WARMUP_SECONDS });
+    const cpu0 = readCpu(gw.pid);
+    const [s] = await Promise.all([saturate(target, { connections: CONNECTIONS, seconds: PROFILE_SECONDS }), perfRecord(gw.pid, PROFILE_SECONDS, file)]);
+    const cpu = cpuSince(cpu0, readCpu(gw.pid));
+    const line =
+      `${f0(s.requests / s.seconds)} req/s, ${s.failures} failures, ${f1(cpu.ns / 1000 / s.requests)} µs CPU per request, ` +
+      `${f0((100 * cpu.systemTicksNs) / (cpu.userTicksNs + cpu.systemTicksNs))} % of it in the kernel (stime)`;
+    return `perf profile (on-CPU, cpu-clock at 999 Hz): ${setup.name}: ${line}\n\n${perfSummary(file)}`;
+  } finally {
+    await gw.stop();
+    removePerfMap(gw.pid);
+  }
+}
+
+// ── main ─────────────────────────────────────────────────────────────────────────────────────
+
+const dir = mkdtempSync(join(tmpdir(), "tds-bench-gw-"));
+const cleanups: Array<() => Promise<void>> = [];
+const notes: string[] = [];
+const sections: string[] = [];
+console.log(
+  `${cpus().length} cores (${cpus()[0]?.model ?? "?"}), ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}; ` +
+    `realistic request (${BODY.length} bytes); load generator, model server, proxy, gateways and PostgreSQL share the machine`,
+);
 try {
-  const fake = await startFakeModel();
-  stops.push(() => fake.stop());
-  const proxy = await startProcess(["bench/passthrough-proxy.ts", "--upstream", fake.url, "--port", "0"], {}, /listening on (http:\/\/127\.0\.0\.1:\d+)/);
-  stops.push(() => proxy.stop());
-  const base = { TDS_MODEL_SERVICE_URL: fake.url, ...OPEN_LIMITS };
-  const targets: Target[] = [
-    { name: "(a) fake model server, direct", url: fake.url, pid: fake.child.pid!, rate: false },
-    { name: "(b) pass-through proxy", url: proxy.url, pid: proxy.child.pid!, rate: true },
-  ];
-  const gateway = async (name: string, env: Record<string, string>, key: string, rate: boolean, options: { logFile?: string } = {}) => {
-    const gw = await spawnGateway(env, options);
-    stops.push(() => gw.stop());
-    targets.push({ name, url: gw.url, key, pid: gw.pid, rate });
-  };
-
-  const previewUrl = `sqlite:${join(dir, "preview.sqlite")}`;
-  const previewKey = await provisionOrg(previewUrl);
-  const previewEnv = { ...base, TDS_DATABASE_URL: previewUrl, TDS_SERVICE_MODE: "preview" };
-  await gateway("(c) gateway, preview, SQLite", previewEnv, previewKey, true);
-  const paidUrl = `sqlite:${join(dir, "paid.sqlite")}`;
-  const paidKey = await provisionOrg(paidUrl, PAID_GRANT);
-  const paidEnv = { ...base, TDS_DATABASE_URL: paidUrl, TDS_SERVICE_MODE: "paid" };
-  await gateway("(d) gateway, paid, SQLite", paidEnv, paidKey, true);
-
-  if (values["no-postgres"]) {
-    notes.push("PostgreSQL setups skipped (--no-postgres).");
-  } else {
-    let db: Awaited<ReturnType<typeof createTestDatabase>> | null = null;
+  const model = await startProcess(["bench/precomputed-model.ts", "--port", "0"], {}, /listening on (http:\/\/127\.0\.0\.1:\d+)/);
+  cleanups.push(() => model.stop());
+  const setups = await gatewaySetups(model.url, dir, cleanups, notes);
+  if (!values["no-comparison"]) {
+    const comparisonCleanups: Array<() => Promise<void>> = [];
     try {
-      db = await createTestDatabase("tds_bench_gw");
-    } catch (err) {
-      notes.push(`PostgreSQL setups skipped: ${(err as Error).message}`);
-    }
-    if (db) {
-      const pgDb = db;
-      stops.push(() => pgDb.drop());
-      await gateway("(e) gateway, preview, PostgreSQL", { ...base, TDS_DATABASE_URL: db.url, TDS_SERVICE_MODE: "preview" }, await provisionOrg(db.url), false);
-      await gateway("(f) gateway, paid, PostgreSQL", { ...base, TDS_DATABASE_URL: db.url, TDS_SERVICE_MODE: "paid" }, await provisionOrg(db.url, PAID_GRANT), false);
+      await comparison(model, setups, comparisonCleanups);
+    } finally {
+      for (const stop of comparisonCleanups.reverse()) await stop().catch((err) => log(`cleanup: ${(err as Error).message}`));
     }
   }
-  // The same preview/SQLite setup logging at info (its own database file, so both start alike).
-  infoLog = join(dir, "info.log");
-  const infoUrl = `sqlite:${join(dir, "preview-info.sqlite")}`;
-  await gateway("(c') gateway, preview, SQLite, LOG_LEVEL=info", { ...previewEnv, TDS_DATABASE_URL: infoUrl, LOG_LEVEL: "info" }, await provisionOrg(infoUrl), true, { logFile: infoLog });
-
-  // Saturating runs: every process is up for the whole run and the targets take turns (ROUNDS slices each),
-  // so that background noise on this shared machine falls on all of them alike.
-  const before = new Map<string, number>();
-  for (const t of targets) {
-    log(`${t.name}: warm-up ${WARMUP_SECONDS} s`);
-    await measure(t, { seconds: WARMUP_SECONDS, connections: CONNECTIONS });
-    before.set(t.name, rssMb(t.pid));
-  }
-  const samples = new Map<string, Samples>();
-  for (let round = 1; round <= ROUNDS; round++) {
-    for (const t of targets) {
-      log(`${t.name}: ${SECONDS / ROUNDS} s at ${CONNECTIONS} connections (round ${round} of ${ROUNDS})`);
-      samples.set(t.name, merge(samples.get(t.name), await load(t, { seconds: SECONDS / ROUNDS, connections: CONNECTIONS })));
-    }
-  }
-  for (const t of targets) throughput.push([t.name, summarize(samples.get(t.name)!)]);
-
-  for (const t of targets.filter((x) => x.rate)) {
-    await sleep(500);
-    log(`${t.name}: ${SECONDS} s at ${RATE} req/s (autocannon overallRate)`);
-    fixedRate.push([t.name, await measure(t, { seconds: SECONDS, connections: RATE_CONNECTIONS, rate: RATE })]);
-  }
-  for (const t of targets.filter((x) => x.rate && !x.name.includes("info"))) {
-    await sleep(500);
-    log(`${t.name}: ${PACED_SECONDS} s at ${RATE} req/s, evenly paced`);
-    paced.push([t.name, await measurePaced(t, { seconds: PACED_SECONDS, rate: RATE })]);
-  }
-  for (const t of targets) rss.push([t.name, before.get(t.name)!, rssMb(t.pid)]);
-
-  if (values["store-costs"]) {
-    log("SQLite store costs");
-    notes.push(`SQLite store calls, ${5000} calls each, one after the other (no concurrency):\n\n${await storeCosts()}`);
-  }
-
-  if (values.memory) {
-    const gw = await spawnGateway(paidEnv);
-    stops.push(() => gw.stop());
-    await sleep(1000);
-    const sample = async (when: string, t: number) => memorySeries.push({ when, t, rss: rssMb(gw.pid), heap: await heapUsedMb(gw.url) });
-    await sample("idle, after start", 0);
-    log(`memory: ${MEMORY_SECONDS} s at ${RATE} req/s on a fresh paid SQLite gateway`);
-    const run = measure({ url: gw.url, key: paidKey }, { seconds: MEMORY_SECONDS, connections: RATE_CONNECTIONS, rate: RATE });
-    for (let t = 5; t <= MEMORY_SECONDS; t += 5) {
-      await sleep(5000);
-      await sample(`during, ${t} s`, t);
-    }
-    fixedRate.push([`(d) gateway, paid, SQLite, ${MEMORY_SECONDS} s memory run`, await run]);
-    await sleep(2000);
-    await sample("after, +2 s idle", MEMORY_SECONDS + 2);
-    await sleep(8000);
-    await sample("after, +10 s idle", MEMORY_SECONDS + 10);
-  }
-
+  if (values.memory) await memoryRun(setups.find((s) => s.id === "d")!, cleanups);
+  const profiled = setups.filter((x) => ["c", "d", "e", "f"].includes(x.id));
   if (values.profile) {
-    await profileRun("(c) gateway, preview, SQLite", previewEnv, previewKey);
-    await profileRun("(d) gateway, paid, SQLite", paidEnv, paidKey);
-  }
-} finally {
-  for (const stop of stops.reverse()) await stop().catch((err) => log(`cleanup: ${(err as Error).message}`));
-  if (infoLog) {
-    try {
-      const lines = readFileSync(infoLog, "utf8").split("\n").filter(Boolean);
-      const bytes = statSync(infoLog).size;
-      const completed = lines.filter((l) => l.includes('"request completed"')).length;
-      notes.push(
-        `LOG_LEVEL=info: ${lines.length} log lines, ${(bytes / 1e6).toFixed(1)} MB for ${completed} requests (warm-up included) = ` +
-          `${(lines.length / Math.max(1, completed)).toFixed(2)} lines and ${(bytes / Math.max(1, completed)).toFixed(0)} bytes per request, written to a file.`,
-      );
-    } catch {
-      // no log written
+    for (const s of profiled) {
+      await vacuumAnalyze([s]);
+      sections.push(await profileRun(s, dir));
     }
   }
+  if (values.perf) {
+    if (!perfAvailable()) notes.push("--perf skipped: perf is not installed.");
+    else {
+      for (const s of profiled) {
+        await vacuumAnalyze([s]);
+        sections.push(await perfRun(s, dir));
+      }
+    }
+  }
+  if (values["store-costs"]) sections.push(await storeCosts({ postgres: !values["no-postgres"], log }));
+} finally {
+  for (const stop of cleanups.reverse()) await stop().catch((err) => log(`cleanup: ${(err as Error).message}`));
   rmSync(dir, { recursive: true, force: true });
 }
-
-// ── report ───────────────────────────────────────────────────────────────────────────────────
-
-const get = (list: Array<[string, Measured]>, prefix: string) => list.find(([n]) => n.startsWith(prefix))?.[1];
-const proxyT = get(throughput, "(b)")!;
-const ratio = (prefix: string) => {
-  const m = get(throughput, prefix);
-  return m ? m.rps / proxyT.rps : Number.NaN;
-};
-const verdict = (ok: boolean) => (ok ? "met" : "**missed**");
-
-console.log(
-  `\n${cpus().length} cores (${cpus()[0]?.model ?? "?"}), ${(totalmem() / 2 ** 30).toFixed(0)} GiB, Node ${process.version}; ` +
-    `saturating runs: ${SECONDS} s per setup in ${ROUNDS} interleaved slices after a ${WARMUP_SECONDS} s warm-up, ${CONNECTIONS} connections; ` +
-    `realistic request (${BODY.length} bytes); autocannon, fake model, proxy and gateways share the machine\n`,
-);
-console.log("Throughput (saturating)\n");
-console.log(HEAD);
-for (const [n, m] of throughput) console.log(rowOf(n, m));
-
-console.log("\nGateway ÷ pass-through proxy (throughput)\n");
-console.log("| setup | ratio | target |\n| --- | ---: | --- |");
-for (const [n] of throughput.filter(([n]) => /^\((c|d|e|f|c')\)/.test(n))) {
-  const r = ratio(n);
-  const target = n.startsWith("(c)") ? `≥ 0.60: ${verdict(r >= 0.6)}` : n.startsWith("(d)") ? `≥ 0.50: ${verdict(r >= 0.5)}` : "–";
-  console.log(`| ${n} | ${f2(r)} | ${target} |`);
-}
-
-function latencyTables(title: string, list: Array<[string, Measured]>): void {
-  const proxy = get(list, "(b)");
-  if (!proxy) return;
-  console.log(`\n${title}\n`);
-  console.log(HEAD);
-  for (const [n, m] of list) console.log(rowOf(n, m));
-  console.log("\n| setup | p50 − proxy p50 (ms) | p99 − proxy p99 (ms) | target ≤ +2 ms p99 |\n| --- | ---: | ---: | --- |");
-  for (const [n, m] of list.filter(([n]) => !n.startsWith("(b)") && !n.includes("memory run"))) {
-    const d99 = m.p99 - proxy.p99;
-    console.log(`| ${n} | ${f2(m.p50 - proxy.p50)} | ${f2(d99)} | ${n.includes("info") ? "(info logs; for comparison)" : verdict(d99 <= 2)} |`);
-  }
-}
-latencyTables(`Latency at ${RATE} req/s, autocannon overallRate (${SECONDS} s, ${RATE_CONNECTIONS} connections: each sends its share of a second back to back, so requests come in bursts)`, fixedRate);
-latencyTables(`Latency at ${RATE} req/s, evenly paced (${PACED_SECONDS} s, one request every ${(1000 / RATE).toFixed(2)} ms, open loop)`, paced);
-
-console.log("\nRSS of each process before and after its measured runs (MB)\n");
-console.log("| process | before | after |\n| --- | ---: | ---: |");
-for (const [n, b, a] of rss) console.log(`| ${n} | ${f1(b)} | ${f1(a)} |`);
-
-if (memorySeries.length > 0) {
-  console.log(`\nGateway memory around a ${MEMORY_SECONDS}-second run at ${RATE} req/s (a fresh paid SQLite gateway; V8 heap from its GET /metrics)\n`);
-  console.log("| when | RSS MB | V8 heap used MB |\n| --- | ---: | ---: |");
-  for (const m of memorySeries) console.log(`| ${m.when} | ${f1(m.rss)} | ${f1(m.heap)} |`);
-  // Live heap: the lowest V8 heap reading (the heap right after a major GC) of the last quarter of the run and after
-  // it, against the lowest of the second quarter (the first quarter is start-up: caches, compiled code, the rate
-  // limiter's log fill up). RSS: the trend over the second half of the run; V8 and the allocator keep freed pages,
-  // so RSS lags the heap, and it keeps rising until V8's first major collections (about a minute here). A leak
-  // shows as a steady climb of both.
-  const during = memorySeries.filter((m) => m.when.startsWith("during"));
-  const start = memorySeries[0]!;
-  const minHeap = (from: number, to: number) => Math.min(...memorySeries.filter((m) => m.t >= from && m.t <= to).map((m) => m.heap));
-  const liveHeapGrowth = minHeap(MEMORY_SECONDS * 0.75, Infinity) - minHeap(MEMORY_SECONDS * 0.25, MEMORY_SECONDS * 0.5);
-  const secondHalf = during.filter((m) => m.t >= MEMORY_SECONDS / 2);
-  const rssSlope = slopePerMinute(secondHalf.map((m) => ({ t: m.t, y: m.rss })));
-  const idle = memorySeries.at(-1)!;
-  console.log(
-    `\nlive V8 heap (lowest reading of the last quarter vs the second quarter): ${liveHeapGrowth >= 0 ? "+" : ""}${f1(liveHeapGrowth)} MB; ` +
-      `RSS ${f1(start.rss)} MB at start → ${f1(idle.rss)} MB after 10 s idle, trend over the second half ${rssSlope >= 0 ? "+" : ""}${f1(rssSlope)} MB/min\n` +
-      `→ flat memory (live heap ≤ +10 MB and RSS trend over the second half ≤ +10 MB/min, i.e. under ~550 bytes per request): ` +
-      verdict(liveHeapGrowth <= 10 && rssSlope <= 10) +
-      (MEMORY_SECONDS < 120 ? ` (a ${MEMORY_SECONDS}-second run ends inside V8's start-up growth; --memory-seconds 180 shows the plateau)` : ""),
-  );
-} else {
-  console.log("\n(memory run skipped: add --memory for RSS around a 60-second run at the moderate rate)");
-}
-
-const infoT = get(throughput, "(c')");
-const infoR = get(fixedRate, "(c')");
-const infoP = get(paced, "(c')");
-const warnP = get(paced, "(c)");
-const warnT = get(throughput, "(c)");
-const warnR = get(fixedRate, "(c)");
-if (infoT && warnT) {
-  console.log(
-    `\nLOG_LEVEL=info vs warn (preview, SQLite): throughput ${infoT.rps.toFixed(0)} vs ${warnT.rps.toFixed(0)} req/s (${f1((100 * (infoT.rps - warnT.rps)) / warnT.rps)} %)` +
-      (infoR && warnR ? `; at ${RATE} req/s (autocannon) p50 ${f2(infoR.p50)} vs ${f2(warnR.p50)} ms, p99 ${f2(infoR.p99)} vs ${f2(warnR.p99)} ms` : "") +
-      (infoP && warnP ? `; evenly paced p50 ${f2(infoP.p50)} vs ${f2(warnP.p50)} ms, p99 ${f2(infoP.p99)} vs ${f2(warnP.p99)} ms` : ""),
-  );
-}
 for (const n of notes) console.log(`\n${n}`);
-for (const [name, summary] of profiles) console.log(`\nCPU profile: ${name}\n\n${summary}`);
+for (const s of sections) console.log(`\n${s}`);
 console.log(`\ntotal run time ${((Date.now() - started) / 1000).toFixed(0)} s`);
 process.exit(0);
