@@ -34,11 +34,19 @@ class Books {
   readonly #balances = new Map<string, { value: Balance; existed: boolean; delta: Balance | null }>();
   readonly #counters = new Map<string, { key: CounterKey; count: number; changed: boolean }>();
   readonly #idempotency = new Map<string, { ref: IdempotencyKeyRef; row: IdempotencyRow | null; existed: boolean; changed: boolean }>();
+  readonly #completed = new Set<string>();
 
   constructor(private readonly snapshot: Snapshot) {}
 
   balance(orgId: string): Balance {
     return this.#balance(orgId).value;
+  }
+
+  /** True the first time a request is completed in this transaction (a duplicate delivery finds it no longer in flight). */
+  completing(requestId: string): boolean {
+    if (this.#completed.has(requestId)) return false;
+    this.#completed.add(requestId);
+    return true;
   }
 
   /** The organization exists (read with its balance). */
@@ -183,8 +191,7 @@ export function batchQuery(admissions: readonly AdmitCommand[], completions: rea
 
 function complete(books: Books, snapshot: Snapshot, c: CompleteCommand): CompleteResult {
   const state = snapshot.usage.get(c.requestId);
-  if (!state || state.outcome !== "in_flight" || state.orgId !== c.orgId) return { kind: "not_in_flight" };
-  snapshot.usage.delete(c.requestId); // A second completion of this request in the batch finds it no longer in flight.
+  if (!state || state.outcome !== "in_flight" || state.orgId !== c.orgId || !books.completing(c.requestId)) return { kind: "not_in_flight" };
   const final: UsageFinal = {
     requestId: c.requestId,
     completedAtMs: c.nowMs,

@@ -2,6 +2,7 @@ import type pg from "pg";
 import { type AccountStore, type ApiKeyRecord, type Organization, StoreConflictError } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
 import { FOREIGN_KEY_VIOLATION, hasNul, isUniqueViolation, pgCode, withClient } from "./postgres-connection.ts";
+import { perTurnLookup } from "./per-turn-lookup.ts";
 
 interface OrgRow {
   id: string;
@@ -101,16 +102,22 @@ export class PostgresAccounts implements AccountStore {
     return { id: input.id, orgId: input.orgId, name: input.name ?? null, hash: input.hash, createdAtMs: input.nowMs, revokedAtMs: null };
   }
 
-  async findApiKey(keyId: string): Promise<{ key: ApiKeyRecord; org: Organization } | null> {
-    if (hasNul(keyId)) return null;
-    const row = (
+  /** Every request looks its key up: the lookups of one event-loop turn share one query. */
+  readonly #keys = perTurnLookup(async (keyIds: string[]) => {
+    const rows = (
       await this.#query<KeyWithOrgRow>(
         "SELECT k.id, k.org_id, k.name, k.hash, k.created_at_ms, k.revoked_at_ms, " +
           "o.name AS org_name, o.paused AS org_paused, o.created_at_ms AS org_created_at_ms " +
-          "FROM api_keys k JOIN organizations o ON o.id = k.org_id WHERE k.id = $1",
-        [keyId],
+          "FROM api_keys k JOIN organizations o ON o.id = k.org_id WHERE k.id = ANY($1::text[])",
+        [keyIds],
       )
-    ).rows[0];
+    ).rows;
+    return new Map(rows.map((row) => [row.id, row]));
+  });
+
+  async findApiKey(keyId: string): Promise<{ key: ApiKeyRecord; org: Organization } | null> {
+    if (hasNul(keyId)) return null;
+    const row = await this.#keys(keyId);
     if (!row) return null;
     return { key: toApiKey(row), org: { id: row.org_id, name: row.org_name, paused: row.org_paused, createdAtMs: row.org_created_at_ms } };
   }

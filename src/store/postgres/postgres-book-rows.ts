@@ -17,9 +17,10 @@ import {
 import { type Client, isUniqueViolation } from "./postgres-connection.ts";
 
 /**
- * The rows of the bookkeeping programs in PostgreSQL: each list is read or written with ONE set-based statement
- * (arrays unnested), so a batch of any size costs the same few round trips. Reads lock their rows (FOR UPDATE)
- * in one order shared by every transaction — counters, usage, reservations, balances, idempotency entries, each
+ * The rows of the bookkeeping programs in PostgreSQL: each list is read or written set-based (arrays unnested), and
+ * the lists are combined into one statement to read and one to write, so a batch of any size costs the same two
+ * round trips (besides BEGIN and COMMIT). Reads lock their rows (FOR UPDATE)
+ * in one order shared by every transaction — idempotency keys, counters, usage, reservations, balances, each
  * sorted by key — so concurrent batches of several instances wait for each other but never deadlock. The sweep's
  * reads skip rows another transaction holds.
  */
@@ -101,170 +102,199 @@ const SQL = {
 } as const;
 
 type Name = keyof typeof SQL;
-
-/** A named (server-side prepared) statement: parsed once per connection. */
-function run<R extends object = object>(c: Client, name: Name, values: unknown[]) {
-  return c.query<R & import("pg").QueryResultRow>({ name: `tds_${name}`, text: SQL[name], values });
-}
+const NAMES = Object.keys(SQL) as Name[];
 
 /** Columns of a list of rows, as the arrays `unnest` takes. */
 function columns<T>(rows: readonly T[], ...pick: ((row: T) => unknown)[]): unknown[][] {
   return pick.map((f) => rows.map(f));
 }
 
+/** One part of a combined statement: a statement of SQL and the values of its $1…$n. */
+interface Part {
+  name: Name;
+  values: unknown[];
+}
 
+/** The SQL of a part with its parameters renumbered after `offset` others. */
+function renumbered(part: Part, offset: number): string {
+  return SQL[part.name].replace(/\$(\d+)/g, (_, n: string) => `$${Number(n) + offset}`);
+}
 
+/**
+ * Several statements as one, so that a batch costs one round trip to read and one to write. The statement is
+ * prepared once per connection under a name made of its parts (a handful of combinations occur).
+ */
+async function runCombined<R extends Record<string, unknown>>(c: Client, parts: Part[], sql: (texts: string[]) => string): Promise<R> {
+  const texts: string[] = [];
+  const values: unknown[] = [];
+  for (const part of parts) {
+    texts.push(renumbered(part, values.length));
+    values.push(...part.values);
+  }
+  const name = `tds_${parts.map((p) => NAMES.indexOf(p.name)).join("_")}`;
+  return (await c.query<R>({ name, text: sql(texts), values })).rows[0]!;
+}
 
+/** A read part's rows as JSON (json_agg keeps the rows' order); null → []. */
+const rowsOf = <T>(value: unknown): T[] => (value as T[] | null) ?? [];
+
+/**
+ * The snapshot of a batch in one statement (after the idempotency keys' advisory locks, when there are keys): each
+ * part is a scalar subquery, evaluated in the order written — the counters (created at 0 where missing, in a CTE),
+ * usage records, reservations, balances, idempotency entries. Every transaction locks in that order (idempotency
+ * keys first), so none waits for another in a cycle. The sweep's reads stay separate.
+ */
 export async function readSnapshot(c: Client, q: SnapshotQuery): Promise<Snapshot> {
   const s = emptySnapshot();
-  if (q.counters?.length) {
-    const [scopes, days] = columns(q.counters, (k) => k.scope, (k) => k.day);
-    for (const row of (await run<{ scope: string; day: string; count: number }>(c, "counters", [scopes, days])).rows) {
-      s.counters.set(counterKey(row.scope, row.day), row.count);
-    }
-  }
-  if (q.usage?.length) {
-    for (const row of (await run<UsageStateRow>(c, "usage", [q.usage])).rows) s.usage.set(row.request_id, toUsageState(row));
-  }
-  if (q.reservations?.length) {
-    for (const row of (await run<ReservationRow>(c, "reservations", [q.reservations])).rows) s.reservations.set(row.id, row);
-  }
-  if (q.balances?.length) {
-    type Row = { org_id: string; available: number | null; reserved: number; spent: number; granted: number };
-    for (const row of (await run<Row>(c, "balances", [q.balances])).rows) {
-      s.organizations.add(row.org_id);
-      if (row.available !== null) s.balances.set(row.org_id, { available: row.available, reserved: row.reserved, spent: row.spent, granted: row.granted });
-    }
-  }
+  const parts: Part[] = [];
+  if (q.counters?.length) parts.push({ name: "counters", values: columns(q.counters, (k) => k.scope, (k) => k.day) });
+  if (q.usage?.length) parts.push({ name: "usage", values: [q.usage] });
+  if (q.reservations?.length) parts.push({ name: "reservations", values: [q.reservations] });
+  if (q.balances?.length) parts.push({ name: "balances", values: [q.balances] });
   if (q.idempotency?.length) {
-    const [orgs, keys] = columns(q.idempotency, (k) => k.orgId, (k) => k.key);
-    await run(c, "lockIdempotency", [orgs, keys]);
-    for (const r of (await run<IdempotencyDbRow>(c, "idempotency", [orgs, keys])).rows) {
-      s.idempotency.set(idempotencyKey(r.org_id, r.key), toIdempotencyRow(r));
+    const keys = columns(q.idempotency, (k) => k.orgId, (k) => k.key);
+    // First and on its own: the read below must take its snapshot after the locks are held, to see a claim
+    // committed by the transaction it waited for.
+    await c.query({ name: "tds_lockIdempotency", text: SQL.lockIdempotency, values: keys });
+    parts.push({ name: "idempotency", values: keys });
+  }
+  if (parts.length > 0) {
+    const row = await runCombined<Record<string, unknown>>(c, parts, (texts) => {
+      const counters = parts[0]!.name === "counters" ? `WITH counters AS (${texts[0]}) ` : "";
+      const selects = parts.map((p, i) => (p.name === "counters" ? "(SELECT json_agg(x) FROM counters x)" : `(SELECT json_agg(x) FROM (${texts[i]}) x)`));
+      return `${counters}SELECT ${selects.map((sel, i) => `${sel} AS "${parts[i]!.name}"`).join(", ")}`;
+    });
+    for (const r of rowsOf<{ scope: string; day: string; count: number }>(row.counters)) s.counters.set(counterKey(r.scope, r.day), r.count);
+    for (const r of rowsOf<UsageStateRow>(row.usage)) s.usage.set(r.request_id, toUsageState(r));
+    for (const r of rowsOf<ReservationRow>(row.reservations)) s.reservations.set(r.id, r);
+    for (const r of rowsOf<{ org_id: string; available: number | null; reserved: number; spent: number; granted: number }>(row.balances)) {
+      s.organizations.add(r.org_id);
+      if (r.available !== null) s.balances.set(r.org_id, { available: r.available, reserved: r.reserved, spent: r.spent, granted: r.granted });
     }
+    for (const r of rowsOf<IdempotencyDbRow>(row.idempotency)) s.idempotency.set(idempotencyKey(r.org_id, r.key), toIdempotencyRow(r));
   }
   if (q.dueInFlight) {
-    s.dueInFlight = (await run<UsageStateRow>(c, "dueInFlight", [q.dueInFlight.createdBeforeMs, q.dueInFlight.limit])).rows.map(toUsageState);
+    const { rows } = await c.query<UsageStateRow>({ name: "tds_dueInFlight", text: SQL.dueInFlight, values: [q.dueInFlight.createdBeforeMs, q.dueInFlight.limit] });
+    s.dueInFlight = rows.map(toUsageState);
   }
   if (q.dueReservations) {
-    s.dueReservations = (await run<ReservationRow>(c, "dueReservations", [q.dueReservations.nowMs, q.dueReservations.limit])).rows;
+    const { rows } = await c.query<ReservationRow>({ name: "tds_dueReservations", text: SQL.dueReservations, values: [q.dueReservations.nowMs, q.dueReservations.limit] });
+    s.dueReservations = rows;
   }
   return s;
 }
 
-async function expectAll(c: Client, name: Name, values: unknown[], expected: number, what: string): Promise<void> {
-  const changed = (await run(c, name, values)).rowCount;
-  if (changed !== expected) throw new Error(`Bookkeeping conflict: ${expected - (changed ?? 0)} of ${expected} ${what}`);
-}
-
-/** Writes the rows; a duplicate key (a request id, a reservation id) fails with StoreConflictError. */
+/** Writes the rows in one statement; a duplicate key (a request id, a reservation id) fails with StoreConflictError. */
 export async function writeRows(c: Client, w: WriteSet): Promise<void> {
+  const parts = writeParts(w);
+  if (parts.length === 0) return;
+  let counts: Record<string, number>;
   try {
-    await write(c, w);
+    counts = await runCombined<Record<string, number>>(c, parts, (texts) => {
+      const ctes = parts.map((p, i) => `${p.name} AS (${texts[i]} RETURNING 1)`).join(", ");
+      return `WITH ${ctes} SELECT ${parts.map((p) => `(SELECT count(*) FROM ${p.name}) AS "${p.name}"`).join(", ")}`;
+    });
   } catch (err) {
     if (isUniqueViolation(err)) throw new StoreConflictError(`A row with this key already exists (${err.constraint ?? "unique"})`);
     throw err;
   }
+  // Rows the snapshot locked must all have been there to change.
+  for (const [name, expected, what] of [
+    ["finalUsage", w.usageFinals.length, "usage records were not in flight"],
+    ["resolveReservations", w.reservationResolutions.length, "reservations were not pending"],
+    ["moveBalances", w.balanceDeltas.length, "organizations had no credit balance"],
+  ] as const) {
+    const changed = counts[name] ?? 0;
+    if (changed !== expected) throw new Error(`Bookkeeping conflict: ${expected - changed} of ${expected} ${what}`);
+  }
 }
 
-async function write(c: Client, w: WriteSet): Promise<void> {
-  if (w.usageInserts.length) {
-    await run(c, "insertUsage", columns(
-      w.usageInserts,
-      (u) => u.requestId,
-      (u) => u.orgId,
-      (u) => u.keyId,
-      (u) => u.createdAtMs,
-      (u) => u.source,
-      (u) => u.model,
-      (u) => u.mode,
-      (u) => u.outcome,
-      (u) => u.httpStatus,
-      (u) => u.inputTokens,
-      (u) => u.outputTokens,
-      (u) => u.costMicrousd,
-      (u) => u.latencyMs,
-      (u) => u.gatewayLatencyMs,
-      (u) => u.errorDetail,
-      (u) => u.overReservation,
-      (u) => u.completedAtMs,
-    ));
-  }
-  if (w.usageFinals.length) {
-    const values = columns(
-      w.usageFinals,
-      (f) => f.requestId,
-      (f) => f.completedAtMs,
-      (f) => f.outcome,
-      (f) => f.httpStatus,
-      (f) => f.inputTokens,
-      (f) => f.outputTokens,
-      (f) => f.costMicrousd,
-      (f) => f.latencyMs,
-      (f) => f.gatewayLatencyMs,
-      (f) => f.errorDetail,
-      (f) => f.overReservation,
-    );
-    await expectAll(c, "finalUsage", values, w.usageFinals.length, "usage records were not in flight");
-  }
-  if (w.reservationInserts.length) {
-    await run(c, "insertReservations", columns(
-      w.reservationInserts,
-      (r) => r.id,
-      (r) => r.org_id,
-      (r) => r.request_id,
-      (r) => r.amount_microusd,
-      (r) => r.status,
-      (r) => r.cost_microusd,
-      (r) => r.created_at_ms,
-      (r) => r.expires_at_ms,
-      (r) => r.resolved_at_ms,
-    ));
-  }
-  if (w.reservationResolutions.length) {
-    const values = columns(w.reservationResolutions, (r) => r.id, (r) => r.status, (r) => r.costMicrousd, (r) => r.resolvedAtMs);
-    await expectAll(c, "resolveReservations", values, w.reservationResolutions.length, "reservations were not pending");
-  }
-  if (w.balanceInserts.length) {
-    await run(c, "insertBalances", columns(w.balanceInserts, (b) => b.orgId, (b) => b.available, (b) => b.reserved, (b) => b.spent, (b) => b.granted));
-  }
-  if (w.balanceDeltas.length) {
-    const values = columns(w.balanceDeltas, (b) => b.orgId, (b) => b.available, (b) => b.reserved, (b) => b.spent, (b) => b.granted);
-    await expectAll(c, "moveBalances", values, w.balanceDeltas.length, "organizations had no credit balance");
-  }
-  if (w.ledger.length) {
-    await run(c, "insertLedger", columns(
-      w.ledger,
-      (e) => e.orgId,
-      (e) => e.kind,
-      (e) => e.reservationId,
-      (e) => e.availableDelta,
-      (e) => e.reservedDelta,
-      (e) => e.spentDelta,
-      (e) => e.grantedDelta,
-      (e) => e.createdAtMs,
-      (e) => e.note,
-    ));
-  }
-  if (w.counters.length) {
-    await run(c, "putCounters", columns(w.counters, (k) => k.scope, (k) => k.day, (k) => k.count));
-  }
-  if (w.idempotencyPuts.length) {
-    await run(c, "putIdempotency", columns(
-      w.idempotencyPuts,
-      (i) => i.orgId,
-      (i) => i.key,
-      (i) => i.requestHash,
-      (i) => i.requestId,
-      (i) => i.state,
-      (i) => i.responseStatus,
-      (i) => i.responseBody,
-      (i) => i.responseRequestId,
-      (i) => i.lockUntilMs,
-      (i) => i.expiresAtMs,
-    ));
-  }
-  if (w.idempotencyDeletes.length) {
-    await run(c, "deleteIdempotency", columns(w.idempotencyDeletes, (k) => k.orgId, (k) => k.key));
-  }
+/** The parts of a write set, each list one statement; the rows of one table are never in two parts. */
+function writeParts(w: WriteSet): Part[] {
+  const parts: Part[] = [];
+  const add = <T>(name: Name, rows: readonly T[], ...pick: ((row: T) => unknown)[]) => {
+    if (rows.length > 0) parts.push({ name, values: columns(rows, ...pick) });
+  };
+  add(
+    "insertUsage",
+    w.usageInserts,
+    (u) => u.requestId,
+    (u) => u.orgId,
+    (u) => u.keyId,
+    (u) => u.createdAtMs,
+    (u) => u.source,
+    (u) => u.model,
+    (u) => u.mode,
+    (u) => u.outcome,
+    (u) => u.httpStatus,
+    (u) => u.inputTokens,
+    (u) => u.outputTokens,
+    (u) => u.costMicrousd,
+    (u) => u.latencyMs,
+    (u) => u.gatewayLatencyMs,
+    (u) => u.errorDetail,
+    (u) => u.overReservation,
+    (u) => u.completedAtMs,
+  );
+  add(
+    "finalUsage",
+    w.usageFinals,
+    (f) => f.requestId,
+    (f) => f.completedAtMs,
+    (f) => f.outcome,
+    (f) => f.httpStatus,
+    (f) => f.inputTokens,
+    (f) => f.outputTokens,
+    (f) => f.costMicrousd,
+    (f) => f.latencyMs,
+    (f) => f.gatewayLatencyMs,
+    (f) => f.errorDetail,
+    (f) => f.overReservation,
+  );
+  add(
+    "insertReservations",
+    w.reservationInserts,
+    (r) => r.id,
+    (r) => r.org_id,
+    (r) => r.request_id,
+    (r) => r.amount_microusd,
+    (r) => r.status,
+    (r) => r.cost_microusd,
+    (r) => r.created_at_ms,
+    (r) => r.expires_at_ms,
+    (r) => r.resolved_at_ms,
+  );
+  add("resolveReservations", w.reservationResolutions, (r) => r.id, (r) => r.status, (r) => r.costMicrousd, (r) => r.resolvedAtMs);
+  add("insertBalances", w.balanceInserts, (b) => b.orgId, (b) => b.available, (b) => b.reserved, (b) => b.spent, (b) => b.granted);
+  add("moveBalances", w.balanceDeltas, (b) => b.orgId, (b) => b.available, (b) => b.reserved, (b) => b.spent, (b) => b.granted);
+  add(
+    "insertLedger",
+    w.ledger,
+    (e) => e.orgId,
+    (e) => e.kind,
+    (e) => e.reservationId,
+    (e) => e.availableDelta,
+    (e) => e.reservedDelta,
+    (e) => e.spentDelta,
+    (e) => e.grantedDelta,
+    (e) => e.createdAtMs,
+    (e) => e.note,
+  );
+  add("putCounters", w.counters, (k) => k.scope, (k) => k.day, (k) => k.count);
+  add(
+    "putIdempotency",
+    w.idempotencyPuts,
+    (i) => i.orgId,
+    (i) => i.key,
+    (i) => i.requestHash,
+    (i) => i.requestId,
+    (i) => i.state,
+    (i) => i.responseStatus,
+    (i) => i.responseBody,
+    (i) => i.responseRequestId,
+    (i) => i.lockUntilMs,
+    (i) => i.expiresAtMs,
+  );
+  add("deleteIdempotency", w.idempotencyDeletes, (k) => k.orgId, (k) => k.key);
+  return parts;
 }

@@ -129,10 +129,15 @@ export function createPool(settings: ConnectionSettings, onIdleError?: (err: Err
   // An idle pooled connection that fails (server restart, pg_terminate_backend, network) has already been
   // removed by pg-pool; the next call opens a new one. Without a listener the 'error' event would crash the process.
   pool.on("error", (err) => onIdleError?.(err));
-  // A connection killed while pg-pool is still handing it out has neither pg-pool's idle listener nor ours
-  // (withClient/transaction) attached: a permanent no-op listener keeps that 'error' from crashing the process.
-  // The failure itself still surfaces as the failed query's error, and the client is discarded then.
-  pool.on("connect", (client) => client.on("error", () => {}));
+  pool.on("connect", (client) => {
+    // A connection killed while pg-pool is still handing it out has neither pg-pool's idle listener nor ours
+    // (withClient/transaction) attached: a permanent no-op listener keeps that 'error' from crashing the process.
+    // The failure itself still surfaces as the failed query's error, and the client is discarded then.
+    client.on("error", () => {});
+    // The bookkeeping statements are prepared once per connection; a generic plan made while the tables were small
+    // (a sequential scan) would be kept as they grow. Queued before anything the pool's user sends.
+    client.query("SET plan_cache_mode = force_custom_plan").catch(() => {});
+  });
   return pool;
 }
 

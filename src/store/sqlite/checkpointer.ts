@@ -3,18 +3,26 @@ import { Worker } from "node:worker_threads";
 
 /**
  * WAL checkpoints on a worker thread with its own connection, so that copying pages into the database file and
- * its fsync never run on the event loop (the serving connection sets wal_autocheckpoint = 0). A PASSIVE
- * checkpoint never waits for a lock and never blocks a writer; the WAL is rewound by the next writer once
- * everything in it is checkpointed.
+ * its fsync never run on the event loop (the serving connection sets wal_autocheckpoint = 0). A PASSIVE checkpoint
+ * copies what it can without waiting for a lock or blocking a writer. Under steady writes it never catches up
+ * with the newest frames, so the WAL would never be rewound and would grow without end: once it holds more than
+ * `restartPages` pages, a RESTART checkpoint takes the write lock (waiting at most BUSY_MS, in this thread), copies
+ * the few frames written since the PASSIVE one and makes the next writer start the file over. Meanwhile the serving
+ * connection's writes find the database busy and wait asynchronously, as for any other writer: a few ms, rarely.
+ * (TRUNCATE would also shrink the file, but truncating many MB held the lock 30 ms and more; the file is reused.)
  */
+export const WAL_RESTART_PAGES = 4096;
+const BUSY_MS = 20;
+
 const WORKER = `
 const { parentPort, workerData } = require("node:worker_threads");
 const Database = require(workerData.driver);
-const db = new Database(workerData.path, { fileMustExist: true, timeout: 0 });
+const db = new Database(workerData.path, { fileMustExist: true, timeout: workerData.busyMs });
 let reported = { message: "", at: 0 };
 const timer = setInterval(() => {
   try {
-    db.pragma("wal_checkpoint(PASSIVE)");
+    const [passive] = db.pragma("wal_checkpoint(PASSIVE)");
+    if (passive && passive.log >= workerData.restartPages) db.pragma("wal_checkpoint(RESTART)");
   } catch (err) {
     // Told once per minute at most, not every interval.
     const message = String((err && err.message) || err);
@@ -31,9 +39,16 @@ export interface Checkpointer {
   stop(): Promise<void>;
 }
 
-export function startCheckpointer(path: string, intervalMs: number, onError: (message: string) => void = () => {}): Checkpointer {
+export function startCheckpointer(
+  path: string,
+  options: { intervalMs: number; restartPages?: number; onError?: (message: string) => void },
+): Checkpointer {
+  const onError = options.onError ?? (() => {});
   const driver = createRequire(import.meta.url).resolve("better-sqlite3");
-  const worker = new Worker(WORKER, { eval: true, execArgv: [], workerData: { path, intervalMs, driver } });
+  const worker = new Worker(WORKER, {
+    eval: true,
+    execArgv: [], workerData: { path, intervalMs: options.intervalMs, driver, busyMs: BUSY_MS, restartPages: options.restartPages ?? WAL_RESTART_PAGES },
+  });
   worker.unref();
   worker.on("message", (m: { error?: string }) => {
     if (m.error) onError(m.error);

@@ -31,6 +31,8 @@ export interface SqliteStoreOptions {
   busyTimeoutMs?: number;
   /** Checkpoint the WAL on a worker thread every this many ms instead of on commit (0: SQLite's autocheckpoint). */
   checkpointIntervalMs?: number;
+  /** The WAL is started over once it holds this many pages (default WAL_RESTART_PAGES, 16 MB of 4 KB pages). */
+  walRestartPages?: number;
   /** Told when a background checkpoint fails (at most once a minute for the same error). */
   onCheckpointError?: (message: string) => void;
 }
@@ -61,7 +63,11 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
     let checkpointer: Checkpointer | null = null;
     if (!inMemory && (options.checkpointIntervalMs ?? 0) > 0) {
       db.pragma("wal_autocheckpoint = 0");
-      checkpointer = startCheckpointer(fullPath, options.checkpointIntervalMs!, options.onCheckpointError);
+      checkpointer = startCheckpointer(fullPath, {
+        intervalMs: options.checkpointIntervalMs!,
+        ...(options.walRestartPages !== undefined ? { restartPages: options.walRestartPages } : {}),
+        ...(options.onCheckpointError ? { onError: options.onCheckpointError } : {}),
+      });
     }
     return composeSqliteStore(db, fullPath, lockWaitMs, checkpointer);
   } catch (err) {
