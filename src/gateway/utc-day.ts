@@ -1,8 +1,14 @@
 const DAY_MS = 86_400_000;
 
+let cached = { from: 0, to: 0, day: "1970-01-01" };
+
 /** The UTC calendar day of an instant, "YYYY-MM-DD": preview counters are keyed by it. */
 export function utcDay(nowMs: number): string {
-  return new Date(nowMs).toISOString().slice(0, 10);
+  if (nowMs < cached.from || nowMs >= cached.to) {
+    const from = nowMs - (((nowMs % DAY_MS) + DAY_MS) % DAY_MS);
+    cached = { from, to: from + DAY_MS, day: new Date(from).toISOString().slice(0, 10) };
+  }
+  return cached.day;
 }
 
 /** Milliseconds from an instant to the next 00:00:00.000 UTC (never 0: at midnight itself, a whole day). */

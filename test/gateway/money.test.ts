@@ -44,4 +44,14 @@ describe("UTC days", () => {
     assert.equal(msUntilUtcMidnight(before), 1);
     assert.equal(msUntilUtcMidnight(before + 1), 86_400_000);
   });
+
+  test("the day of any instant, in any order (times going back too), is its ISO date", () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: 0, max: 4_102_444_800_000 }), { minLength: 1, maxLength: 50 }), (times) => {
+        for (const t of times) assert.equal(utcDay(t), new Date(t).toISOString().slice(0, 10));
+      }),
+    );
+    const midnight = Date.parse("2026-11-27T00:00:00Z");
+    assert.deepEqual([utcDay(midnight), utcDay(midnight - 1), utcDay(midnight)], ["2026-11-27", "2026-11-26", "2026-11-27"]);
+  });
 });

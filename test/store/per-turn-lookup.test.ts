@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { perTurnLookup } from "../../src/store/postgres/per-turn-lookup.ts";
+import { perTurnLookup } from "../../src/store/per-turn-lookup.ts";
 
 describe("perTurnLookup", () => {
   test("lookups of one event-loop turn share one load; each gets its own row, or undefined", async () => {

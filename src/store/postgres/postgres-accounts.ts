@@ -2,7 +2,7 @@ import type pg from "pg";
 import { type AccountStore, type ApiKeyRecord, type Organization, StoreConflictError } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
 import { FOREIGN_KEY_VIOLATION, hasNul, isUniqueViolation, pgCode, withClient } from "./postgres-connection.ts";
-import { perTurnLookup } from "./per-turn-lookup.ts";
+import { perTurnLookup } from "../per-turn-lookup.ts";
 
 interface OrgRow {
   id: string;

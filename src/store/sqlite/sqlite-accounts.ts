@@ -2,6 +2,7 @@ import type Database from "better-sqlite3";
 import type { Statement } from "better-sqlite3";
 import { type AccountStore, type ApiKeyRecord, type Organization, StoreConflictError } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
+import { perTurnLookup } from "../per-turn-lookup.ts";
 import { isConstraint, UNIQUE_CODES } from "./sqlite-errors.ts";
 
 interface OrgRow {
@@ -120,8 +121,18 @@ export class SqliteAccounts implements AccountStore {
     return { id: input.id, orgId: input.orgId, name: input.name ?? null, hash: input.hash, createdAtMs: input.nowMs, revokedAtMs: null };
   }
 
+  /** Every request looks its key up: the requests of one event-loop turn with the same key share one lookup. */
+  readonly #keys = perTurnLookup(async (keyIds: string[]) => {
+    const rows = new Map<string, KeyWithOrgRow>();
+    for (const id of keyIds) {
+      const row = this.#keyWithOrg.get(id);
+      if (row) rows.set(id, row);
+    }
+    return rows;
+  });
+
   async findApiKey(keyId: string): Promise<{ key: ApiKeyRecord; org: Organization } | null> {
-    const row = this.#keyWithOrg.get(keyId);
+    const row = await this.#keys(keyId);
     if (!row) return null;
     return {
       key: toApiKey(row),
