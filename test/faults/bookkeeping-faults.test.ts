@@ -76,6 +76,45 @@ describe("faults after admission", { timeout: 30_000 }, () => {
     }
   });
 
+  test("a client that disconnects while the model works: the request is still completed once, and charged once", async () => {
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let bothCalled!: () => void;
+    const inModel = new Promise<void>((resolve) => (bothCalled = resolve));
+    let calls = 0;
+    const model = scriptedModel(async () => {
+      if (++calls === 2) bothCalled();
+      await held;
+      return ok();
+    });
+    const gw = await startGateway({ modelService: model, env: PAID });
+    try {
+      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: GRANT, nowMs: Date.now() });
+      const controller = new AbortController();
+      const pending = gw.decide(sampleRequest());
+      const aborted = fetch(`${gw.url}/v1/systemone`, {
+        method: "POST",
+        signal: controller.signal,
+        headers: { authorization: `Bearer ${gw.key}`, "content-type": "application/json" },
+        body: JSON.stringify(sampleRequest({ state: "abandoned by its client" })),
+      }).catch((err: Error) => err);
+      await inModel; // both admitted, both in the model call
+      controller.abort();
+      assert.ok((await aborted) instanceof Error, "the client went away");
+      release();
+      assert.equal((await pending).status, 200);
+      await eventually("both requests completed", async () => (await allUsage(gw.store, gw.orgId)).every((r) => r.outcome !== "in_flight"));
+      const records = await allUsage(gw.store, gw.orgId);
+      assert.deepEqual(records.map((r) => r.outcome), ["succeeded", "succeeded"], "the abandoned request is recorded as answered");
+      const spent = records.reduce((sum, r) => sum + r.costMicrousd, 0);
+      assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), { available: GRANT - spent, reserved: 0, spent, granted: GRANT });
+      for (const r of records) assert.equal((await gw.store.getReservation(r.requestId))?.status, "settled");
+    } finally {
+      release();
+      await gw.close();
+    }
+  });
+
   test("absurd token counts from the model service are charged the reservation, never more, never a 500", async () => {
     const model = scriptedModel(() => ({ answers: answersFor(), usage: { input_tokens: Number.MAX_SAFE_INTEGER, output_tokens: Number.MAX_SAFE_INTEGER }, latencyMs: 1 }));
     const gw = await startGateway({ modelService: model, env: { ...PAID, TDS_PRICE_PER_MILLION_INPUT_USD: "1000", TDS_PRICE_PER_MILLION_OUTPUT_USD: "1000" } });
