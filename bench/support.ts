@@ -69,11 +69,14 @@ export function startFakeModel(): Promise<Started> {
   return startProcess(["test/fixtures/fake-model-server.ts", "--port", "0"], {}, /listening on (http:\/\/127\.0\.0\.1:\d+)/);
 }
 
-/** A gateway process on a free port, ready once GET /api/config answers. Logs at warn: per-request info lines are not measured. */
-export async function startGateway(env: Record<string, string>): Promise<Started> {
+/**
+ * A gateway process on a free port, ready once GET /api/config answers. Logs at warn: per-request info lines are not
+ * measured. `nodeArgs` go before the script (--cpu-prof cannot go in NODE_OPTIONS).
+ */
+export async function startGateway(env: Record<string, string>, nodeArgs: string[] = []): Promise<Started> {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const child = spawn(process.execPath, ["--import", "tsx", "src/server.ts"], {
+  const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", "src/server.ts"], {
     cwd: ROOT,
     env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", HOST: "127.0.0.1", PORT: String(port), LOG_LEVEL: "warn", TDS_BOOTSTRAP: "false", ...env },
     stdio: ["ignore", "inherit", "inherit"],
@@ -97,7 +100,8 @@ export async function startGateway(env: Record<string, string>): Promise<Started
         if (child.exitCode !== null) return r();
         child.once("exit", () => r());
         child.kill("SIGTERM");
-        setTimeout(() => child.kill("SIGKILL"), 5000).unref();
+        // Long enough for a profiled process to write its profile.
+        setTimeout(() => child.kill("SIGKILL"), 15_000).unref();
       }),
   };
 }

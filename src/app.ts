@@ -7,6 +7,7 @@ import { DecisionPipeline } from "./gateway/decision-pipeline.ts";
 import { startBookkeepingJobs } from "./gateway/bookkeeping-jobs.ts";
 import { installErrorHandling } from "./http/error-handler.ts";
 import { InFlight } from "./http/in-flight.ts";
+import { rateLimit } from "./http/rate-limit.ts";
 import { installJsonBodyParser } from "./http/json-body-parser.ts";
 import { installOpenApi } from "./http/openapi.ts";
 import { installRequestContext, newRequestId } from "./http/request-context.ts";
@@ -42,6 +43,10 @@ export interface AppDeps {
   purgeIntervalMs?: number;
   /** How long a durable step waits for busy storage before the request gets 503 (default 2 s). */
   storageWaitMs?: number;
+  /** Deadlines and the connection cap (defaults REQUEST_TIMEOUT_MS, HEADERS_TIMEOUT_MS, MAX_CONNECTIONS); for tests. */
+  requestTimeoutMs?: number;
+  headersTimeoutMs?: number;
+  maxConnections?: number;
   /** Defaults to a fresh registry (with process metrics only when true is passed to the server's). */
   metrics?: Metrics;
   /** How long close() lets in-flight decisions finish before abandoning their model calls (default 10 s). */
@@ -53,6 +58,12 @@ export interface AppDeps {
 }
 
 export const SERVICE_VERSION = "0.1.0";
+/** The whole request (headers and body) must arrive within this. */
+export const REQUEST_TIMEOUT_MS = 30_000;
+/** The request line and headers must arrive within this. */
+export const HEADERS_TIMEOUT_MS = 10_000;
+/** Open client connections at once, at most. */
+export const MAX_CONNECTIONS = 4096;
 
 declare module "fastify" {
   interface FastifyInstance {
@@ -66,6 +77,8 @@ declare module "fastify" {
 /** Composition root: no I/O here beyond what the deps already hold. */
 export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyInstance> {
   const clock = deps.clock ?? systemClock;
+  const requestTimeoutMs = deps.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
+  const headersTimeoutMs = deps.headersTimeoutMs ?? HEADERS_TIMEOUT_MS;
   const app = Fastify({
     ...(deps.loggerInstance
       ? { loggerInstance: deps.loggerInstance }
@@ -79,17 +92,28 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     logController: new LogController({ requestIdLogLabel: "request_id" }),
     return503OnClosing: true,
     // Time to receive a whole request (headers and body) from the client; a body that never
-    // completes (a lying Content-Length) cannot hold a connection open forever.
-    requestTimeout: 30_000,
-    // Malformed HTTP (bad framing, invalid Content-Length): the contract's error body, not Fastify's.
+    // completes (a lying Content-Length, a trickle) cannot hold a connection open past it.
+    requestTimeout: requestTimeoutMs,
+    // Node checks those deadlines every connectionsCheckingInterval (30 s by default, so a deadline of
+    // 30 s could take 60): once a second keeps them within a second.
+    http: { headersTimeout: headersTimeoutMs, connectionsCheckingInterval: 1000 },
+    // Malformed HTTP (bad framing, invalid Content-Length) and requests past their deadline: the contract's error body.
     clientErrorHandler: (err, socket) => {
       if (!socket.writable) return socket.destroy(err);
-      const body = JSON.stringify({ detail: "Malformed HTTP request: the request line, headers or body framing could not be parsed." });
-      socket.end(`HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+      const timedOut = (err as { code?: string }).code === "ERR_HTTP_REQUEST_TIMEOUT";
+      const body = JSON.stringify({
+        detail: timedOut
+          ? `The request did not arrive in time: its headers must arrive within ${headersTimeoutMs / 1000} s and the whole request within ${requestTimeoutMs / 1000} s.`
+          : "Malformed HTTP request: the request line, headers or body framing could not be parsed.",
+      });
+      const status = timedOut ? "408 Request Timeout" : "400 Bad Request";
+      socket.end(`HTTP/1.1 ${status}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
     },
     forceCloseConnections: "idle",
   });
 
+  // Beyond this many open connections, new ones are refused (closed at once) instead of exhausting the process.
+  app.server.maxConnections = deps.maxConnections ?? MAX_CONNECTIONS;
   app.setValidatorCompiler(({ schema }) => compileSchema(schema as never));
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   installRequestContext(app);
@@ -120,7 +144,23 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     onCommit: (steps, seconds, ok) => metrics.storeCommitted(steps, seconds, ok),
   });
   const inFlight = new InFlight();
-  const admission = new AdmissionPolicy({ books, limiter, clock, config, observer });
+  const admission = new AdmissionPolicy({ books, clock, config, observer });
+  // Decisions and reads have limits of their own; rejected requests (413, 422) count like accepted ones.
+  const decisionLimit = rateLimit({
+    limiter,
+    limit: config.limits.requestsPerMinute,
+    key: (orgId) => orgId,
+    setting: "requests_per_minute",
+    what: "request",
+    observer,
+  });
+  const readLimit = rateLimit({
+    limiter,
+    limit: config.limits.readRequestsPerMinute,
+    key: (orgId) => `${orgId}:reads`,
+    setting: "read_requests_per_minute",
+    what: "usage read",
+  });
   const pipeline = new DecisionPipeline({
     books,
     registry,
@@ -151,11 +191,11 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
 
   metricsRoutes(app, { metrics, token: config.metricsToken });
   healthRoutes(app, { store, registry });
-  decisionRoutes(app, { store, pipeline, maxRequestBytes: config.limits.maxRequestBytes, inFlight });
+  decisionRoutes(app, { store, pipeline, maxRequestBytes: config.limits.maxRequestBytes, inFlight, rateLimit: decisionLimit });
   modelRoutes(app, { store, registry });
-  usageRoutes(app, { store });
+  usageRoutes(app, { store, rateLimit: readLimit });
   serviceConfigRoutes(app, config);
-  organizationRoutes(app, { config, store, clock });
+  organizationRoutes(app, { config, store, clock, rateLimit: readLimit });
   consoleRoutes(app);
   return app;
 }

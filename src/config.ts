@@ -1,10 +1,12 @@
 import { readFileSync } from "node:fs";
+import { resolve } from "node:path";
 import { ConfigFile } from "./contract/config.ts";
 import { compileSchema, toFieldErrors } from "./contract/validation.ts";
 import type { ModelContext } from "./contract/models.ts";
 import type { ServiceMode } from "./contract/decision.ts";
 import { formatUsd, parseUsd } from "./gateway/money.ts";
 import { DEFAULT_EMBEDDED_MODEL } from "./models/llama/default-model.ts";
+import { octal, readableByOthers } from "./private-files.ts";
 
 export const DEFAULT_DATABASE_URL = "sqlite:./data/tds.sqlite";
 
@@ -16,6 +18,8 @@ export interface EmbeddedModelSettings {
   poolSize?: number;
   queueLimit?: number;
   batchSize?: number;
+  /** The setting that names `source`, for messages ("TDS_MODEL_PATH", or the config file's entry). */
+  sourceSetting?: string;
 }
 
 export interface ConfiguredModel {
@@ -37,6 +41,8 @@ export interface Limits {
   maxRequestBytes: number;
   maxQuestions: number;
   requestsPerMinute: number;
+  /** Usage and organization reads per organization per minute (their own limit, apart from decisions). */
+  readRequestsPerMinute: number;
   previewRequestLimit: number;
   previewGlobalRequestLimit: number;
   reserveTokens: number;
@@ -64,6 +70,10 @@ export interface Config {
   modelTimeoutMs: number;
   reservationTtlSeconds: number;
   bootstrap: boolean;
+  /** Where a non-terminal start writes the first API key; null = next to the SQLite file, or ./data/. */
+  bootstrapKeyFile: string | null;
+  /** The TDS_CONFIG file and the secret settings it holds (their names, never their values). */
+  configFile: { path: string; secrets: string[] } | null;
   logLevel: string;
 }
 
@@ -78,6 +88,7 @@ export const DEFAULT_LIMITS: Limits = {
   maxRequestBytes: 1_048_576,
   maxQuestions: 32,
   requestsPerMinute: 60,
+  readRequestsPerMinute: 600,
   previewRequestLimit: 1000,
   previewGlobalRequestLimit: 100_000,
   reserveTokens: 32_768,
@@ -144,6 +155,56 @@ function embeddedModelName(source: string): string {
   return last.replace(/\.gguf$/i, "").replace(/:/g, "-").slice(0, 100) || "local";
 }
 
+/** The file's settings that hold a secret: a model service key, a password in a database or Redis URL. */
+function secretsIn(file: ConfigFile): string[] {
+  const secrets: string[] = [];
+  if (file.model_service?.api_key) secrets.push("model_service.api_key");
+  if (file.database_url && urlHasPassword(file.database_url)) secrets.push("database_url");
+  if (file.redis_url && urlHasPassword(file.redis_url)) secrets.push("redis_url");
+  return secrets;
+}
+
+function urlHasPassword(text: string): boolean {
+  try {
+    const url = new URL(text);
+    return url.password !== "" || url.searchParams.has("password");
+  } catch {
+    return false;
+  }
+}
+
+/** True for 127.0.0.0/8, ::1 (also IPv4-mapped) and localhost: addresses other machines cannot reach. */
+export function isLoopbackHost(host: string): boolean {
+  const h = host.trim().toLowerCase().replace(/^\[(.*)\]$/, "$1");
+  if (h === "localhost") return true;
+  if (h === "::1" || /^(0{0,4}:){7}0{0,3}1$/.test(h)) return true;
+  const v4 = h.replace(/^::ffff:/, "");
+  return /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(v4);
+}
+
+/**
+ * What a serving gateway refuses beyond loadConfig (the `tds` command reads the same settings and does
+ * not listen): GET /metrics without a token on an address other machines can reach.
+ */
+export function servingProblems(config: Pick<Config, "host" | "metricsToken">): string[] {
+  if (config.metricsToken !== null || isLoopbackHost(config.host)) return [];
+  return [
+    `HOST ${JSON.stringify(config.host)} is not a loopback address, so GET /metrics would be open to the network: ` +
+      `set TDS_METRICS_TOKEN to a secret (scrapers then send Authorization: Bearer <token>), or listen on 127.0.0.1`,
+  ];
+}
+
+/** A warning when the config file holds a secret and other users can read it (names the settings, never their values). */
+export function configFileWarning(configFile: Config["configFile"]): string | null {
+  if (!configFile || configFile.secrets.length === 0) return null;
+  const { readable, mode } = readableByOthers(configFile.path);
+  if (!readable) return null;
+  return (
+    `the config file ${configFile.path} holds a secret (${configFile.secrets.join(", ")}) and can be read by other users ` +
+    `(mode ${octal(mode)}): run chmod 600 ${configFile.path}`
+  );
+}
+
 /** Reads the configuration file (TDS_CONFIG) and the environment, which wins; throws ConfigError listing every problem. */
 export function loadConfig(env: Env = process.env): Config {
   const problems: string[] = [];
@@ -169,6 +230,8 @@ export function loadConfig(env: Env = process.env): Config {
     maxRequestBytes: envInt(env, "TDS_MAX_REQUEST_BYTES", 64, 64 * 1024 * 1024, problems) ?? fileLimits.max_request_bytes ?? DEFAULT_LIMITS.maxRequestBytes,
     maxQuestions: envInt(env, "TDS_MAX_QUESTIONS", 1, 32, problems) ?? fileLimits.max_questions ?? DEFAULT_LIMITS.maxQuestions,
     requestsPerMinute: envInt(env, "TDS_REQUESTS_PER_MINUTE", 1, 1_000_000, problems) ?? fileLimits.requests_per_minute ?? DEFAULT_LIMITS.requestsPerMinute,
+    readRequestsPerMinute:
+      envInt(env, "TDS_READ_REQUESTS_PER_MINUTE", 1, 1_000_000, problems) ?? fileLimits.read_requests_per_minute ?? DEFAULT_LIMITS.readRequestsPerMinute,
     previewRequestLimit: envInt(env, "TDS_PREVIEW_REQUEST_LIMIT", 0, 1_000_000_000, problems) ?? fileLimits.preview_request_limit ?? DEFAULT_LIMITS.previewRequestLimit,
     previewGlobalRequestLimit: envInt(env, "TDS_PREVIEW_GLOBAL_REQUEST_LIMIT", 0, 1_000_000_000, problems) ?? fileLimits.preview_global_request_limit ?? DEFAULT_LIMITS.previewGlobalRequestLimit,
     reserveTokens: envInt(env, "TDS_RESERVE_TOKENS", 1, 100_000_000, problems) ?? fileLimits.reserve_tokens ?? DEFAULT_LIMITS.reserveTokens,
@@ -191,6 +254,7 @@ export function loadConfig(env: Env = process.env): Config {
             ...(m.pool_size ? { poolSize: m.pool_size } : {}),
             ...(m.queue_limit !== undefined ? { queueLimit: m.queue_limit } : {}),
             ...(m.batch_size ? { batchSize: m.batch_size } : {}),
+            sourceSetting: `models[].source of "${m.name}" in the config file (TDS_CONFIG)`,
           },
         }
       : {}),
@@ -209,11 +273,11 @@ export function loadConfig(env: Env = process.env): Config {
   const embeddedName = envString(env, "TDS_MODEL_NAME");
   if (modelPath !== undefined) {
     const name = embeddedName ?? embeddedModelName(modelPath);
-    if (!models.some((m) => m.name === name)) models.push({ name, engine: "llama", llama: { source: modelPath }, upstreamName: name, aliases: [] });
+    if (!models.some((m) => m.name === name)) models.push({ name, engine: "llama", llama: { source: modelPath, sourceSetting: "TDS_MODEL_PATH" }, upstreamName: name, aliases: [] });
   } else if (serviceUrl === undefined && models.length === 0) {
     // Nothing configured at all: the in-process engine with its default model, fetched on first start.
     const name = embeddedName ?? DEFAULT_EMBEDDED_MODEL.name;
-    models.push({ name, engine: "llama", llama: { source: DEFAULT_EMBEDDED_MODEL.source }, upstreamName: name, aliases: [] });
+    models.push({ name, engine: "llama", llama: { source: DEFAULT_EMBEDDED_MODEL.source, sourceSetting: "TDS_MODEL_PATH" }, upstreamName: name, aliases: [] });
   }
   const names = new Set<string>();
   for (const m of models) {
@@ -248,6 +312,8 @@ export function loadConfig(env: Env = process.env): Config {
     modelTimeoutMs: envInt(env, "TDS_MODEL_TIMEOUT_MS", 1, 3_600_000, problems) ?? file.model_timeout_ms ?? 30_000,
     reservationTtlSeconds: envInt(env, "TDS_RESERVATION_TTL_SECONDS", 1, 86_400, problems) ?? file.reservation_ttl_seconds ?? 120,
     bootstrap: bootstrapText === undefined ? (file.bootstrap ?? true) : bootstrapText === "true" || bootstrapText === "1",
+    bootstrapKeyFile: envString(env, "TDS_BOOTSTRAP_KEY_FILE") ?? file.bootstrap_key_file ?? null,
+    configFile: configPath ? { path: resolve(configPath), secrets: secretsIn(file) } : null,
     logLevel: envString(env, "LOG_LEVEL") ?? file.log_level ?? "info",
   };
   if (config.redisUrl !== null && !/^rediss?:\/\//.test(config.redisUrl)) {

@@ -1,6 +1,6 @@
 import { buildApp } from "./app.ts";
-import { bootstrapFirstKey } from "./bootstrap.ts";
-import { ConfigError, loadConfig } from "./config.ts";
+import { bootstrapAndDeliver, bootstrapKeyFilePath } from "./bootstrap.ts";
+import { ConfigError, configFileWarning, loadConfig, servingProblems } from "./config.ts";
 import { systemClock } from "./gateway/clock.ts";
 import { MemoryRateLimiter } from "./limits/memory-rate-limiter.ts";
 import type { RateLimiter } from "./limits/rate-limiter.ts";
@@ -18,6 +18,8 @@ async function main(): Promise<void> {
   let config;
   try {
     config = loadConfig(process.env);
+    const problems = servingProblems(config);
+    if (problems.length > 0) throw new ConfigError(problems);
   } catch (err) {
     if (err instanceof ConfigError) {
       process.stderr.write(`${err.message}\n`);
@@ -27,10 +29,16 @@ async function main(): Promise<void> {
   }
 
   const log = pino({ level: config.logLevel, redact: { paths: ["req.headers.authorization", "req.headers.cookie"], censor: "[redacted]" } });
+  const configWarning = configFileWarning(config.configFile);
+  if (configWarning) log.warn({ component: "config" }, configWarning);
   const metrics = new Metrics({ processMetrics: true });
   const storeLog = log.child({ component: "store" });
   const store = await openStore(config.databaseUrl, {
-    sqlite: { ...SERVING_SQLITE, onCheckpointError: (message) => storeLog.warn(`SQLite WAL checkpoint failed (the WAL file grows until it succeeds): ${message}`) },
+    sqlite: {
+      ...SERVING_SQLITE,
+      onCheckpointError: (message) => storeLog.warn(`SQLite WAL checkpoint failed (the WAL file grows until it succeeds): ${message}`),
+      onWarning: (message) => storeLog.warn(message),
+    },
   });
   const modelService = openModelService(config);
   const engineLog = log.child({ component: "embedded-engine" });
@@ -54,14 +62,13 @@ async function main(): Promise<void> {
   const app = await buildApp(config, { store, modelService, engines, metrics, loggerInstance: log, ...(rateLimiter ? { rateLimiter } : {}) });
 
   if (config.bootstrap) {
-    const created = await bootstrapFirstKey(store, Date.now());
-    if (created) {
-      // Printed once, to the terminal only: never through the logger, never stored.
-      process.stdout.write(
-        `\nCreated organization "default" (${created.orgId}) and its first API key (${created.keyId}).\n` +
-          `Save it now; it is not shown again:\n\n    ${created.rawKey}\n\n`,
-      );
-    }
+    // Printed once on a terminal; otherwise stdout may be a log file or a shipper, so the key goes to a 0600 file.
+    await bootstrapAndDeliver(store, {
+      terminal: process.stdout.isTTY ? process.stdout : null,
+      keyFile: bootstrapKeyFilePath(config.bootstrapKeyFile, store),
+      log: log.child({ component: "bootstrap" }),
+      nowMs: Date.now,
+    });
   }
   if (!modelService && engines.size === 0) {
     app.log.warn("No model service configured: set TDS_MODEL_SERVICE_URL (a System One server) or TDS_MODEL_PATH (a GGUF model). /v1/systemone and /v1/models answer 503 until then.");

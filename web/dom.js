@@ -27,6 +27,15 @@ export function h(tag, props, ...children) {
   return el;
 }
 
+/**
+ * el.append(...children) for children built with conditions: null, undefined and false are skipped and
+ * arrays flattened (Element.append would insert the text "null").
+ */
+export function appendChildren(el, ...children) {
+  append(el, children);
+  return el;
+}
+
 function append(el, children) {
   for (const child of children) {
     if (child === null || child === undefined || child === false) continue;

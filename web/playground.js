@@ -4,7 +4,7 @@
 import { answerCard, spokenSummary } from "./answers.js";
 import { apiBaseUrl, ApiError } from "./api.js";
 import { curlSnippet, typescriptSnippet } from "./code.js";
-import { $, announce, clear, h, uid } from "./dom.js";
+import { $, announce, appendChildren, clear, h, uid } from "./dom.js";
 import { integer, ms, usd } from "./format.js";
 import { prettyJson, stringify } from "./json.js";
 import { buildRequest, freshId, level, locateField, option, question, sampleDraft, TEMPLATES, TYPE_LABELS } from "./questions.js";
@@ -280,7 +280,8 @@ export function createPlayground(deps) {
     };
 
     if (q.type === "choice") {
-      fieldset.append(
+      appendChildren(
+        fieldset,
         h("legend", { text: "Options" }),
         q.options.length ? h("div", { class: "crit-cols", "aria-hidden": "true" }, h("span", { text: "Name" }), h("span", { text: "Description (optional)" })) : null,
         h(
@@ -423,7 +424,8 @@ export function createPlayground(deps) {
 
   function showGeneral(title, lines = [], requestId = null) {
     const box = $("#general-error");
-    clear(box).append(
+    appendChildren(
+      clear(box),
       h("p", { class: "error-title", text: title }),
       lines.length ? h("ul", {}, lines.map((l) => h("li", { text: l }))) : null,
       requestId ? h("p", { class: "error-meta" }, "Request id ", h("code", { text: requestId })) : null,

@@ -2,7 +2,7 @@
 // limit, and a banner when a limit is reached (from a 429/402 answer or from the organization's
 // own numbers), saying which limit and when it resets.
 
-import { $, clear, h } from "./dom.js";
+import { $, appendChildren, clear, h } from "./dom.js";
 import { duration, integer, localTime, utcTime } from "./format.js";
 
 let resetTimer = null;
@@ -21,7 +21,8 @@ export function renderStatus(org) {
     );
   } else if (org.balance) {
     $("#st-quota-label").textContent = "Credits available";
-    $("#st-quota").replaceChildren(
+    appendChildren(
+      clear($("#st-quota")),
       h("strong", { text: `${org.balance.available_usd} USD` }),
       org.balance.reserved_microusd > 0 ? h("span", { class: "st-note", text: ` · ${org.balance.reserved_usd} USD reserved` }) : null,
     );

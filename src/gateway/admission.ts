@@ -1,5 +1,5 @@
 import type { Config } from "../config.ts";
-import type { RateLimiter } from "../limits/rate-limiter.ts";
+import type { TokenBound } from "../models/model-service.ts";
 import type { ResolvedModel } from "../models/registry.ts";
 import type { StoredResponse } from "../store/store.ts";
 import type { Books } from "./books.ts";
@@ -28,16 +28,15 @@ export interface Replayed {
 
 export interface AdmissionDeps {
   books: Books;
-  limiter: RateLimiter;
   clock: Clock;
   config: Pick<Config, "serviceMode" | "limits" | "reservationTtlSeconds">;
   observer?: DecisionObserver;
 }
 
 /**
- * The checks that decide whether a request is accepted: the per-minute rate (429), then, in one durable step with
- * the in-flight usage record, the Idempotency-Key (replay, 422, 409) and the preview day quotas (429) or the
- * credit reservation (402).
+ * The checks that decide whether a request is accepted, in one durable step with its in-flight usage record: the
+ * Idempotency-Key (replay, 422, 409) and the preview day quotas (429) or the credit reservation (402). (The
+ * per-minute rate is counted earlier, when the request is authenticated: src/http/rate-limit.ts.)
  */
 export class AdmissionPolicy {
   private readonly observer: DecisionObserver;
@@ -46,27 +45,23 @@ export class AdmissionPolicy {
     this.observer = deps.observer ?? silentObserver;
   }
 
-  /** The credit reservation of one paid request: reserve_tokens × (input price + output price). */
-  reservationAmount(model: ResolvedModel): number {
-    const tokens = this.deps.config.limits.reserveTokens;
-    return tokenCost(model.price, tokens, tokens);
+  /**
+   * The credit reservation of one paid request: what it can cost at most — its token bound, each count capped at
+   * reserve_tokens (the gateway's bound for accounting: no request is charged more, none is refused for its bound).
+   */
+  reservationAmount(model: ResolvedModel, bound: TokenBound): { amount: number; tokens: TokenBound } {
+    const cap = this.deps.config.limits.reserveTokens;
+    const tokens = { input: Math.min(bound.input, cap), output: Math.min(bound.output, cap) };
+    return { amount: tokenCost(model.price, tokens.input, tokens.output), tokens };
   }
 
-  async admit(ctx: DecisionContext, model: ResolvedModel, idempotency: IdempotencyRequest | null): Promise<Admitted | Replayed> {
-    const { books, limiter, clock, config } = this.deps;
-    const rate = await limiter.consume(ctx.org.id, config.limits.requestsPerMinute);
-    if (!rate.allowed) {
-      this.observer.rejected("rate_limited");
-      throw new GatewayError(
-        "rate_limited",
-        `Per-minute request limit of the organization reached (requests_per_minute = ${config.limits.requestsPerMinute}); retry in ${Math.ceil(rate.retryAfterMs / 1000)} s.`,
-        { retryAfterMs: rate.retryAfterMs },
-      );
-    }
-
+  /** `bound`: the request's token bound (paid mode; ignored in preview). */
+  async admit(ctx: DecisionContext, model: ResolvedModel, idempotency: IdempotencyRequest | null, bound: TokenBound | null): Promise<Admitted | Replayed> {
+    const { books, clock, config } = this.deps;
     const now = clock.nowMs();
     const paid = config.serviceMode === "paid";
-    const amount = paid ? this.reservationAmount(model) : null;
+    const reservation = paid && bound ? this.reservationAmount(model, bound) : null;
+    const amount = reservation?.amount ?? null;
     const result = await books.admit({
       requestId: ctx.requestId,
       orgId: ctx.org.id,
@@ -119,7 +114,8 @@ export class AdmissionPolicy {
         this.observer.rejected("insufficient_credits");
         throw new GatewayError(
           "insufficient_credits",
-          `Available credits (${formatUsd(result.availableMicrousd)} USD) cannot cover the token reservation of this request (${formatUsd(amount ?? 0)} USD for reserve_tokens = ${config.limits.reserveTokens}).`,
+          `Available credits (${formatUsd(result.availableMicrousd)} USD) cannot cover the reservation of this request: ` +
+            `${formatUsd(amount ?? 0)} USD for at most ${reservation?.tokens.input ?? 0} input and ${reservation?.tokens.output ?? 0} output tokens.`,
         );
     }
   }

@@ -2,7 +2,7 @@ import type { Config } from "../config.ts";
 import type { DecisionRequest, DecisionResponse, Usage } from "../contract/decision.ts";
 import type { ModelRegistry, ResolvedModel } from "../models/registry.ts";
 import { modelServiceFailure } from "../models/registry.ts";
-import { type ModelAnswerSet, ModelServiceError } from "../models/model-service.ts";
+import { type ModelAnswerSet, type ModelCall, ModelServiceError } from "../models/model-service.ts";
 import { isStoreUnavailable } from "../store/store-errors.ts";
 import type { AdmissionPolicy, Admitted } from "./admission.ts";
 import { checkAnswers } from "./answer-check.ts";
@@ -12,6 +12,7 @@ import type { DecisionContext, DecisionReply, IdempotencyRequest } from "./decis
 import { GatewayError } from "./errors.ts";
 import { cappedTokenCost, formatUsd } from "./money.ts";
 import { type DecisionObserver, silentObserver } from "./observer.ts";
+import { tokenBoundOf } from "./token-bound.ts";
 
 export type { DecisionContext, DecisionReply, IdempotencyRequest } from "./decision-context.ts";
 
@@ -49,7 +50,7 @@ type Ending = { command: CompleteCommand; reply: DecisionReply; error?: undefine
 const round3 = (ms: number) => Math.max(0, Math.round(ms * 1000) / 1000);
 
 /**
- * max_questions → model → admission (one durable step) → model call → answer checks → completion (one durable step)
+ * (max_questions, before the schema: checkQuestionCount) model → admission (one durable step) → model call → answer checks → completion (one durable step)
  * → the reply, sent only after the completion committed. Every admitted request gets a completion attempt
  * whatever happens after admission (model failure, bad answers, an exception, shutdown); when that attempt
  * cannot be stored, a second one (nothing charged) runs in the background, and the expiry sweep is the last resort.
@@ -63,33 +64,50 @@ export class DecisionPipeline {
     this.observer = deps.observer ?? silentObserver;
   }
 
-  async decide(ctx: DecisionContext, request: DecisionRequest, idempotency: IdempotencyRequest | null): Promise<DecisionReply> {
-    const { config } = this.deps;
-    const questionCount = Object.keys(request.questions).length;
-    if (questionCount > config.limits.maxQuestions) {
+  /**
+   * max_questions, checked on the parsed body before the schema is (the route's preValidation), so that a body with
+   * thousands of questions is refused after one count instead of a validation of each question. Anything that is
+   * not an object of questions is left to the schema.
+   */
+  checkQuestionCount(body: unknown): void {
+    const max = this.deps.config.limits.maxQuestions;
+    if (body === null || typeof body !== "object" || Array.isArray(body)) return;
+    const questions = (body as Record<string, unknown>).questions;
+    if (!Object.hasOwn(body, "questions") || questions === null || typeof questions !== "object" || Array.isArray(questions)) return;
+    const count = Object.keys(questions).length;
+    if (count > max) {
       throw new GatewayError("invalid_body", undefined, {
-        errors: [{ field: "questions", message: `must have at most ${config.limits.maxQuestions} questions (max_questions); got ${questionCount}` }],
+        errors: [{ field: "questions", message: `must have at most ${max} questions (max_questions); got ${count}` }],
       });
     }
+  }
+
+  /** `text`: the request's own JSON text of `state` and `questions`, forwarded as is when given. */
+  async decide(
+    ctx: DecisionContext,
+    request: DecisionRequest,
+    idempotency: IdempotencyRequest | null,
+    text?: { state: string; questions: string },
+  ): Promise<DecisionReply> {
+    const { config } = this.deps;
     const model = await this.deps.registry.resolve(request.model);
-    const admitted = await this.deps.admission.admit(ctx, model, idempotency);
+    const call: ModelCall = { model: model.upstreamName, state: request.state, questions: request.questions, ...(text ? { text } : {}) };
+    const bound = config.serviceMode === "paid" ? await tokenBoundOf(model.service, call) : null;
+    const admitted = await this.deps.admission.admit(ctx, model, idempotency, bound);
     if (admitted.kind === "replay") {
       return { status: 200, body: admitted.response.body, requestId: admitted.response.requestId, replayed: true };
     }
     const accepted: Accepted = { ctx, model, admitted, idempotency, callMs: 0 };
-    return this.complete(accepted, await this.run(accepted, request));
+    return this.complete(accepted, await this.run(accepted, request, call));
   }
 
   /** The model call and everything up to the reply; never throws (an error becomes the request's ending). */
-  private async run(accepted: Accepted, request: DecisionRequest): Promise<Ending> {
+  private async run(accepted: Accepted, request: DecisionRequest, call: ModelCall): Promise<Ending> {
     const { ctx, model } = accepted;
     const callStart = this.monotonicMs();
     let answerSet: ModelAnswerSet;
     try {
-      answerSet = await model.service.decide(
-        { model: model.upstreamName, state: request.state, questions: request.questions },
-        { timeoutMs: this.deps.config.modelTimeoutMs, ...(ctx.signal ? { signal: ctx.signal } : {}) },
-      );
+      answerSet = await model.service.decide(call, { timeoutMs: this.deps.config.modelTimeoutMs, ...(ctx.signal ? { signal: ctx.signal } : {}) });
     } catch (err) {
       accepted.callMs = this.monotonicMs() - callStart;
       this.observer.modelFailed(err instanceof ModelServiceError ? err.kind : "unexpected");

@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply } from "fastify";
 import type { ErrorResponse, FieldError } from "../contract/errors.ts";
-import { MAX_FIELD_ERRORS, toFieldErrors } from "../contract/validation.ts";
+import { MAX_FIELD_ERRORS, summarizeFieldErrors } from "../contract/validation.ts";
 import { GatewayError } from "../gateway/errors.ts";
 import { isStoreUnavailable, StoreInputError } from "../store/store-errors.ts";
 import { ERROR_CATALOGUE, type ErrorCode } from "./error-catalogue.ts";
@@ -9,6 +9,8 @@ import { HttpError } from "./http-error.ts";
 export interface ErrorReplyOptions {
   detail?: string;
   errors?: FieldError[];
+  /** How many problems were found when `errors` lists only some of them (default: errors.length). */
+  totalErrors?: number;
   retryAfterMs?: number;
 }
 
@@ -18,7 +20,7 @@ export function sendError(reply: FastifyReply, code: ErrorCode, options: ErrorRe
   let detail = options.detail ?? entry.detail;
   const body: ErrorResponse = { detail };
   if (options.errors && options.errors.length > 0) {
-    const total = options.errors.length;
+    const total = Math.max(options.totalErrors ?? 0, options.errors.length);
     body.errors = options.errors.slice(0, MAX_FIELD_ERRORS);
     if (total > MAX_FIELD_ERRORS) detail = `${detail} (showing the first ${MAX_FIELD_ERRORS} of ${total} problems)`;
     body.detail = detail;
@@ -32,10 +34,10 @@ export function sendError(reply: FastifyReply, code: ErrorCode, options: ErrorRe
   return reply.code(entry.status).type("application/json; charset=utf-8").send(body);
 }
 
-function validationDetail(errors: FieldError[]): string {
+function validationDetail(errors: FieldError[], total = errors.length): string {
   const first = errors[0];
   const summary = first ? `${first.field}: ${first.message}` : "";
-  return errors.length > 1 ? `Invalid request body: ${summary} (and ${errors.length - 1} more)` : `Invalid request body: ${summary}`;
+  return total > 1 ? `Invalid request body: ${summary} (and ${total - 1} more)` : `Invalid request body: ${summary}`;
 }
 
 export function installErrorHandling(app: FastifyInstance): void {
@@ -64,10 +66,12 @@ export function installErrorHandling(app: FastifyInstance): void {
     const fe = error as FastifyError;
     if (fe.validation) {
       const where = fe.validationContext;
-      let errors = toFieldErrors(fe.validation as never);
+      // Only the listed problems get a message; the rest are counted (validation.ts, linear in the errors).
+      const summary = summarizeFieldErrors(fe.validation as never, MAX_FIELD_ERRORS);
+      let errors = summary.errors;
       if (where && where !== "body") errors = errors.map((e) => ({ field: `${where}.${e.field}`.replace(/\.\(body\)$/, ""), message: e.message }));
       const code = where === "body" ? "invalid_body" : "invalid_query";
-      return sendError(reply, code, { detail: validationDetail(errors), errors });
+      return sendError(reply, code, { detail: validationDetail(errors, summary.total), errors, totalErrors: summary.total });
     }
     switch (fe.code) {
       case "FST_ERR_CTP_BODY_TOO_LARGE":
@@ -82,6 +86,11 @@ export function installErrorHandling(app: FastifyInstance): void {
         return sendError(reply, "invalid_json", { detail: "Request body length does not match its Content-Length." });
       default:
         break;
+    }
+    if (request.raw.socket?.destroyed) {
+      // The client went away before its request was read (an abort, a reset): nobody to answer, nothing wrong here.
+      request.log.info({ code: fe.code }, "client closed the connection before the request was read");
+      return reply.code(400).send();
     }
     if (isStoreUnavailable(error)) {
       request.log.error({ err: error }, "storage unavailable");

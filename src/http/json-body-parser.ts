@@ -1,32 +1,30 @@
 import { createHash } from "node:crypto";
 import type { FastifyInstance } from "fastify";
 import { HttpError } from "./http-error.ts";
+import { scanJson } from "./json-members.ts";
+
+/** The members of a decision request that are forwarded to the model service as the client wrote them. */
+const FORWARDED_MEMBERS = ["state", "questions"] as const;
 
 declare module "fastify" {
   interface FastifyRequest {
     /** sha256 (hex) of the body bytes; computed only for requests that send an Idempotency-Key. */
     bodySha256: string | null;
+    /** The original text of the body's top-level `state` and `questions`, for forwarding them exactly (json-members.ts). */
+    jsonMembers: Map<string, string> | null;
   }
+}
+
+/** The charset parameter of a Content-Type, lowercased; null when there is none. */
+function charsetOf(contentType: string | undefined): string | null {
+  const match = /;\s*charset\s*=\s*"?([^";\s]*)"?/i.exec(contentType ?? "");
+  return match ? match[1]!.toLowerCase() : null;
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
 
 /** Deeper JSON is refused (422): no state needs it, and recursive code downstream (serialisers, prompts) would overflow. */
 export const MAX_JSON_DEPTH = 256;
-
-/** True when arrays/objects nest deeper than `limit` (iterative: deep input cannot overflow the stack here). */
-export function nestedDeeperThan(value: unknown, limit: number): boolean {
-  const stack: Array<[unknown, number]> = [[value, 1]];
-  while (stack.length > 0) {
-    const [node, depth] = stack.pop()!;
-    if (node === null || typeof node !== "object") continue;
-    if (depth > limit) return true;
-    for (const child of Array.isArray(node) ? node : Object.values(node)) {
-      if (child !== null && typeof child === "object") stack.push([child, depth + 1]);
-    }
-  }
-  return false;
-}
 
 /**
  * The only body parser: application/json, strict UTF-8, plain JSON.parse (so `__proto__` and
@@ -35,8 +33,13 @@ export function nestedDeeperThan(value: unknown, limit: number): boolean {
 export function installJsonBodyParser(app: FastifyInstance): void {
   app.removeAllContentTypeParsers();
   app.decorateRequest("bodySha256", null);
+  app.decorateRequest("jsonMembers", null);
   app.addContentTypeParser("application/json", { parseAs: "buffer" }, (request, body, done) => {
     const bytes = body as Buffer;
+    const charset = charsetOf(request.headers["content-type"]);
+    if (charset !== null && charset !== "utf-8" && charset !== "utf8") {
+      return done(new HttpError("unsupported_media_type", `Request bodies must be UTF-8 JSON; Content-Type declares charset=${charset}.`), undefined);
+    }
     if (request.headers["idempotency-key"] !== undefined) request.bodySha256 = createHash("sha256").update(bytes).digest("hex");
     if (bytes.length === 0) return done(new HttpError("invalid_json", "Request body is empty; send a JSON object."), undefined);
     let text: string;
@@ -45,6 +48,11 @@ export function installJsonBodyParser(app: FastifyInstance): void {
     } catch {
       return done(new HttpError("invalid_utf8"), undefined);
     }
+    // Before parsing: a body nested too deep is refused without building it (JSON.parse would recurse into it).
+    const scanned = scanJson(text, MAX_JSON_DEPTH, FORWARDED_MEMBERS);
+    if (scanned.deeperThanLimit) {
+      return done(new HttpError("invalid_json", `Request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels.`), undefined);
+    }
     let parsed: unknown;
     try {
       parsed = JSON.parse(text);
@@ -52,9 +60,7 @@ export function installJsonBodyParser(app: FastifyInstance): void {
       const detail = err instanceof RangeError ? `JSON nests deeper than ${MAX_JSON_DEPTH} levels` : (err as Error).message;
       return done(new HttpError("invalid_json", `Request body is not valid JSON: ${detail}`), undefined);
     }
-    if (nestedDeeperThan(parsed, MAX_JSON_DEPTH)) {
-      return done(new HttpError("invalid_json", `Request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels.`), undefined);
-    }
+    request.jsonMembers = scanned.members;
     done(null, parsed);
   });
 }

@@ -12,6 +12,17 @@ export interface ModelCall {
   model: string;
   state: unknown;
   questions: Record<string, Question>;
+  /**
+   * The request's own JSON text of `state` and `questions`, when known: what adapters send, so that every value —
+   * numbers above 2^53 or beyond the double range included — reaches the model exactly as the client wrote it.
+   */
+  text?: { state: string; questions: string };
+}
+
+/** At most this many tokens a call will be reported to use. */
+export interface TokenBound {
+  input: number;
+  output: number;
 }
 
 export interface CallOptions {
@@ -53,5 +64,7 @@ export class ModelServiceError extends Error {
 export interface ModelService {
   listModels(options: CallOptions): Promise<UpstreamModel[]>;
   decide(call: ModelCall, options: CallOptions): Promise<ModelAnswerSet>;
+  /** The tokens `decide` will report at most for this call, when this service can count them (an in-process engine); null otherwise. */
+  tokenBound?(call: ModelCall): Promise<TokenBound | null>;
   close(): Promise<void>;
 }

@@ -37,6 +37,7 @@ export async function openEngines(config: Config, logger: EngineLogger): Promise
         name: m.name,
         source: s.source,
         cacheDir: config.modelCacheDir,
+        ...(s.sourceSetting ? { sourceSetting: s.sourceSetting } : {}),
         ...(s.threads ? { threads: s.threads } : {}),
         ...(s.contextSize ? { contextSize: s.contextSize } : {}),
         ...(s.poolSize ? { poolSize: s.poolSize } : {}),

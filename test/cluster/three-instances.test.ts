@@ -8,7 +8,7 @@ import type { Store } from "../../src/store/store.ts";
 import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
 import { createTestDatabase } from "../support/postgres-db.ts";
 import { startGatewayProcess, type GatewayProcess } from "../support/gateway-process.ts";
-import { sampleRequest } from "../support/gateway-harness.ts";
+import { sampleRequest, TICKET_HISTORY } from "../support/gateway-harness.ts";
 
 const REDIS_URL = process.env.TDS_TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
 const LIMIT_PER_MINUTE = 20;
@@ -87,7 +87,8 @@ describe("three gateway processes on PostgreSQL + Redis share one truth", () => 
     });
     await paid.store.grantCredits({ orgId: paid.orgId, amountMicrousd: CREDIT_FOR * RESERVATION_MICROUSD, nowMs: Date.now() });
     // A slow model: every reservation is attempted before any is settled.
-    const statuses = await burst(paid, sampleRequest({ state: { fake_behavior: "delay:1500", tag: randomBytes(4).toString("hex") } }));
+    // Its token bound is over reserve_tokens (TICKET_HISTORY): each reservation is the cap, RESERVATION_MICROUSD.
+    const statuses = await burst(paid, sampleRequest({ state: { fake_behavior: "delay:1500", tag: randomBytes(4).toString("hex"), history: TICKET_HISTORY } }));
     assert.equal(count(statuses, 200), CREDIT_FOR, JSON.stringify(statuses));
     assert.equal(count(statuses, 402), LIMIT_PER_MINUTE - CREDIT_FOR, "the rest of the rate limit found no credit");
     assert.equal(count(statuses, 429), 2 * LIMIT_PER_MINUTE, "exactly the limit passed the shared rate limiter");

@@ -123,11 +123,11 @@ describe("faults after admission", { timeout: 30_000 }, () => {
       const res = await gw.decide(sampleRequest());
       const body = await json(res);
       assert.equal(res.status, 200, JSON.stringify(body));
-      // The reservation: 1000 reserved tokens × (1000 + 1000) USD per million = 2 USD.
-      assert.equal(body.usage.cost_microusd, 2_000_000);
+      // The reservation: 1000 input tokens (the cap) and 3 output tokens (one per question) × 1000 USD per million.
+      assert.equal(body.usage.cost_microusd, 1_003_000);
       const record = await gw.store.getUsage(gw.orgId, body.request_id);
-      assert.deepEqual([record?.outcome, record?.overReservation, record?.costMicrousd], ["succeeded", true, 2_000_000]);
-      assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), { available: 3_000_000, reserved: 0, spent: 2_000_000, granted: 5_000_000 });
+      assert.deepEqual([record?.outcome, record?.overReservation, record?.costMicrousd], ["succeeded", true, 1_003_000]);
+      assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), { available: 3_997_000, reserved: 0, spent: 1_003_000, granted: 5_000_000 });
     } finally {
       await gw.close();
     }

@@ -34,12 +34,17 @@ describe("GET /v1/models, GET /api/config, GET /openapi.json", () => {
       "max_request_bytes",
       "preview_global_request_limit",
       "preview_request_limit",
+      "read_requests_per_minute",
       "requests_per_minute",
       "reserve_tokens",
     ]);
     assert.equal(body.limits.max_request_bytes, 65536);
     assert.equal(body.limits.requests_per_minute, 120);
     assert.equal(body.pricing.price_per_million_input_usd, null);
+    assert.deepEqual(
+      { ...body.pricing.reservation, rule: typeof body.pricing.reservation.rule },
+      { rule: "string", prompt_overhead_tokens: 256, question_overhead_tokens: 64, output_tokens_per_question: 1, cap_tokens: body.limits.reserve_tokens },
+    );
     assert.ok(!JSON.stringify(body).includes(gw.fake!.url), "the upstream URL is not published");
   });
 

@@ -4,7 +4,7 @@ import { describe, test } from "node:test";
 import pino from "pino";
 import { Metrics } from "../../src/observability/metrics.ts";
 import { errorBody, json } from "../support/contract-check.ts";
-import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
+import { sampleRequest, startGateway, TICKET_HISTORY } from "../support/gateway-harness.ts";
 
 function metricValue(text: string, name: string, labels: Record<string, string> = {}): number {
   const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
@@ -18,19 +18,20 @@ describe("observability", () => {
   test("/metrics after a mix of requests has the expected counters", async () => {
     const gw = await startGateway({
       metrics: new Metrics(),
-      env: { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "1000", TDS_REQUESTS_PER_MINUTE: "5" },
+      env: { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "1000", TDS_REQUESTS_PER_MINUTE: "6" },
     });
     try {
-      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 2100, nowMs: Date.now() });
+      // Every sampleRequest() reserves the cap, 1000 µUSD, and costs ~415 µUSD (the fake's token count).
+      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 2400, nowMs: Date.now() });
       const statuses: number[] = [];
       const mix = [
-        sampleRequest(), // 200, ~100 µUSD
-        sampleRequest({ state: { fake_behavior: "tokens:900:0" } }), // 200, 900 µUSD
-        sampleRequest({ state: { fake_behavior: "status:500" } }), // 502, released
-        { state: 1 }, // 422, before admission
+        sampleRequest(), // 200, ~415 µUSD
+        sampleRequest({ state: { fake_behavior: "tokens:900:0", history: TICKET_HISTORY } }), // 200, 900 µUSD
+        sampleRequest({ state: { fake_behavior: "status:500", history: TICKET_HISTORY } }), // 502, released
+        { state: 1 }, // 422, before admission (it counts against the rate limit all the same)
         sampleRequest(), // 200: then under 1000 µUSD are left, less than one reservation
         sampleRequest(), // 402
-        sampleRequest(), // 429: the fifth counted request of the minute came before
+        sampleRequest(), // 429: the sixth counted request of the minute came before
       ];
       for (const body of mix) {
         const res = await gw.decide(body);

@@ -6,7 +6,7 @@ import { createSystemOneHttpService } from "../../src/models/systemone-http/syst
 import { startFakeModelServer } from "../fixtures/fake-model-server.ts";
 import { assertShape, errorBody, json } from "../support/contract-check.ts";
 import { assertLedgerMatches } from "../support/books.ts";
-import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
+import { sampleRequest, startGateway, TICKET_HISTORY } from "../support/gateway-harness.ts";
 
 /** 1 USD per million input tokens = 1 microUSD per token; 1000 tokens reserved = 1000 microUSD per request. */
 const PAID = {
@@ -24,13 +24,14 @@ describe("paid mode", () => {
     try {
       await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: k * 1000, nowMs: Date.now() });
       // The model answers slowly, so every reservation is attempted before any is settled.
-      const body = sampleRequest({ state: { fake_behavior: "delay:1500", text: "slow" } });
+      // Its token bound is over reserve_tokens: every reservation is the cap, 1000 tokens × 1 USD per million.
+      const body = sampleRequest({ state: { fake_behavior: "delay:1500", text: "slow", history: TICKET_HISTORY } });
       const responses = await Promise.all(Array.from({ length: 5 * k }, () => gw.decide(body)));
       const ok = responses.filter((r) => r.status === 200);
       const refused = responses.filter((r) => r.status === 402);
       assert.equal(ok.length, k);
       assert.equal(refused.length, 4 * k);
-      for (const r of refused) assert.match((await errorBody(r, 402)).detail, /cannot cover the token reservation/);
+      for (const r of refused) assert.match((await errorBody(r, 402)).detail, /cannot cover the reservation of this request: 0\.001 USD for at most 1000 input and 3 output tokens/);
       let charged = 0;
       for (const r of ok) {
         const b = await json(r);
@@ -53,10 +54,10 @@ describe("paid mode", () => {
     const gw = await startGateway({ env: { ...PAID, TDS_PRICE_PER_MILLION_INPUT_USD: "0.25", TDS_PRICE_PER_MILLION_OUTPUT_USD: "2" } });
     try {
       await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 5_000_000, nowMs: Date.now() });
-      const res = await gw.decide(sampleRequest({ state: { fake_behavior: "tokens:1000001:3" } }));
+      const res = await gw.decide(sampleRequest({ state: { fake_behavior: "tokens:1000001:3", history: TICKET_HISTORY } }));
       const tooMany = await json(res);
       assert.equal(res.status, 200);
-      assert.equal(tooMany.usage.cost_microusd, 2250, "over the reservation: charged the reservation, 1000 tokens × (0.25 + 2) USD per million");
+      assert.equal(tooMany.usage.cost_microusd, 256, "over the reservation: charged the reservation, 1000 input × 0.25 + 3 output × 2 USD per million");
       const record = await gw.store.getUsage(gw.orgId, tooMany.request_id);
       assert.equal(record?.overReservation, true);
 
@@ -65,7 +66,7 @@ describe("paid mode", () => {
       assert.equal(b.usage.cost_microusd, 8);
       assert.equal(b.usage.cost_usd, "0.000008");
       assert.equal(b.usage.price_per_million_input_usd, "0.25");
-      assert.equal((await gw.store.getBalance(gw.orgId)).available, 5_000_000 - 2250 - 8);
+      assert.equal((await gw.store.getBalance(gw.orgId)).available, 5_000_000 - 256 - 8);
       await assertLedgerMatches(gw.store, gw.orgId);
     } finally {
       await gw.close();

@@ -49,6 +49,43 @@ describe("per-minute rate limit", () => {
   });
 });
 
+describe("every authenticated request counts", () => {
+  test("invalid bodies (422) use up the per-minute limit like valid ones; the 429 comes before the body is read (no 413)", async () => {
+    const gw = await startGateway({ env: { TDS_REQUESTS_PER_MINUTE: "3", TDS_MAX_REQUEST_BYTES: "4096" } });
+    try {
+      for (let i = 0; i < 3; i++) await errorBody(await gw.decide({ state: 1, questions: { q: { type: "nope" } } }), 422);
+      const limited = await gw.decide(sampleRequest());
+      assert.match((await errorBody(limited, 429)).detail, /requests_per_minute = 3/);
+      assert.equal(limited.headers.get("retry-after"), "60");
+      // Over the byte limit too: refused for the rate before anything is read, so 429, not 413.
+      await errorBody(await gw.decide("x".repeat(100_000)), 429);
+      assert.equal(gw.fake!.calls.decide, 0);
+      assert.equal((await gw.store.listUsage(gw.orgId, { limit: 10 })).records.length, 0, "nothing recorded for rejected requests");
+      // A 401 is not counted against anyone.
+      await errorBody(await gw.decide(sampleRequest(), { authorization: "Bearer tds_aaaaaaaaaaaa_" + "a".repeat(43) }), 401);
+    } finally {
+      await gw.close();
+    }
+  });
+
+  test("usage reads have a per-minute limit of their own, apart from decisions", async () => {
+    const gw = await startGateway({ env: { TDS_REQUESTS_PER_MINUTE: "2", TDS_READ_REQUESTS_PER_MINUTE: "3" } });
+    try {
+      assert.equal((await gw.get("/v1/usage")).status, 200);
+      assert.equal((await gw.get("/v1/usage/summary")).status, 200);
+      assert.equal((await gw.get("/v1/organization")).status, 200);
+      const limited = await gw.get("/v1/usage?limit=1");
+      assert.match((await errorBody(limited, 429)).detail, /usage read limit.*read_requests_per_minute = 3/);
+      assert.ok(Number(limited.headers.get("retry-after")) > 0);
+      assert.equal((await gw.decide(sampleRequest())).status, 200, "decisions keep their own limit");
+      const config = (await (await fetch(`${gw.url}/api/config`)).json()) as { limits: { read_requests_per_minute: number } };
+      assert.equal(config.limits.read_requests_per_minute, 3);
+    } finally {
+      await gw.close();
+    }
+  });
+});
+
 describe("preview daily quotas", () => {
   test("reset at 00:00:00.000 UTC for the organization and the service; Playground and API share the counters", async () => {
     const clock = new FixedClock(Date.parse("2026-11-26T23:59:59.000Z"));

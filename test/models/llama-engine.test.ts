@@ -174,6 +174,10 @@ describe("embedded engine on the generated tiny model", () => {
     assert.equal(result.usage.input_tokens, expectedInput);
     assert.ok(result.usage.input_tokens < t1.length + t2.length + t3.length, "the state is evaluated once");
     assert.equal(result.usage.output_tokens, 3);
+    // The token bound a paid reservation is made of: never below what is reported, close above it.
+    const bound = (await service.tokenBound!(call()))!;
+    assert.ok(bound.input >= result.usage.input_tokens && bound.input <= t1.length + t2.length + t3.length, JSON.stringify(bound));
+    assert.equal(bound.output, 3);
     assert.ok(result.latencyMs > 0);
   });
 
@@ -264,6 +268,8 @@ describe("embedded engine on the generated tiny model", () => {
       // One answer position plus one per distinct first label token; one more for the small question.
       const firstTokens = new Set(many.labelTokens.map((t) => t[0]));
       assert.equal(result.usage.output_tokens, 1 + firstTokens.size + 1);
+      const bound = (await fewService.tokenBound!(call(qs)))!;
+      assert.ok(bound.input >= result.usage.input_tokens && bound.output >= result.usage.output_tokens, JSON.stringify({ bound, usage: result.usage }));
     } finally {
       await ctx.dispose();
       await fewModel.dispose();

@@ -1,13 +1,16 @@
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { copyFileSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { createServer } from "node:net";
 import type { AddressInfo } from "node:net";
 import type { Question } from "../../src/contract/decision.ts";
 import { checkAnswers } from "../../src/gateway/answer-check.ts";
-import { createLlamaService, NOT_READY_HINT, type LlamaService } from "../../src/models/llama/llama-service.ts";
+import { createLlamaService, SEE_THE_LOG, sourceHint, type LlamaService } from "../../src/models/llama/llama-service.ts";
 import { DEFAULT_MODEL_SOURCE, modelSourceKind, resolveModelSource } from "../../src/models/llama/model-source.ts";
+import { loadConfig } from "../../src/config.ts";
+import { openEngines } from "../../src/models/open-model-service.ts";
 import { startFakeHub, type FakeHub } from "../fixtures/gguf/fake-hub.ts";
 import { expectKind, makeModelDir, recordingLogger, tinyService, type ModelDir } from "../fixtures/gguf/tiny-model.ts";
 
@@ -26,16 +29,34 @@ before(() => {
 });
 after(() => models?.cleanup());
 
-/** Asserts a service that cannot load: state "failed", one clear error logged, not_ready everywhere, no crash. */
-async function expectFailed(service: LlamaService, logger: ReturnType<typeof recordingLogger>, reason: RegExp): Promise<void> {
+/** No file-system path in a text shown to API clients: not the test's folders, not the working directory, no absolute path. */
+function assertNoPath(text: string): void {
+  for (const dir of [models.dir, tmpdir(), process.cwd()]) assert.ok(!text.includes(dir), `${JSON.stringify(text)} shows ${dir}`);
+  assert.doesNotMatch(text, /(^|[\s(:'"])\.{0,2}\/[\w.-]/, "no absolute or relative path");
+  assert.doesNotMatch(text, /\.gguf\b/, "no file name");
+}
+
+/**
+ * Asserts a service that cannot load: state "failed", one clear error logged (with the path and the underlying
+ * error), not_ready everywhere with a detail that names the problem and the setting but no path, no crash.
+ */
+async function expectFailed(
+  service: LlamaService,
+  logger: ReturnType<typeof recordingLogger>,
+  shown: RegExp,
+  logged: RegExp,
+  hint = sourceHint("TDS_MODEL_PATH"),
+): Promise<void> {
   await expectKind(service.ready(), "not_ready");
   const status = service.status();
   assert.equal(status.state, "failed");
-  assert.match(status.detail ?? "", reason);
-  assert.ok(status.detail?.endsWith(NOT_READY_HINT), status.detail);
+  assert.match(status.detail ?? "", shown);
+  assert.ok(status.detail?.endsWith(`; ${hint} ${SEE_THE_LOG}`), status.detail);
+  assertNoPath(status.detail ?? "");
   const errors = logger.lines.filter((l) => l.level === "error");
   assert.equal(errors.length, 1, `one error line, got ${JSON.stringify(logger.lines)}`);
-  assert.equal(errors[0]?.msg, status.detail);
+  assert.match(errors[0]?.msg ?? "", logged);
+  assert.ok(errors[0]?.msg.endsWith(hint), errors[0]?.msg);
   const e1 = await expectKind(service.decide(call, OPTS), "not_ready");
   assert.equal(e1.message, status.detail);
   const e2 = await expectKind(service.listModels(OPTS), "not_ready");
@@ -50,8 +71,16 @@ describe("embedded engine: loading and failures", () => {
     const logger = recordingLogger();
     const service = tinyService(models.model("tiny"), { logger });
     assert.equal(service.status().state, "loading");
-    await expectKind(service.listModels(OPTS), "not_ready", /^the model is still loading \(\d+%\)/);
+    assertNoPath((await expectKind(service.listModels(OPTS), "not_ready", /^the model is still loading \(\d+%\)/)).message);
     await expectKind(service.decide(call, OPTS), "not_ready", /^the model is still loading \(\d+%\)/);
+    // Every detail on the way (shown by /readyz and in 503s) names what happens, never the file.
+    const details = new Set<string>();
+    while (service.status().state === "loading") {
+      details.add(service.status().detail ?? "");
+      await new Promise((r) => setImmediate(r));
+    }
+    assert.ok(details.has("loading the model file"), JSON.stringify([...details]));
+    for (const d of details) assertNoPath(d);
     await service.ready();
     assert.equal(service.status().state, "ready");
     const result = await service.decide(call, OPTS);
@@ -64,14 +93,14 @@ describe("embedded engine: loading and failures", () => {
   test("a path with no file fails with one clear message", async () => {
     const logger = recordingLogger();
     const service = tinyService(join(models.dir, "missing.gguf"), { logger });
-    await expectFailed(service, logger, /failed to load: no model file at .*missing\.gguf/);
+    await expectFailed(service, logger, /failed to load: no model file at the configured path;/, /failed to load: no model file at .*missing\.gguf/);
   });
 
   test("a file that is not GGUF fails with one clear message", async () => {
     const path = join(models.dir, "garbage.gguf");
     writeFileSync(path, Buffer.from("this is not a model at all, just some text that goes on for a while".repeat(50)));
     const logger = recordingLogger();
-    await expectFailed(tinyService(path, { logger }), logger, /garbage\.gguf is not a usable GGUF model/);
+    await expectFailed(tinyService(path, { logger }), logger, /failed to load: the model file is not a usable GGUF model;/, /garbage\.gguf is not a usable GGUF model/);
   });
 
   test("a truncated GGUF file fails with one clear message", async () => {
@@ -79,12 +108,13 @@ describe("embedded engine: loading and failures", () => {
     const path = join(models.dir, "truncated.gguf");
     writeFileSync(path, whole.subarray(0, Math.floor(whole.length * 0.6)));
     const logger = recordingLogger();
-    await expectFailed(tinyService(path, { logger }), logger, /truncated\.gguf is not a usable GGUF model/);
+    await expectFailed(tinyService(path, { logger }), logger, /failed to load: the model file is not a usable GGUF model;/, /truncated\.gguf is not a usable GGUF model/);
   });
 
   test("limits that leave no room for a state fail with one clear message", async () => {
     const logger = recordingLogger();
-    await expectFailed(tinyService(models.model("tiny"), { logger, maxBranch: 60 }), logger, /leave no room for a state: max_branch is 60 tokens/);
+    const reason = /leave no room for a state: max_branch is 60 tokens/;
+    await expectFailed(tinyService(models.model("tiny"), { logger, maxBranch: 60 }), logger, reason, reason, "raise the model's context.max_branch or context_size in the config file (TDS_CONFIG)");
   });
 
   test("an unreachable model hub fails with one clear message", async () => {
@@ -103,7 +133,16 @@ describe("embedded engine: loading and failures", () => {
       hubEndpoint: `http://127.0.0.1:${port}/`,
       logger,
     });
-    await expectFailed(service, logger, /cannot download hf:acme\/Tiny-GGUF:Q8_0 into .*cache-offline/);
+    await expectFailed(service, logger, /cannot download hf:acme\/Tiny-GGUF:Q8_0: the model hub cannot be reached;/, /cannot download hf:acme\/Tiny-GGUF:Q8_0 into .*cache-offline/);
+  });
+
+  test("a model listed in the config file: the detail names its source setting there", async () => {
+    const file = join(models.dir, "engine-config.json");
+    writeFileSync(file, JSON.stringify({ models: [{ name: "local", engine: "llama", source: join(models.dir, "absent.gguf"), threads: 1 }] }));
+    const logger = recordingLogger();
+    const engines = await openEngines(loadConfig({ TDS_CONFIG: file }), logger);
+    const service = engines.get("local") as LlamaService;
+    await expectFailed(service, logger, /no model file at the configured path/, /absent\.gguf/, sourceHint('models[].source of "local" in the config file (TDS_CONFIG)'));
   });
 });
 
@@ -179,6 +218,38 @@ describe("embedded engine: model sources", () => {
       .reduce((acc, m) => acc + Number(m[2]) - Number(m[1]) + 1, 0);
     assert.ok(fetched > 0 && fetched < size, `resumed by fetching ${fetched} of ${size} bytes`);
     assert.ok(!readdirSync(cacheDir).some((f) => f.endsWith(".ipull")));
+  });
+
+  test("a cache folder that cannot be written: the detail names TDS_MODEL_CACHE_DIR, the log names the folder", async () => {
+    const blocker = join(models.dir, "not-a-folder");
+    writeFileSync(blocker, "a file where the cache folder should be");
+    const logger = recordingLogger();
+    const service = createLlamaService({ name: "tiny", source: "hf:acme/Tiny-GGUF:Q8_0", cacheDir: join(blocker, "cache"), hubEndpoint: hub.url, logger, threads: 1 });
+    await expectFailed(
+      service,
+      logger,
+      /cannot download hf:acme\/Tiny-GGUF:Q8_0: the model cache folder cannot be written;/,
+      /not-a-folder/,
+      `set TDS_MODEL_CACHE_DIR to a writable folder with room for the model, or ${sourceHint()}`,
+    );
+  });
+
+  test("a download's details name the hub reference, never the cache folder", async () => {
+    hub.throttle = 100_000;
+    const service = createLlamaService({ name: "tiny", source: "hf:acme/Tiny-GGUF:Q8_0", cacheDir: join(models.dir, "cache-shown"), hubEndpoint: hub.url, logger: recordingLogger(), threads: 1 });
+    const details = new Set<string>();
+    try {
+      while (service.status().state === "loading") {
+        details.add(service.status().detail ?? "");
+        await new Promise((r) => setImmediate(r));
+      }
+    } finally {
+      hub.throttle = 0;
+    }
+    await service.ready();
+    assert.ok(details.has("downloading hf:acme/Tiny-GGUF:Q8_0"), JSON.stringify([...details]));
+    for (const d of details) assertNoPath(d);
+    await service.close();
   });
 
   test("a local path relative to the working directory is used as it is", async () => {

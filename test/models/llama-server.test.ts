@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { generateApiKey, newOrganizationId } from "../../src/gateway/api-keys.ts";
@@ -56,30 +57,45 @@ describe("the embedded engine configured by TDS_MODEL_PATH, in a real server pro
     }
   });
 
-  test("a model that cannot be had: the server still starts, logs one clear message and answers 503 with it", async () => {
+  test("a model that cannot be had: the server still starts, logs one clear message and answers 503 naming the setting, never the path", async () => {
     const db = `sqlite:${join(models.dir, "missing.sqlite")}`;
     const key = await keyFor(db);
-    const gw = await startGatewayProcess({ TDS_DATABASE_URL: db, TDS_MODEL_PATH: join(models.dir, "no-such-model.gguf") });
+    const missing = join(models.dir, "no-such-model.gguf");
+    const gw = await startGatewayProcess({ TDS_DATABASE_URL: db, TDS_MODEL_PATH: missing, TDS_MODEL_NAME: "local-engine" });
     started.push(gw);
     const auth = { authorization: `Bearer ${key}` };
+    const bodies: string[] = [];
     let detail = "";
     for (let i = 0; i < 50; i++) {
       const res = await fetch(`${gw.url}/v1/models`, { headers: auth });
       assert.equal(res.status, 503);
-      detail = (await json(res)).detail;
+      const text = await res.text();
+      bodies.push(text);
+      detail = JSON.parse(text).detail;
       if (/failed to load/.test(detail)) break;
       await new Promise((r) => setTimeout(r, 100));
     }
-    assert.match(detail, /failed to load.*TDS_MODEL_PATH/);
+    assert.match(detail, /failed to load: no model file at the configured path; set TDS_MODEL_PATH to a local GGUF file/);
     const decision = await fetch(`${gw.url}/v1/systemone`, {
       method: "POST",
       headers: { ...auth, "content-type": "application/json" },
       body: JSON.stringify(sampleRequest()),
     });
     assert.equal(decision.status, 503);
-    assert.match((await json(decision)).detail, /TDS_MODEL_PATH/);
+    const decisionText = await decision.text();
+    bodies.push(decisionText);
+    assert.match(JSON.parse(decisionText).detail, /TDS_MODEL_PATH/);
+    const ready = await fetch(`${gw.url}/readyz`);
+    assert.equal(ready.status, 503);
+    const readyText = await ready.text();
+    bodies.push(readyText);
+    assert.match(readyText, /no model file at the configured path/);
+    for (const body of bodies) {
+      for (const shown of [models.dir, tmpdir(), "no-such-model", ".gguf"]) assert.ok(!body.includes(shown), `an API body shows ${shown}: ${body}`);
+    }
     const errors = gw.lines.filter((l) => l.includes('"level":50') && l.includes("failed to load"));
     assert.equal(errors.length, 1, "one clear message in the log");
+    assert.ok(errors[0]!.includes(missing), "the log names the path");
     assert.equal(gw.child.exitCode, null, "never crashes");
   });
 });

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { buildTestVocab, writeTestGguf } from "../../scripts/make-test-gguf.ts";
 import { NoUsableLabelsError, pickLabels, prefixFree, type LabelTokenizer } from "../../src/models/llama/labels.ts";
 import { Deadline, SlotPool } from "../../src/models/llama/pool.ts";
-import { renderQuestionText } from "../../src/models/llama/prompt.ts";
+import { renderQuestionText, renderSystemText } from "../../src/models/llama/prompt.ts";
 import { argmax, buildAnswer, peakConfidence, renormalise, restrictAndRenormalise } from "../../src/models/llama/scoring.ts";
 import { checkAnswers } from "../../src/gateway/answer-check.ts";
 import type { Question } from "../../src/contract/decision.ts";
@@ -210,5 +210,14 @@ describe("test GGUF writer", () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe("the state in the prompt", () => {
+  test("is the client's own JSON text when known, so every number is as written; a string state stays plain text", () => {
+    const text = '{"n": 12345678901234567890, "x": 1e999999}';
+    assert.ok(renderSystemText({ n: 12345678901234567000, x: Infinity }, text).endsWith(`State:\n${text}`));
+    assert.ok(renderSystemText({ n: 1 }).endsWith('State:\n{"n":1}'));
+    assert.ok(renderSystemText("plain words", '"plain words"').endsWith("State:\nplain words"));
   });
 });

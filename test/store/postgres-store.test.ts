@@ -24,7 +24,7 @@ import { connectionSettings, parseBigint } from "../../src/store/postgres/postgr
 import { MIGRATION_LOCK_KEY, POSTGRES_MIGRATIONS_DIR, readPostgresMigrations } from "../../src/store/postgres/postgres-migrations.ts";
 import { openPostgresStore, type PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres/postgres-store.ts";
 import { postgresUsageListQuery } from "../../src/store/postgres/postgres-usage.ts";
-import type { AdmitCommand, AdmitResult, CompleteResult } from "../../src/store/store.ts";
+import type { AdmitCommand, AdmitResult, CompleteResult, UsageQuery } from "../../src/store/store.ts";
 import { encodeUsageCursor } from "../../src/store/usage-cursor.ts";
 import { isStoreUnavailable, StoreInputError } from "../../src/store/store-errors.ts";
 import { admission, checkBalanceInvariants, completion, describeStoreContract, recordUsage, usageRecord } from "./store-contract.ts";
@@ -507,7 +507,7 @@ function definePostgresTests(): void {
         await client.end();
       }
       const store = await open(url);
-      assert.deepEqual(store.migrations.applied, [{ version: 3, name: "two_step_bookkeeping" }]);
+      assert.deepEqual(store.migrations.applied[0], { version: 3, name: "two_step_bookkeeping" });
       const success = usageRecord({ requestId: "req_old", orgId: "org_1", keyId: "k1", createdAtMs: T0 + 5, completedAtMs: T0 + 5, costMicrousd: 50, overReservation: true });
       const failure = usageRecord({
         requestId: "req_err",
@@ -1034,21 +1034,76 @@ function definePostgresTests(): void {
       await store.close();
     });
 
-    it("pages usage, sweeps and purges through their indexes, without sorting", async () => {
+    it("pages usage (an outcome filter through its own index), sweeps and purges through their indexes, without sorting", async () => {
       const { schema, url } = await freshSchema();
       const store = await open(url);
       const client = await rawClient(schemaUrl(schema));
       try {
         await client.query("SET enable_seqscan = off");
         const cursor = encodeUsageCursor({ createdAtMs: 5000, requestId: "req_5" });
-        const queries = [{ limit: 10 }, { limit: 10, cursor }, { limit: 10, cursor, fromMs: 0, toMs: 9000 }, { limit: 10, cursor, fromMs: 0, toMs: 3000 }, { limit: 10, cursor, toMs: 9000, outcome: "succeeded" as const }];
-        for (const query of queries) {
+        const queries: UsageQuery[] = [
+          { limit: 10 },
+          { limit: 10, cursor },
+          { limit: 10, cursor, fromMs: 0, toMs: 9000 },
+          { limit: 10, cursor, fromMs: 0, toMs: 3000 },
+          { limit: 10, outcome: "succeeded" },
+          { limit: 10, cursor, outcome: "model_error" },
+          { limit: 10, cursor, toMs: 9000, outcome: "succeeded" },
+          { limit: 10, fromMs: 0, toMs: 9000, outcome: "in_flight" },
+          { limit: 10, cursor, fromMs: 0, toMs: 3000, outcome: "gateway_error" },
+        ];
+        const planOfList = async (query: UsageQuery) => {
           const { sql, params } = postgresUsageListQuery("org", query);
-          const plan = (await client.query<{ "QUERY PLAN": string }>(`EXPLAIN ${sql}`, params)).rows.map((r) => r["QUERY PLAN"]).join("\n");
-          assert.match(plan, /Index Scan using usage_records_by_org_time/, `${JSON.stringify(query)}\n${plan}`);
-          assert.doesNotMatch(plan, /Sort/, plan);
-          if (query.cursor && !(query.toMs !== undefined && query.toMs <= 5000)) assert.match(plan, /ROW\(created_at_ms, request_id\) < ROW/, plan);
+          return (await client.query<{ "QUERY PLAN": string }>(`EXPLAIN ${sql}`, params)).rows.map((r) => r["QUERY PLAN"]).join("\n");
+        };
+        /** The page's index is sought: by org (and outcome), in the page's order (no sort) unless `sortAllowed`. */
+        const assertListPlan = (query: UsageQuery, plan: string, sortAllowed = false) => {
+          const where = `${JSON.stringify(query)}\n${plan}`;
+          if (query.outcome === undefined) assert.match(plan, /Index Scan using usage_records_by_org_time /, where);
+          else {
+            assert.match(plan, /Index Scan (using|on) usage_records_by_org_outcome_time [^\n]*\n\s*Index Cond: \(\(org_id = 'org'::text\) AND \(outcome = '\w+'::text\)/, where);
+            assert.doesNotMatch(plan, /usage_records_by_org_time /, where);
+          }
+          assert.doesNotMatch(plan, /Seq Scan|Filter:/, where);
+          if (!sortAllowed) assert.doesNotMatch(plan, /Sort/, where);
+          if (query.cursor && !(query.toMs !== undefined && query.toMs <= 5000)) assert.match(plan, /ROW\(created_at_ms, request_id\) < ROW/, where);
+        };
+        for (const query of queries) assertListPlan(query, await planOfList(query));
+        // With rows and statistics too: 6,000 records of three organizations, few of them failures.
+        await client.query("SET enable_seqscan = on");
+        await client.query(`
+          INSERT INTO usage_records (request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens,
+            output_tokens, cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation, completed_at_ms)
+          SELECT 'req_' || i, (ARRAY['org', 'org_b', 'org_c'])[1 + i % 3], 'k1', i * 10, 'api', 'm', 'preview',
+            CASE WHEN i % 50 = 0 THEN 'model_error' WHEN i % 97 = 0 THEN 'gateway_error' ELSE 'succeeded' END,
+            CASE WHEN i % 50 = 0 THEN 502 WHEN i % 97 = 0 THEN 500 ELSE 200 END, 1, 1, 0, 1, 1, NULL, false, i * 10
+          FROM generate_series(1, 6000) AS i`);
+        await client.query("ANALYZE usage_records");
+        // A rare outcome is read through its index (maybe as a bitmap of its few rows, then sorted), never along the
+        // organization's other records. (For "succeeded", 97% of the rows, the planner may as well walk the time
+        // index and filter: either reads about one page; "in_flight" may take the sweep's index of in-flight rows.)
+        const rare = queries.filter((q) => q.outcome === "model_error" || q.outcome === "gateway_error");
+        assert.equal(rare.length, 2);
+        for (const query of rare) assertListPlan(query, await planOfList(query), true);
+        // And the pages of an outcome are still every record once, newest first.
+        const outcomeOf = (i: number) => (i % 50 === 0 ? "model_error" : i % 97 === 0 ? "gateway_error" : "succeeded");
+        for (const [outcome, window] of [["model_error", {}], ["gateway_error", {}], ["model_error", { fromMs: 15_000, toMs: 45_000 }], ["succeeded", { fromMs: 30_000, toMs: 33_000 }]] as const) {
+          const expected: string[] = [];
+          for (let i = 6000; i >= 1; i--) {
+            const inWindow = !("fromMs" in window) || (i * 10 >= window.fromMs && i * 10 < window.toMs);
+            if (i % 3 === 0 && outcomeOf(i) === outcome && inWindow) expected.push(`req_${i}`);
+          }
+          const got: string[] = [];
+          let cursor: string | null = null;
+          do {
+            const page: { records: { requestId: string }[]; nextCursor: string | null } = await store.listUsage("org", { limit: 7, outcome, ...window, ...(cursor ? { cursor } : {}) });
+            got.push(...page.records.map((r) => r.requestId));
+            cursor = page.nextCursor;
+          } while (cursor !== null && got.length <= expected.length);
+          assert.ok(expected.length >= 10, `${outcome} ${JSON.stringify(window)}`);
+          assert.deepEqual(got, expected, `${outcome} ${JSON.stringify(window)}`);
         }
+        await client.query("SET enable_seqscan = off");
         // The statements the sweep and the purge send, collected as they run.
         const sent = new Set<string>();
         const query = pg.Client.prototype.query;

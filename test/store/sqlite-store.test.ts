@@ -13,6 +13,7 @@ import { openSqliteStore, SERVING_SQLITE, type SqliteStore, usageListQuery } fro
 import type { UsageQuery } from "../../src/store/store.ts";
 import { decodeUsageCursor, encodeUsageCursor } from "../../src/store/usage-cursor.ts";
 import { admission, checkBalanceInvariants, completion, describeStoreContract, recordUsage, T0, usageRecord } from "./store-contract.ts";
+import { finalRecord, seedUsage } from "../support/usage-fixtures.ts";
 
 const root = mkdtempSync(join(tmpdir(), "tds-store-test-"));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -352,7 +353,7 @@ describe("SQLite store", () => {
     }
   });
 
-  it("pages usage with an index seek, not a scan of earlier pages", async () => {
+  it("pages usage with an index seek, not a scan of earlier pages; an outcome filter seeks its own index", async () => {
     const store = openSqliteStore(":memory:");
     try {
       const cursor = encodeUsageCursor({ createdAtMs: 5000, requestId: "req_5" });
@@ -362,15 +363,59 @@ describe("SQLite store", () => {
         { limit: 10, cursor, fromMs: 0 },
         { limit: 10, cursor, fromMs: 0, toMs: 9000 },
         { limit: 10, cursor, fromMs: 0, toMs: 3000 },
+        { limit: 10, outcome: "succeeded" },
+        { limit: 10, cursor, outcome: "model_error" },
         { limit: 10, cursor, toMs: 9000, outcome: "succeeded" },
+        { limit: 10, fromMs: 0, toMs: 9000, outcome: "in_flight" },
+        { limit: 10, cursor, fromMs: 0, toMs: 3000, outcome: "gateway_error" },
       ];
       for (const query of queries) {
         const { sql, params } = usageListQuery("org", query);
         const plan = (store.db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all(...params) as { detail: string }[]).map((p) => p.detail).join("\n");
-        assert.match(plan, /SEARCH usage_records USING INDEX usage_records_by_org_time \(org_id=\?/, JSON.stringify(query));
+        const seek =
+          query.outcome === undefined
+            ? /SEARCH usage_records USING INDEX usage_records_by_org_time \(org_id=\?/
+            : /SEARCH usage_records USING INDEX usage_records_by_org_outcome_time \(org_id=\? AND outcome=\?/;
+        assert.match(plan, seek, JSON.stringify(query));
         assert.doesNotMatch(plan, /TEMP B-TREE/);
         if (query.cursor && !(query.toMs !== undefined && query.toMs <= 5000)) assert.match(plan, /\(created_at_ms,request_id\)<\(\?,\?\)/, JSON.stringify(query));
+        if (query.fromMs !== undefined) assert.match(plan, /created_at_ms>\?/, JSON.stringify(query));
       }
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("pages an outcome through its index: every record once, newest first, ties broken by request id", async () => {
+    const store = openSqliteStore(":memory:");
+    try {
+      const outcomes = ["succeeded", "succeeded", "succeeded", "model_error", "succeeded", "context_rejected", "succeeded", "gateway_error"] as const;
+      // 400 records of two organizations; every 4 share a creation time.
+      const records = Array.from({ length: 400 }, (_, i) =>
+        finalRecord({ requestId: `req_${String(i).padStart(3, "0")}`, orgId: i % 5 === 0 ? "org_other" : "org", createdAtMs: T0 + Math.floor(i / 4) * 10, outcome: outcomes[i % outcomes.length]! }),
+      );
+      await seedUsage(store, records);
+      const expected = (outcome: string, fromMs = 0, toMs = Number.MAX_SAFE_INTEGER) =>
+        records
+          .filter((r) => r.orgId === "org" && r.outcome === outcome && r.createdAtMs >= fromMs && r.createdAtMs < toMs)
+          .sort((a, b) => b.createdAtMs - a.createdAtMs || (a.requestId < b.requestId ? 1 : -1))
+          .map((r) => r.requestId);
+      const pageAll = async (query: Omit<UsageQuery, "cursor">) => {
+        const got: string[] = [];
+        let cursor: string | undefined;
+        for (let pages = 0; pages < 500; pages++) {
+          const page = await store.listUsage("org", { ...query, ...(cursor ? { cursor } : {}) });
+          got.push(...page.records.map((r) => r.requestId));
+          if (!page.nextCursor) return got;
+          cursor = page.nextCursor;
+        }
+        throw new Error("too many pages");
+      };
+      for (const outcome of ["succeeded", "model_error", "context_rejected", "gateway_error", "reservation_expired"] as const) {
+        assert.deepEqual(await pageAll({ limit: 3, outcome }), expected(outcome), outcome);
+        assert.deepEqual(await pageAll({ limit: 7, outcome, fromMs: T0 + 200, toMs: T0 + 700 }), expected(outcome, T0 + 200, T0 + 700), `${outcome} in a window`);
+      }
+      assert.ok(expected("succeeded").length > 100);
     } finally {
       await store.close();
     }
@@ -506,7 +551,7 @@ describe("SQLite migrations", () => {
     assert.throws(() => readMigrations(migrationDir({ "001_a.sql": "", "0001_b.sql": "" })), /same version 1/);
   });
 
-  it("the shipped folder starts at 001_initial and has the three migrations", () => {
+  it("the shipped folder starts at 001_initial and has the four migrations", () => {
     const migrations = readMigrations();
     assert.equal(migrations[0]?.file, "001_initial.sql");
     assert.deepEqual(
@@ -514,7 +559,7 @@ describe("SQLite migrations", () => {
       migrations.map((_, i) => i + 1),
       "versions are consecutive",
     );
-    assert.deepEqual(migrations.map((m) => m.name), ["initial", "credits_quotas_idempotency", "two_step_bookkeeping"]);
+    assert.deepEqual(migrations.map((m) => m.name), ["initial", "credits_quotas_idempotency", "two_step_bookkeeping", "usage_by_outcome"]);
   });
 
   it("003 keeps the rows of a database made by 001 and 002: usage records become final at their creation time", async () => {
@@ -530,7 +575,7 @@ describe("SQLite migrations", () => {
     }
     const store = openSqliteStore(path);
     try {
-      assert.deepEqual(store.db.prepare("SELECT version FROM schema_migrations ORDER BY version").pluck().all(), [1, 2, 3]);
+      assert.deepEqual(store.db.prepare("SELECT version FROM schema_migrations ORDER BY version").pluck().all(), readMigrations().map((m) => m.version));
       assert.deepEqual(await store.getUsage("org_1", "req_old"), OLD_SUCCESS);
       assert.deepEqual(await store.getUsage("org_1", "req_err"), OLD_FAILURE);
       assert.deepEqual((await store.listUsage("org_1", { limit: 10 })).records, [OLD_FAILURE, OLD_SUCCESS]);

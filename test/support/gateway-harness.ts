@@ -43,6 +43,9 @@ export interface GatewayOptions {
   shutdownGraceMs?: number;
   /** How long a durable step waits for busy storage (default 2 s). */
   storageWaitMs?: number;
+  /** HTTP deadlines (defaults 30 s and 10 s). */
+  requestTimeoutMs?: number;
+  headersTimeoutMs?: number;
   /** A pino logger for the app (default: no logs). */
   loggerInstance?: FastifyBaseLogger;
 }
@@ -75,6 +78,8 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
     ...(options.metrics ? { metrics: options.metrics } : {}),
     ...(options.shutdownGraceMs !== undefined ? { shutdownGraceMs: options.shutdownGraceMs } : {}),
     ...(options.storageWaitMs !== undefined ? { storageWaitMs: options.storageWaitMs } : {}),
+    ...(options.requestTimeoutMs !== undefined ? { requestTimeoutMs: options.requestTimeoutMs } : {}),
+    ...(options.headersTimeoutMs !== undefined ? { headersTimeoutMs: options.headersTimeoutMs } : {}),
     ...(options.loggerInstance ? { loggerInstance: options.loggerInstance } : { logger: false }),
   });
   await app.listen({ host: "127.0.0.1", port: 0 });
@@ -117,10 +122,16 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
   };
 }
 
-/** A request with one question of each type. */
+/**
+ * A realistic ticket history: enough text (1.2 KB) that a request's token bound exceeds 1000 tokens, so that with
+ * TDS_RESERVE_TOKENS=1000 its paid reservation is the cap, reserve_tokens worth.
+ */
+export const TICKET_HISTORY = Array.from({ length: 12 }, (_, i) => `2026-11-${10 + i}: the customer wrote again about the double charge (${i}).`).join(" ");
+
+/** A request with one question of each type (its state carries TICKET_HISTORY unless overridden). */
 export function sampleRequest(overrides: Record<string, unknown> = {}): Record<string, unknown> {
   return {
-    state: { ticket: "I was charged twice for my subscription this month.", customer_tier: "gold" },
+    state: { ticket: "I was charged twice for my subscription this month.", customer_tier: "gold", history: TICKET_HISTORY },
     questions: {
       topic: { type: "choice", instructions: "What is the ticket about?", criteria: { billing: "Payments and invoices", bug: "Something broken", other: null } },
       urgency: { type: "score", instructions: "How urgent is it?", criteria: ["not urgent", "soon", "today", "now"] },

@@ -402,7 +402,7 @@ describe("console in a browser", { timeout: 60_000 }, () => {
       await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 1000, nowMs: Date.now() });
       await signIn(page, gw);
       assert.match(await page.locator("#status-strip").innerText(), /Paid/);
-      assert.match(await page.locator("#st-quota").innerText(), /^0\.001 USD/);
+      assert.equal(await page.locator("#st-quota").innerText(), "0.001 USD", "nothing reserved: no second part, no \"null\"");
       assert.match(await page.locator("#st-rate").innerText(), /^2 requests \/ min/);
       const run = page.getByRole("button", { name: "Run request" });
 
@@ -420,6 +420,43 @@ describe("console in a browser", { timeout: 60_000 }, () => {
       assert.match(await banner.innerText(), /Try again in (5\d|60) s/);
       const retryAt = Date.parse((await banner.locator("time").getAttribute("datetime"))!);
       assert.ok(Math.abs(retryAt - (Date.now() + 60_000)) < 5_000, "about a minute from now");
+      assertOnlyGateway(watch, gw);
+    } finally {
+      await context.close();
+      await gw.close();
+    }
+  });
+
+  test("a failed run shows its error and request id, and no stray \"null\" text", async () => {
+    const gw = await startGateway({ env: { TDS_PREVIEW_REQUEST_LIMIT: "0" } });
+    const { context, page, watch } = await newPage(browser, gw);
+    const nullText = (selector: string) =>
+      inPage<string[]>(
+        page,
+        `[...document.querySelectorAll(${JSON.stringify(selector)})].flatMap((el) => {
+          const texts = [];
+          const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+          while (walk.nextNode()) if (/\\bnull\\b/.test(walk.currentNode.nodeValue)) texts.push(walk.currentNode.parentElement.outerHTML.slice(0, 200));
+          return texts;
+        })`,
+      );
+    try {
+      await signIn(page, gw);
+      // A 429 without field errors: the title and the request id, nothing else.
+      await page.getByRole("button", { name: "Run request" }).click();
+      const box = page.locator("#general-error");
+      await box.filter({ hasText: "HTTP 429" }).waitFor();
+      await box.locator("code", { hasText: /^req_/ }).waitFor();
+      assert.deepEqual(await inPage(page, `[...document.querySelector("#general-error").children].map((e) => e.className)`), ["error-title", "error-meta"]);
+      assert.doesNotMatch(await box.innerText(), /\bnull\b/);
+      assert.deepEqual(await nullText("#general-error, #question-list, #status-strip, #limit-banner"), []);
+
+      // A 422 whose only error is placed next to its field: no list of unplaced errors either.
+      await card(page, 1).getByLabel("Question id").fill("");
+      await page.getByRole("button", { name: "Run request" }).click();
+      await box.filter({ hasText: "HTTP 422" }).waitFor();
+      assert.doesNotMatch(await box.innerText(), /\bnull\b/);
+      assert.deepEqual(await nullText("#general-error, #question-list, #status-strip"), []);
       assertOnlyGateway(watch, gw);
     } finally {
       await context.close();

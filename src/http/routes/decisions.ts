@@ -1,5 +1,5 @@
 import { Type } from "@sinclair/typebox";
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, onRequestHookHandler } from "fastify";
 import { DecisionRequest, DecisionResponse } from "../../contract/decision.ts";
 import { ErrorResponse } from "../../contract/errors.ts";
 import type { DecisionPipeline } from "../../gateway/decision-pipeline.ts";
@@ -21,17 +21,28 @@ const DecisionHeaders = Type.Object({
   "x-tds-source": Type.Optional(Type.String({ description: '"playground" marks Playground requests; they share every quota with the API' })),
 });
 
+/** The request's own text of `state` and `questions`, to forward every value exactly as written. */
+function forwardedText(members: Map<string, string> | null): { state: string; questions: string } | undefined {
+  const state = members?.get("state");
+  const questions = members?.get("questions");
+  return state !== undefined && questions !== undefined ? { state, questions } : undefined;
+}
+
 /** Playground requests identify themselves; they share every quota with the API. */
 function sourceOf(header: string | string[] | undefined): UsageSource {
   return header === "playground" ? "playground" : "api";
 }
 
-export function decisionRoutes(app: FastifyInstance, deps: { store: Store; pipeline: DecisionPipeline; maxRequestBytes: number; inFlight: InFlight }) {
+export function decisionRoutes(app: FastifyInstance, deps: { store: Store; pipeline: DecisionPipeline; maxRequestBytes: number; inFlight: InFlight; rateLimit: onRequestHookHandler }) {
   app.post<{ Body: DecisionRequest; Headers: { "idempotency-key"?: string; "x-tds-source"?: string } }>(
     "/v1/systemone",
     {
       bodyLimit: deps.maxRequestBytes,
-      onRequest: authenticate(deps.store, { rejectPaused: true }),
+      onRequest: [authenticate(deps.store, { rejectPaused: true }), deps.rateLimit],
+      // After the body is parsed, before the schema: more than max_questions questions → one 422, no per-question validation.
+      preValidation: async (request) => deps.pipeline.checkQuestionCount(request.body),
+      // The error handler builds the field errors from error.validation; Fastify's default text of every error is not needed.
+      schemaErrorFormatter: () => new Error("Request body does not match the contract."),
       schema: {
         summary: "Answer typed questions about one state",
         security: [{ bearer: [] }],
@@ -55,6 +66,7 @@ export function decisionRoutes(app: FastifyInstance, deps: { store: Store; pipel
           },
           request.body,
           key !== undefined && request.bodySha256 ? { key, requestHash: request.bodySha256 } : null,
+          forwardedText(request.jsonMembers),
         ),
       );
       if (result.replayed) {

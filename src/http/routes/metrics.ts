@@ -9,7 +9,10 @@ function sameToken(presented: string, expected: string): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }
 
-/** Prometheus metrics; open on the main port unless TDS_METRICS_TOKEN is set. Requests are counted per route and status. */
+/**
+ * Prometheus metrics; open on the main port unless TDS_METRICS_TOKEN is set (the server does not start on a
+ * non-loopback HOST without it: servingProblems in config.ts). Requests are counted per route and status.
+ */
 export function metricsRoutes(app: FastifyInstance, deps: { metrics: Metrics; token: string | null }) {
   app.addHook("onResponse", async (request, reply) => {
     deps.metrics.httpRequests.inc({ method: request.method, route: request.routeOptions.url ?? "unmatched", status: String(reply.statusCode) });

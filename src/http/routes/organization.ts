@@ -1,4 +1,4 @@
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, onRequestHookHandler } from "fastify";
 import type { Config } from "../../config.ts";
 import { ErrorResponse } from "../../contract/errors.ts";
 import {
@@ -24,6 +24,8 @@ export interface OrganizationRouteDeps {
   config: Pick<Config, "serviceMode" | "limits">;
   store: Store;
   clock: Clock;
+  /** The organization's read limit (runs after authentication). */
+  rateLimit: onRequestHookHandler;
 }
 
 /**
@@ -32,7 +34,7 @@ export interface OrganizationRouteDeps {
  * can still read them.
  */
 export function organizationRoutes(app: FastifyInstance, deps: OrganizationRouteDeps) {
-  const auth = authenticate(deps.store, { rejectPaused: false });
+  const auth = [authenticate(deps.store, { rejectPaused: false }), deps.rateLimit];
   const { config, store, clock } = deps;
 
   app.get(

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import type { Config } from "../../config.ts";
 import { ServiceConfigResponse } from "../../contract/config.ts";
+import { PROMPT_OVERHEAD_TOKENS, QUESTION_OVERHEAD_TOKENS } from "../../gateway/token-bound.ts";
 
 /** GET /api/config needs no key: it holds no secrets and the Playground reads it before sign-in. */
 export function serviceConfigRoutes(app: FastifyInstance, config: Config) {
@@ -32,11 +33,22 @@ export function describeConfig(config: Config): ServiceConfigResponse {
               price_per_million_output_usd: m.pricePerMillionOutputUsd ?? pricing.pricePerMillionOutputUsd,
             }))
         : [],
+      reservation: {
+        rule:
+          "A paid request reserves its token bound at the model's prices: input = the UTF-8 bytes of its state and questions " +
+          "+ prompt_overhead_tokens + question_overhead_tokens per question (the in-process engine counts exactly), " +
+          "output = output_tokens_per_question per question; each at most cap_tokens.",
+        prompt_overhead_tokens: PROMPT_OVERHEAD_TOKENS,
+        question_overhead_tokens: QUESTION_OVERHEAD_TOKENS,
+        output_tokens_per_question: 1,
+        cap_tokens: limits.reserveTokens,
+      },
     },
     limits: {
       max_request_bytes: limits.maxRequestBytes,
       max_questions: limits.maxQuestions,
       requests_per_minute: limits.requestsPerMinute,
+      read_requests_per_minute: limits.readRequestsPerMinute,
       preview_request_limit: limits.previewRequestLimit,
       preview_global_request_limit: limits.previewGlobalRequestLimit,
       reserve_tokens: limits.reserveTokens,

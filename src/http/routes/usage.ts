@@ -1,5 +1,5 @@
 import { Type } from "@sinclair/typebox";
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, onRequestHookHandler } from "fastify";
 import { ErrorResponse } from "../../contract/errors.ts";
 import { UsageListQuery, UsagePageJson, UsageRecordJson } from "../../contract/usage.ts";
 import { GatewayError } from "../../gateway/errors.ts";
@@ -18,8 +18,8 @@ function parseTime(name: string, text: string | undefined): number | undefined {
 }
 
 /** The organization's usage history; every lookup is scoped to the key's organization. */
-export function usageRoutes(app: FastifyInstance, deps: { store: Store }) {
-  const auth = authenticate(deps.store, { rejectPaused: false });
+export function usageRoutes(app: FastifyInstance, deps: { store: Store; rateLimit: onRequestHookHandler }) {
+  const auth = [authenticate(deps.store, { rejectPaused: false }), deps.rateLimit];
 
   app.get<{ Params: { request_id: string } }>(
     "/v1/usage/:request_id",

@@ -5,6 +5,7 @@ import {
   type CallOptions,
   type ModelAnswerSet,
   type ModelCall,
+  type TokenBound,
   type ModelService,
   ModelServiceError,
   type UpstreamModel,
@@ -12,7 +13,7 @@ import {
 import { backendErrorsSince, backendLogMark, getBackend, onBackendLog } from "./backend.ts";
 import { ChatPrompt, commonPrefixLength, lastPieceKey, memoTokenizer } from "./chat-prompt.ts";
 import { type LabelKind, type LabelSet, NoUsableLabelsError, pickLabels } from "./labels.ts";
-import { DEFAULT_MODEL_CACHE_DIR, modelSourceKind, resolveModelSource } from "./model-source.ts";
+import { DEFAULT_MODEL_CACHE_DIR, ModelSourceError, modelSourceKind, publicSourceName, resolveModelSource } from "./model-source.ts";
 import { Deadline, SlotPool } from "./pool.ts";
 import { renderQuestionText, renderSystemText } from "./prompt.ts";
 import { buildAnswer, renormalise, restrictAndRenormalise, uniform } from "./scoring.ts";
@@ -30,6 +31,8 @@ export interface LlamaServiceOptions {
   source: string;
   /** Download folder of hub references. Default "./data/models". */
   cacheDir?: string;
+  /** The setting that names `source`, for the failure message (default "TDS_MODEL_PATH"). */
+  sourceSetting?: string;
   /** CPU threads per context. Default: the available cores divided by `poolSize` (at least 1). */
   threads?: number;
   /** Tokens per context. Default: the model's training context, at most 4096. */
@@ -51,7 +54,7 @@ export interface LlamaServiceOptions {
 
 export interface LlamaServiceStatus {
   state: "loading" | "ready" | "failed";
-  /** What is happening (loading) or what went wrong and what to do (failed). */
+  /** What is happening (loading) or what went wrong and what to do (failed); never a file-system path (shown to API clients). */
   detail?: string;
   /** 0 … 1 while loading: the download's, then the model load's progress. */
   progress?: number;
@@ -97,7 +100,25 @@ export const DEFAULT_CONTEXT_SIZE = 4096;
 export const DEFAULT_QUEUE_LIMIT = 16;
 export const DEFAULT_BATCH_SIZE = 512;
 
-export const NOT_READY_HINT = "set TDS_MODEL_PATH to a local GGUF file, or TDS_MODEL_SERVICE_URL to a System One server";
+/** What to change when the model source cannot be had. */
+export function sourceHint(sourceSetting = "TDS_MODEL_PATH"): string {
+  return `set ${sourceSetting} to a local GGUF file, or TDS_MODEL_SERVICE_URL to a System One server`;
+}
+
+/** Said after every failure shown to API clients: the paths and the underlying errors are only logged. */
+export const SEE_THE_LOG = "(details in the server log)";
+
+/** A loading failure: `message` (paths, the underlying error) is logged; `publicReason` and `hint` are shown to API clients. */
+class LoadFailure extends Error {
+  constructor(
+    message: string,
+    readonly publicReason: string,
+    readonly hint: string,
+  ) {
+    super(message);
+    this.name = "LoadFailure";
+  }
+}
 
 const consoleLogger: LlamaLogger = {
   info: (m) => console.log(`[embedded-model] ${m}`),
@@ -129,6 +150,8 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
   if (typeof name !== "string" || name === "") throw new TypeError("name must be a non-empty string");
   if (typeof options.source !== "string" || options.source.trim() === "") throw new TypeError("source must be a model path or hub reference");
   const logger = options.logger ?? consoleLogger;
+  const hint = sourceHint(options.sourceSetting);
+  const shownSource = publicSourceName(options.source);
   const poolSize = options.poolSize ?? Math.max(1, Math.floor(availableParallelism() / 4));
   const queueLimit = options.queueLimit ?? DEFAULT_QUEUE_LIMIT;
   const threads = options.threads ?? Math.max(1, Math.floor(availableParallelism() / poolSize));
@@ -168,12 +191,21 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
       );
     },
     (err: unknown) => {
-      const reason = err instanceof Error ? err.message : String(err);
-      failure = closed ? "the model service was closed while loading" : `the model "${name}" failed to load: ${reason}; ${NOT_READY_HINT}`;
+      const f = asLoadFailure(err);
+      failure = closed ? "the model service was closed while loading" : `the model "${name}" failed to load: ${f.publicReason}; ${f.hint} ${SEE_THE_LOG}`;
       status = { state: "failed", detail: failure };
-      if (!closed) logger.error(failure);
+      if (!closed) logger.error(`the model "${name}" failed to load: ${f.message}; ${f.hint}`);
     },
   );
+
+  function asLoadFailure(err: unknown): LoadFailure {
+    if (err instanceof LoadFailure) return err;
+    if (err instanceof ModelSourceError) {
+      const cacheHint = `set TDS_MODEL_CACHE_DIR to a writable folder with room for the model, or ${hint}`;
+      return new LoadFailure(err.message, err.publicMessage, /cache folder/.test(err.publicMessage) ? cacheHint : hint);
+    }
+    return new LoadFailure(err instanceof Error ? err.message : String(err), "an unexpected error", hint);
+  }
 
   async function load(): Promise<Engine> {
     const kind = modelSourceKind(options.source);
@@ -184,7 +216,7 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
       ...(options.hubEndpoint ? { hubEndpoint: options.hubEndpoint } : {}),
       onProgress: ({ downloadedBytes, totalBytes }) => {
         const fraction = totalBytes > 0 ? downloadedBytes / totalBytes : 0;
-        status = { state: "loading", detail: `downloading ${options.source}`, progress: fraction };
+        status = { state: "loading", detail: `downloading ${shownSource}`, progress: fraction };
         const step = Math.floor(fraction * 10);
         if (step !== lastLogged) {
           lastLogged = step;
@@ -193,10 +225,14 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
       },
     });
     if (kind !== "file") logger.info(`model file ${path}`);
-    status = { state: "loading", detail: `loading ${path}`, progress: 0 };
+    status = { state: "loading", detail: "loading the model file", progress: 0 };
 
     const llama = await getBackend().catch((err: unknown) => {
-      throw new Error(`the llama.cpp backend cannot be loaded (${err instanceof Error ? err.message : String(err)})`);
+      throw new LoadFailure(
+        `the llama.cpp backend cannot be loaded (${err instanceof Error ? err.message : String(err)})`,
+        "the llama.cpp backend cannot be loaded on this machine",
+        "set TDS_MODEL_SERVICE_URL to a System One server",
+      );
     });
     const mark = backendLogMark();
     let model: LlamaModel;
@@ -206,13 +242,13 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
         gpuLayers: 0,
         loadSignal: closing.signal,
         onLoadProgress: (p) => {
-          status = { state: "loading", detail: `loading ${path}`, progress: p };
+          status = { state: "loading", detail: "loading the model file", progress: p };
         },
       });
     } catch (err) {
       const native = backendErrorsSince(mark);
       const why = [err instanceof Error ? err.message : String(err), ...native.slice(-2)].join(" — ");
-      throw new Error(`${path} is not a usable GGUF model (${why})`);
+      throw new LoadFailure(`${path} is not a usable GGUF model (${why})`, "the model file is not a usable GGUF model", hint);
     }
     try {
       return await prepare(model);
@@ -223,7 +259,10 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
   }
 
   async function prepare(model: LlamaModel): Promise<Engine> {
-    if (String(model.vocabularyType) === "none") throw new Error("the model has no vocabulary (it cannot be prompted)");
+    if (String(model.vocabularyType) === "none") {
+      const reason = "the model has no vocabulary (it cannot be prompted)";
+      throw new LoadFailure(reason, reason, hint);
+    }
     const prompt = new ChatPrompt(model, (m) => logger.warn(m));
     const contextSize = options.contextSize ?? Math.min(model.trainContextSize || DEFAULT_CONTEXT_SIZE, DEFAULT_CONTEXT_SIZE);
     const batchSize = Math.min(options.batchSize ?? DEFAULT_BATCH_SIZE, contextSize);
@@ -244,17 +283,21 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
       }
     } catch (err) {
       await Promise.all(contexts.map((c) => c.dispose().catch(() => {})));
-      throw new Error(`cannot create a ${contextSize}-token context (${err instanceof Error ? err.message : String(err)})`);
+      throw new LoadFailure(
+        `cannot create a ${contextSize}-token context (${err instanceof Error ? err.message : String(err)})`,
+        `cannot create a ${contextSize}-token context`,
+        "lower the model's context_size or pool_size in the config file (TDS_CONFIG)",
+      );
     }
     const actual = contexts[0]?.contextSize ?? contextSize;
     const maxBranch = Math.min(options.maxBranch ?? Infinity, actual - ANSWER_RESERVE_TOKENS);
     const maxState = Math.min(options.maxState ?? Infinity, maxBranch - QUESTION_RESERVE_TOKENS);
     if (maxState < 1) {
       await Promise.all(contexts.map((c) => c.dispose().catch(() => {})));
-      throw new Error(
+      const reason =
         `the limits leave no room for a state: max_branch is ${maxBranch} tokens (context ${actual}), ` +
-          `and ${QUESTION_RESERVE_TOKENS} tokens are kept for a question`,
-      );
+        `and ${QUESTION_RESERVE_TOKENS} tokens are kept for a question`;
+      throw new LoadFailure(reason, reason, "raise the model's context.max_branch or context_size in the config file (TDS_CONFIG)");
     }
     const slots = contexts.map((context) => ({ context, sequence: context.getSequence() }));
     return { model, prompt, pool: new SlotPool(slots, queueLimit), maxState, maxBranch, contexts };
@@ -276,7 +319,7 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
   /** Renders and tokenizes every question; rejects over-long states and branches before any evaluation. */
   function plan(e: Engine, call: ModelCall): Plan {
     const tokenizer = memoTokenizer(e.model);
-    const systemText = renderSystemText(call.state);
+    const systemText = renderSystemText(call.state, call.text?.state);
     const probeA = e.prompt.text(systemText, "A");
     const probeB = e.prompt.text(systemText, "B");
     const a = e.prompt.tokens(probeA, tokenizer);
@@ -448,6 +491,25 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
       const e = requireEngine();
       const p = plan(e, call);
       return { stateTokens: p.stateTokens, questions: p.questions, maxState: e.maxState, maxBranch: e.maxBranch };
+    },
+
+    /** Exact for the input (the tokens it will evaluate); for multi-token labels, every label token counted. */
+    async tokenBound(call: ModelCall): Promise<TokenBound | null> {
+      if (!engine) return null;
+      let p: Plan;
+      try {
+        p = plan(engine, call);
+      } catch {
+        return null; // decide will fail the same way, with nothing charged
+      }
+      const state = p.stateTokens.length;
+      let input = state;
+      let output = 0;
+      for (const q of p.questions) {
+        input += Math.max(0, q.tokens.length - state);
+        output += q.singleToken ? 1 : 1 + q.labelTokens.reduce((sum, t) => sum + t.length, 0);
+      }
+      return { input, output };
     },
 
     async decide(call: ModelCall, callOptions: CallOptions): Promise<ModelAnswerSet> {

@@ -10,9 +10,9 @@ export const SYSTEM_INSTRUCTIONS =
   "You answer typed questions about the state below. Each question lists its possible answers, each behind a label. " +
   "Reply with the label of the best answer and nothing else.";
 
-/** The system message: the instructions, then the state. */
-export function renderSystemText(state: unknown): string {
-  return `${SYSTEM_INSTRUCTIONS}\n\nState:\n${jsonText(state)}`;
+/** The system message: the instructions, then the state (as the client wrote it, when its JSON text is known). */
+export function renderSystemText(state: unknown, stateText?: string): string {
+  return `${SYSTEM_INSTRUCTIONS}\n\nState:\n${typeof state !== "string" && stateText !== undefined ? stateText : jsonText(state)}`;
 }
 
 /**

@@ -211,7 +211,9 @@ export function createSystemOneHttpService(options: SystemOneHttpOptions): Model
   return {
     async decide(call: ModelCall, callOptions: CallOptions): Promise<ModelAnswerSet> {
       const payload = Buffer.from(
-        JSON.stringify({ state: call.state === undefined ? null : call.state, questions: call.questions, model: call.model }),
+        call.text
+          ? `{"state":${call.text.state},"questions":${call.text.questions},"model":${JSON.stringify(call.model)}}`
+          : JSON.stringify({ state: call.state === undefined ? null : call.state, questions: call.questions, model: call.model }),
         "utf8",
       );
       const started = performance.now();

@@ -1,6 +1,7 @@
-import { mkdirSync } from "node:fs";
+import { chmodSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import Database from "better-sqlite3";
+import { createPrivateFile, makePrivateDir, octal, PRIVATE_FILE_MODE, readableByOthers } from "../../private-files.ts";
 import { composeStore } from "../compose-store.ts";
 import type { Store } from "../store.ts";
 import { whileBusy } from "./busy.ts";
@@ -35,6 +36,8 @@ export interface SqliteStoreOptions {
   walRestartPages?: number;
   /** Told when a background checkpoint fails (at most once a minute for the same error). */
   onCheckpointError?: (message: string) => void;
+  /** Told when an existing database file can be read by other users (a new one is always 0600). */
+  onWarning?: (message: string) => void;
 }
 
 /** The options of a serving gateway: the event loop never waits on a lock, a commit or a checkpoint. */
@@ -43,18 +46,22 @@ export const SERVING_SQLITE: Readonly<SqliteStoreOptions> = Object.freeze({ lock
 /**
  * Opens (creating the file and its folder when missing) a SQLite database and applies pending migrations.
  * `path` is relative to the current directory; `:memory:` gives a private in-memory database.
+ * Folders it creates are 0700, a file it creates is 0600 (SQLite gives its -wal and -shm files the
+ * database file's mode); an existing file keeps its mode, with a warning when others can read it.
  */
 export function openSqliteStore(path: string, options: SqliteStoreOptions = {}): SqliteStore {
   if (path.trim() === "") throw new Error("The SQLite database path is empty");
   const inMemory = path === ":memory:";
   const fullPath = inMemory ? path : resolve(path);
-  if (!inMemory) mkdirSync(dirname(fullPath), { recursive: true });
+  const created = !inMemory && createDatabaseFile(fullPath);
+  if (!inMemory && !created) warnIfReadable(fullPath, options.onWarning);
   const migrations = readMigrations(options.migrationsDir ?? SQLITE_MIGRATIONS_DIR);
   const db = new Database(fullPath);
   try {
     // busy_timeout first: switching to WAL and the migration transaction may have to wait for another process.
     db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`);
     enableWal(db);
+    if (created) for (const suffix of ["-wal", "-shm"]) chmodIfExists(fullPath + suffix, PRIVATE_FILE_MODE);
     db.pragma("synchronous = NORMAL");
     db.pragma("foreign_keys = ON");
     applyMigrations(db, migrations);
@@ -77,6 +84,30 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
 }
 
 const BUSY_TIMEOUT_MS = 5000;
+
+/** Creates the database file (and its missing folders) private to this user; false when it already exists. */
+function createDatabaseFile(fullPath: string): boolean {
+  makePrivateDir(dirname(fullPath));
+  return createPrivateFile(fullPath);
+}
+
+function warnIfReadable(fullPath: string, warn: ((message: string) => void) | undefined): void {
+  if (!warn) return;
+  const { readable, mode } = readableByOthers(fullPath);
+  if (!readable) return;
+  warn(
+    `the database file ${fullPath} can be read by other users (mode ${octal(mode)}): ` +
+      `run chmod 600 ${fullPath} ${fullPath}-wal ${fullPath}-shm`,
+  );
+}
+
+function chmodIfExists(path: string, mode: number): void {
+  try {
+    chmodSync(path, mode);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+  }
+}
 
 /**
  * PRAGMA journal_mode = WAL, retried for up to busy_timeout: when several processes open a new file at once,
