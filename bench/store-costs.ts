@@ -68,6 +68,8 @@ function completion(a: AdmitCommand, nowMs: number): CompleteCommand {
     gatewayLatencyMs: 0.8,
     errorDetail: null,
     overReservation: false,
+    deployment: "bench",
+    attempts: 1,
     reserved: a.mode === "paid",
     idempotency: null,
   };

@@ -18,6 +18,7 @@
 import { closeSync, openSync, writeSync } from "node:fs";
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
+import { mulberry32 } from "../test/support/seeded-random.ts";
 
 export type TestWeightType = "F32" | "F16" | "Q8_0";
 
@@ -448,17 +449,6 @@ function toHalf(value: number): number {
     mant = rounded;
   }
   return sign | (e << 10) | (mant >>> 13);
-}
-
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 function hashSeed(seed: number, name: string): number {

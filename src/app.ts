@@ -23,7 +23,7 @@ import { Metrics, metricsObserver } from "./observability/metrics.ts";
 import { metricsRoutes } from "./http/routes/metrics.ts";
 import { healthRoutes } from "./http/routes/health.ts";
 import type { ModelService } from "./models/model-service.ts";
-import { ModelRegistry } from "./models/registry.ts";
+import { ModelRegistry, type RegistryOptions } from "./models/registry.ts";
 import { BatchedBooks } from "./store/batched-books.ts";
 import { isStoreRetryable, isStoreUnavailable } from "./store/store-errors.ts";
 import type { PurgeResult, Store, SweepResult } from "./store/store.ts";
@@ -31,9 +31,13 @@ import type { PurgeResult, Store, SweepResult } from "./store/store.ts";
 export interface AppDeps {
   store: Store;
   /** The System One model service; null when none is configured. */
-  modelService: ModelService | null;
-  /** In-process engines by public model name (configured models with engine "llama"). */
+  /** The model services by name (config.modelServices); a single injected service stands for the first configured one. */
+  modelServices?: ReadonlyMap<string, ModelService>;
+  modelService?: ModelService | null;
+  /** In-process engines by engineKey(model, deployment index). */
   engines?: ReadonlyMap<string, ModelService>;
+  /** Options of the model routers; default config.routing (tests shorten cooldowns and health-check intervals). */
+  routerOptions?: RegistryOptions["router"];
   clock?: Clock;
   /** Defaults to the in-memory limiter (one process). */
   rateLimiter?: RateLimiter;
@@ -126,15 +130,35 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   });
 
   const { store } = deps;
-  const registry = new ModelRegistry(config, deps.modelService, deps.engines ?? new Map(), () => clock.nowMs());
   const limiter = deps.rateLimiter ?? new MemoryRateLimiter(clock);
   const metrics = deps.metrics ?? new Metrics();
   const observer = metricsObserver(metrics);
+  const services =
+    deps.modelServices ??
+    (deps.modelService ? new Map([[config.modelServices[0]?.name ?? "default", deps.modelService]]) : new Map<string, ModelService>());
+  const registry = new ModelRegistry(config, services, deps.engines ?? new Map(), {
+    nowMs: () => clock.nowMs(),
+    router: deps.routerOptions ?? config.routing,
+    observerFor: (model) => {
+      const counted = metrics.routerObserver(model);
+      return {
+        attempt: counted.attempt,
+        healthChanged: (deployment, state) =>
+          state === "healthy"
+            ? app.log.info({ model, deployment }, "deployment healthy again")
+            : state === "cooling_down"
+              ? app.log.warn({ model, deployment }, "deployment failing: no calls until its cooldown ends")
+              : undefined,
+      };
+    },
+  });
+  registry.start();
   metrics.watchDbPool(() => store.connectionStats?.() ?? null);
+  metrics.watchDeployments(() => registry.health());
   metrics.watchModelPools(() =>
-    [...(deps.engines ?? new Map<string, ModelService>())].flatMap(([model, service]) => {
+    [...(deps.engines ?? new Map<string, ModelService>())].flatMap(([key, service]) => {
       const load = (service as Partial<{ load(): { busy: number; size: number; waiting: number } }>).load;
-      return load ? [{ model, ...load.call(service) }] : [];
+      return load ? [{ model: key.replace(/#\d+$/, ""), ...load.call(service) }] : [];
     }),
   );
   const books = new BatchedBooks(store, {
@@ -184,6 +208,7 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   });
   app.addHook("onClose", async () => {
     await jobs.stop();
+    await registry.close();
     if (!deps.rateLimiter) await limiter.close();
   });
   app.decorate("sweepBooks", () => jobs.sweepNow());

@@ -2,39 +2,25 @@ import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { ConfigFile } from "./contract/config.ts";
 import { compileSchema, toFieldErrors } from "./contract/validation.ts";
-import type { ModelContext } from "./contract/models.ts";
 import type { ServiceMode } from "./contract/decision.ts";
 import { formatUsd, parseUsd } from "./gateway/money.ts";
-import { DEFAULT_EMBEDDED_MODEL } from "./models/llama/default-model.ts";
+import { type ConfiguredModel, parseModelConfig, type ServiceConfig } from "./config-models.ts";
+import { ROUTER_DEFAULTS } from "./models/routing/router.ts";
 import { octal, readableByOthers } from "./private-files.ts";
 
 export const DEFAULT_DATABASE_URL = "sqlite:./data/tds.sqlite";
 
-export interface EmbeddedModelSettings {
-  /** Local GGUF path or hf: reference. */
-  source: string;
-  threads?: number;
-  contextSize?: number;
-  poolSize?: number;
-  queueLimit?: number;
-  batchSize?: number;
-  /** The setting that names `source`, for messages ("TDS_MODEL_PATH", or the config file's entry). */
-  sourceSetting?: string;
-}
+export type { ConfiguredModel, DeploymentConfig, EmbeddedModelSettings, ServiceConfig } from "./config-models.ts";
 
-export interface ConfiguredModel {
-  /** Public name, as listed by GET /v1/models. */
-  name: string;
-  /** Who answers: the configured model service, or the in-process llama.cpp engine. */
-  engine: "upstream" | "llama";
-  llama?: EmbeddedModelSettings;
-  /** Name sent to the model service. */
-  upstreamName: string;
-  aliases: string[];
-  context?: ModelContext;
-  /** Normalised decimal USD strings; undefined = the default price. */
-  pricePerMillionInputUsd?: string;
-  pricePerMillionOutputUsd?: string;
+export interface RoutingConfig {
+  maxAttempts: number;
+  /** null: every attempt may use all the time left. */
+  attemptTimeoutMs: number | null;
+  failureThreshold: number;
+  cooldownInitialMs: number;
+  cooldownMaxMs: number;
+  /** null: no active health checks. */
+  healthCheckIntervalMs: number | null;
 }
 
 export interface Limits {
@@ -57,17 +43,20 @@ export interface Config {
   /** When set, GET /metrics requires `Authorization: Bearer <token>`. */
   metricsToken: string | null;
   serviceMode: ServiceMode;
-  modelService: { url: string; apiKey?: string } | null;
+  /** The model services, by name: replicas of TDS_MODEL_SERVICE_URL and the config file's model_services. */
+  modelServices: ServiceConfig[];
   defaultModel: string | null;
   /** Alias → public or alias name. `jev-latest` → the default model unless configured otherwise. */
   aliases: Record<string, string>;
-  /** Listed models (upstream or embedded); with no upstream model listed, the model service's own list is offered too. */
+  /** Configured models and their deployments; models the services list themselves are offered too (see the registry). */
   models: ConfiguredModel[];
   /** Download folder of hub model references. */
   modelCacheDir: string;
   pricing: { pricePerMillionInputUsd: string; pricePerMillionOutputUsd: string | null };
   limits: Limits;
   modelTimeoutMs: number;
+  /** How requests are spread over a model's deployments and when a deployment is taken out (file: `routing`). */
+  routing: RoutingConfig;
   reservationTtlSeconds: number;
   bootstrap: boolean;
   /** Where a non-terminal start writes the first API key; null = next to the SQLite file, or ./data/. */
@@ -149,16 +138,11 @@ function parseAliases(text: string, problems: string[]): Record<string, string> 
   return out;
 }
 
-/** "qwen2.5-0.5b-instruct-q8_0" for ./models/qwen2.5-0.5b-instruct-q8_0.gguf or hf:owner/repo/qwen2.5-0.5b-instruct-q8_0.gguf. */
-function embeddedModelName(source: string): string {
-  const last = source.replace(/^hf:/, "").split(/[/\\]/).at(-1) ?? source;
-  return last.replace(/\.gguf$/i, "").replace(/:/g, "-").slice(0, 100) || "local";
-}
-
 /** The file's settings that hold a secret: a model service key, a password in a database or Redis URL. */
 function secretsIn(file: ConfigFile): string[] {
   const secrets: string[] = [];
   if (file.model_service?.api_key) secrets.push("model_service.api_key");
+  for (const service of file.model_services ?? []) if (service.api_key) secrets.push(`model_services "${service.name}" api_key`);
   if (file.database_url && urlHasPassword(file.database_url)) secrets.push("database_url");
   if (file.redis_url && urlHasPassword(file.redis_url)) secrets.push("redis_url");
   return secrets;
@@ -215,17 +199,6 @@ export function loadConfig(env: Env = process.env): Config {
   const mode = envString(env, "TDS_SERVICE_MODE") ?? file.service_mode ?? "preview";
   if (mode !== "preview" && mode !== "paid") problems.push(`TDS_SERVICE_MODE must be "preview" or "paid" (got ${JSON.stringify(mode)})`);
 
-  const serviceUrl = envString(env, "TDS_MODEL_SERVICE_URL") ?? file.model_service?.url;
-  if (serviceUrl !== undefined) {
-    try {
-      const u = new URL(serviceUrl);
-      if (u.protocol !== "http:" && u.protocol !== "https:") throw new Error("not http(s)");
-    } catch {
-      problems.push(`TDS_MODEL_SERVICE_URL must be an http(s) URL such as http://127.0.0.1:11434 (got ${JSON.stringify(serviceUrl)})`);
-    }
-  }
-  const serviceKey = envString(env, "TDS_MODEL_SERVICE_KEY") ?? file.model_service?.api_key;
-
   const limits: Limits = {
     maxRequestBytes: envInt(env, "TDS_MAX_REQUEST_BYTES", 64, 64 * 1024 * 1024, problems) ?? fileLimits.max_request_bytes ?? DEFAULT_LIMITS.maxRequestBytes,
     maxQuestions: envInt(env, "TDS_MAX_QUESTIONS", 1, 32, problems) ?? fileLimits.max_questions ?? DEFAULT_LIMITS.maxQuestions,
@@ -242,43 +215,7 @@ export function loadConfig(env: Env = process.env): Config {
   const outputPrice =
     normalisePrice("TDS_PRICE_PER_MILLION_OUTPUT_USD", envString(env, "TDS_PRICE_PER_MILLION_OUTPUT_USD") ?? file.pricing?.price_per_million_output_usd, problems) ?? null;
 
-  const models: ConfiguredModel[] = (file.models ?? []).map((m) => ({
-    name: m.name,
-    engine: m.engine ?? "upstream",
-    ...(m.engine === "llama"
-      ? {
-          llama: {
-            source: m.source ?? "",
-            ...(m.threads ? { threads: m.threads } : {}),
-            ...(m.context_size ? { contextSize: m.context_size } : {}),
-            ...(m.pool_size ? { poolSize: m.pool_size } : {}),
-            ...(m.queue_limit !== undefined ? { queueLimit: m.queue_limit } : {}),
-            ...(m.batch_size ? { batchSize: m.batch_size } : {}),
-            sourceSetting: `models[].source of "${m.name}" in the config file (TDS_CONFIG)`,
-          },
-        }
-      : {}),
-    upstreamName: m.upstream_name ?? m.name,
-    aliases: m.aliases ?? [],
-    ...(m.context ? { context: m.context } : {}),
-    ...(m.price_per_million_input_usd ? { pricePerMillionInputUsd: formatUsd(parseUsd(m.price_per_million_input_usd)!) } : {}),
-    ...(m.price_per_million_output_usd ? { pricePerMillionOutputUsd: formatUsd(parseUsd(m.price_per_million_output_usd)!) } : {}),
-  }));
-  for (const m of file.models ?? []) {
-    if (m.engine === "llama" && !m.source) problems.push(`models: "${m.name}" has engine "llama" but no source (a GGUF path or hf: reference)`);
-    if (m.engine !== "llama" && m.source) problems.push(`models: "${m.name}" has a source but engine is not "llama"`);
-    if (m.engine !== "llama" && serviceUrl === undefined) problems.push(`models: "${m.name}" is served by the model service, but TDS_MODEL_SERVICE_URL is not set`);
-  }
-  const modelPath = envString(env, "TDS_MODEL_PATH");
-  const embeddedName = envString(env, "TDS_MODEL_NAME");
-  if (modelPath !== undefined) {
-    const name = embeddedName ?? embeddedModelName(modelPath);
-    if (!models.some((m) => m.name === name)) models.push({ name, engine: "llama", llama: { source: modelPath, sourceSetting: "TDS_MODEL_PATH" }, upstreamName: name, aliases: [] });
-  } else if (serviceUrl === undefined && models.length === 0) {
-    // Nothing configured at all: the in-process engine with its default model, fetched on first start.
-    const name = embeddedName ?? DEFAULT_EMBEDDED_MODEL.name;
-    models.push({ name, engine: "llama", llama: { source: DEFAULT_EMBEDDED_MODEL.source, sourceSetting: "TDS_MODEL_PATH" }, upstreamName: name, aliases: [] });
-  }
+  const { modelServices, models } = parseModelConfig(env, file, problems);
   const names = new Set<string>();
   for (const m of models) {
     for (const n of [m.name, ...m.aliases]) {
@@ -295,6 +232,7 @@ export function loadConfig(env: Env = process.env): Config {
     problems.push(`TDS_BOOTSTRAP must be true or false (got ${JSON.stringify(bootstrapText)})`);
   }
 
+  const modelTimeoutMs = envInt(env, "TDS_MODEL_TIMEOUT_MS", 1, 3_600_000, problems) ?? file.model_timeout_ms ?? 30_000;
   const config: Config = {
     host: envString(env, "HOST") ?? file.host ?? "127.0.0.1",
     port: envInt(env, "PORT", 0, 65535, problems) ?? file.port ?? 8080,
@@ -302,14 +240,22 @@ export function loadConfig(env: Env = process.env): Config {
     redisUrl: envString(env, "TDS_REDIS_URL") ?? file.redis_url ?? null,
     metricsToken: envString(env, "TDS_METRICS_TOKEN") ?? null,
     serviceMode: mode === "paid" ? "paid" : "preview",
-    modelService: serviceUrl === undefined ? null : { url: serviceUrl.replace(/\/+$/, ""), ...(serviceKey ? { apiKey: serviceKey } : {}) },
+    modelServices,
     defaultModel,
     aliases,
     models,
     modelCacheDir: envString(env, "TDS_MODEL_CACHE_DIR") ?? file.model_cache_dir ?? "./data/models",
     pricing: { pricePerMillionInputUsd: inputPrice, pricePerMillionOutputUsd: outputPrice },
     limits,
-    modelTimeoutMs: envInt(env, "TDS_MODEL_TIMEOUT_MS", 1, 3_600_000, problems) ?? file.model_timeout_ms ?? 30_000,
+    modelTimeoutMs,
+    routing: {
+      maxAttempts: file.routing?.max_attempts ?? ROUTER_DEFAULTS.maxAttempts,
+      attemptTimeoutMs: file.routing?.attempt_timeout_ms === undefined ? Math.ceil(modelTimeoutMs / 2) : file.routing.attempt_timeout_ms,
+      failureThreshold: file.routing?.failure_threshold ?? ROUTER_DEFAULTS.failureThreshold,
+      cooldownInitialMs: file.routing?.cooldown_initial_ms ?? ROUTER_DEFAULTS.cooldownInitialMs,
+      cooldownMaxMs: file.routing?.cooldown_max_ms ?? ROUTER_DEFAULTS.cooldownMaxMs,
+      healthCheckIntervalMs: file.routing?.health_check_interval_ms === undefined ? ROUTER_DEFAULTS.healthCheckIntervalMs : file.routing.health_check_interval_ms,
+    },
     reservationTtlSeconds: envInt(env, "TDS_RESERVATION_TTL_SECONDS", 1, 86_400, problems) ?? file.reservation_ttl_seconds ?? 120,
     bootstrap: bootstrapText === undefined ? (file.bootstrap ?? true) : bootstrapText === "true" || bootstrapText === "1",
     bootstrapKeyFile: envString(env, "TDS_BOOTSTRAP_KEY_FILE") ?? file.bootstrap_key_file ?? null,
@@ -323,6 +269,9 @@ export function loadConfig(env: Env = process.env): Config {
     problems.push(
       `TDS_MODEL_TIMEOUT_MS (${config.modelTimeoutMs}) must be shorter than TDS_RESERVATION_TTL_SECONDS (${config.reservationTtlSeconds} s), so a model call ends before its reservation expires`,
     );
+  }
+  if (config.routing.cooldownMaxMs < config.routing.cooldownInitialMs) {
+    problems.push(`routing.cooldown_max_ms (${config.routing.cooldownMaxMs}) must not be shorter than routing.cooldown_initial_ms (${config.routing.cooldownInitialMs})`);
   }
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

@@ -5,7 +5,7 @@ import { systemClock } from "./gateway/clock.ts";
 import { MemoryRateLimiter } from "./limits/memory-rate-limiter.ts";
 import type { RateLimiter } from "./limits/rate-limiter.ts";
 import { createRedisRateLimiter } from "./limits/redis-rate-limiter.ts";
-import { openEngines, openModelService } from "./models/open-model-service.ts";
+import { openEngines, openModelServices } from "./models/open-model-service.ts";
 import { Metrics } from "./observability/metrics.ts";
 import { openStore } from "./store/open-store.ts";
 import { SERVING_SQLITE } from "./store/sqlite/sqlite-store.ts";
@@ -40,7 +40,7 @@ async function main(): Promise<void> {
       onWarning: (message) => storeLog.warn(message),
     },
   });
-  const modelService = openModelService(config);
+  const modelServices = openModelServices(config);
   const engineLog = log.child({ component: "embedded-engine" });
   const engines = await openEngines(config, {
     info: (msg) => engineLog.info(msg),
@@ -59,7 +59,7 @@ async function main(): Promise<void> {
     });
   }
 
-  const app = await buildApp(config, { store, modelService, engines, metrics, loggerInstance: log, ...(rateLimiter ? { rateLimiter } : {}) });
+  const app = await buildApp(config, { store, modelServices, engines, metrics, loggerInstance: log, ...(rateLimiter ? { rateLimiter } : {}) });
 
   if (config.bootstrap) {
     // Printed once on a terminal; otherwise stdout may be a log file or a shipper, so the key goes to a 0600 file.
@@ -70,7 +70,7 @@ async function main(): Promise<void> {
       nowMs: Date.now,
     });
   }
-  if (!modelService && engines.size === 0) {
+  if (modelServices.size === 0 && engines.size === 0) {
     app.log.warn("No model service configured: set TDS_MODEL_SERVICE_URL (a System One server) or TDS_MODEL_PATH (a GGUF model). /v1/systemone and /v1/models answer 503 until then.");
   }
 
@@ -88,7 +88,7 @@ async function main(): Promise<void> {
     timer.unref();
     await app.close();
     await rateLimiter?.close();
-    await Promise.all([modelService?.close(), ...[...engines.values()].map((e) => e.close())]);
+    await Promise.all([...modelServices.values(), ...engines.values()].map((s) => s.close()));
     await store.close();
     process.exit(0);
   };

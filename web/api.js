@@ -58,6 +58,8 @@ export function createApi(getKey) {
     config: () => call("GET", "/api/config", { auth: false }),
     organization: () => call("GET", "/v1/organization"),
     models: () => call("GET", "/v1/models"),
+    /** GET /readyz: 200 or 503, both with per-model states; resolves for either. */
+    readiness: () => send("GET", "/readyz", { auth: false }),
     usagePage: (params) => call("GET", `/v1/usage?${new URLSearchParams(params)}`),
     usageRecord: (requestId) => call("GET", `/v1/usage/${encodeURIComponent(requestId)}`),
     usageSummary: (days) => call("GET", `/v1/usage/summary?days=${days}`),

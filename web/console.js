@@ -5,7 +5,7 @@ import { createApi } from "./api.js";
 import { $, announce } from "./dom.js";
 import { createPlayground } from "./playground.js";
 import { forgetKey, loadKey, saveKey } from "./session.js";
-import { hideStatus, renderStatus } from "./status.js";
+import { hideStatus, renderModels, renderStatus } from "./status.js";
 import { createUsage } from "./usage.js";
 
 let key = loadKey();
@@ -38,11 +38,29 @@ function route(focusHeading = false) {
 }
 
 async function refreshStatus() {
+  void refreshModels();
   try {
     renderStatus(await api.organization());
   } catch (err) {
     if (err?.status === 401) signOut(err.detail);
   }
+}
+
+const MODELS_REFRESH_MS = 15_000;
+let modelsTimer = null;
+
+/** The Models item of the status strip, refreshed while signed in (a model may degrade between runs). */
+async function refreshModels() {
+  clearTimeout(modelsTimer);
+  let readiness = null;
+  try {
+    readiness = await api.readiness();
+  } catch {
+    /* shown as unknown */
+  }
+  if (!signedIn) return;
+  renderModels(readiness);
+  modelsTimer = setTimeout(() => void refreshModels(), MODELS_REFRESH_MS);
 }
 
 function afterRun() {
@@ -62,6 +80,7 @@ async function loadModels() {
 
 function showSignIn(message) {
   signedIn = false;
+  clearTimeout(modelsTimer);
   $("#signin").hidden = false;
   $("#nav").hidden = true;
   $("#account").hidden = true;
@@ -96,6 +115,7 @@ async function enter() {
   $("#account").hidden = false;
   $("#org-name").textContent = org.name;
   renderStatus(org);
+  void refreshModels();
   route();
   await loadModels();
   return true;

@@ -43,6 +43,42 @@ export function renderStatus(org) {
   }
 }
 
+/**
+ * The Models item from GET /readyz: "All ready", or each model that is not, with how many of its deployments take
+ * calls. `readiness` is null when the gateway could not be asked.
+ */
+export function renderModels(readiness) {
+  const dd = $("#st-models");
+  const models = readiness?.json?.models && typeof readiness.json.models === "object" ? Object.entries(readiness.json.models) : null;
+  if (!models) {
+    dd.replaceChildren(h("span", { class: "st-note", text: "unknown" }));
+    return;
+  }
+  const notOk = models.filter(([, m]) => m.state !== "ok");
+  if (notOk.length === 0) {
+    const check = readiness.json.checks?.models;
+    dd.replaceChildren(
+      models.length > 0 || check === "ok"
+        ? h("span", { class: "st-ok", text: models.length === 1 ? "Ready" : `All ${integer(models.length)} ready` })
+        : h("span", { class: "st-unavailable", text: "Not ready", title: String(check ?? "") }),
+    );
+    return;
+  }
+  const parts = [];
+  for (const [name, m] of notOk) {
+    if (parts.length > 0) parts.push(", ");
+    const unavailable = m.state === "unavailable";
+    parts.push(
+      h("span", { class: unavailable ? "st-unavailable" : "st-degraded", text: `${name} ${unavailable ? "unavailable" : "degraded"}` }),
+      h("span", {
+        class: "st-note",
+        text: unavailable ? " (no healthy deployment)" : ` (${integer(m.healthy)} of ${integer(m.deployments)} deployments healthy)`,
+      }),
+    );
+  }
+  dd.replaceChildren(...parts);
+}
+
 /** Shows the banner for a 429 or 402 answer of POST /v1/systemone. */
 export function showLimitFromError(err) {
   if (err.status === 402) {

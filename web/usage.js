@@ -192,6 +192,7 @@ export function createUsage(deps) {
         item("Tokens", `${integer(r.input_tokens)} in · ${integer(r.output_tokens)} out`),
         item("Cost", usd(r.cost_usd)),
         item("Latency", `model ${ms(r.latency_ms)} · gateway ${ms(r.gateway_latency_ms)}`),
+        r.deployment ? item("Deployment", r.attempts > 1 ? `${r.deployment} (after ${integer(r.attempts)} attempts)` : r.deployment) : null,
         item("Key id", r.key_id),
         r.over_reservation ? item("Over reservation", "yes: the reservation was charged") : null,
         r.error ? item("Error", r.error) : null,

@@ -19,6 +19,21 @@ export const ConfigFile = Type.Object(
         { additionalProperties: false },
       ),
     ),
+    model_services: Type.Optional(
+      Type.Array(
+        Type.Object(
+          {
+            name: Type.String({ minLength: 1, maxLength: 100 }),
+            url: Type.String({ minLength: 1 }),
+            api_key: Type.Optional(Type.String()),
+            weight: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1000 })),
+            max_concurrency: Type.Optional(PositiveInt),
+          },
+          { additionalProperties: false },
+        ),
+        { description: "Model services by name; models[].deployments refer to them" },
+      ),
+    ),
     default_model: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
     aliases: Type.Optional(Type.Record(Type.String(), Type.String({ minLength: 1 }))),
     models: Type.Optional(
@@ -38,6 +53,28 @@ export const ConfigFile = Type.Object(
             context: Type.Optional(ModelContext),
             price_per_million_input_usd: Type.Optional(DecimalUsd),
             price_per_million_output_usd: Type.Optional(DecimalUsd),
+            deployments: Type.Optional(
+              Type.Array(
+                Type.Object(
+                  {
+                    service: Type.Optional(Type.String({ minLength: 1, description: "A name from model_services" })),
+                    upstream_name: Type.Optional(Type.String({ minLength: 1 })),
+                    engine: Type.Optional(Type.Literal("llama", { description: "The in-process engine instead of a model service" })),
+                    source: Type.Optional(Type.String({ minLength: 1 })),
+                    threads: Type.Optional(PositiveInt),
+                    context_size: Type.Optional(Type.Integer({ minimum: 256 })),
+                    pool_size: Type.Optional(PositiveInt),
+                    queue_limit: Type.Optional(Type.Integer({ minimum: 0 })),
+                    batch_size: Type.Optional(PositiveInt),
+                    weight: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1000 })),
+                    max_concurrency: Type.Optional(PositiveInt),
+                    fallback: Type.Optional(Type.Boolean({ description: "Used only while no other deployment of the model is healthy" })),
+                  },
+                  { additionalProperties: false },
+                ),
+                { minItems: 1 },
+              ),
+            ),
           },
           { additionalProperties: false },
         ),
@@ -62,6 +99,25 @@ export const ConfigFile = Type.Object(
           preview_request_limit: Type.Optional(Type.Integer({ minimum: 0 })),
           preview_global_request_limit: Type.Optional(Type.Integer({ minimum: 0 })),
           reserve_tokens: Type.Optional(PositiveInt),
+        },
+        { additionalProperties: false },
+      ),
+    ),
+    routing: Type.Optional(
+      Type.Object(
+        {
+          max_attempts: Type.Optional(Type.Integer({ minimum: 1, maximum: 10, description: "Deployments one request may be sent to" })),
+          attempt_timeout_ms: Type.Optional(
+            Type.Union([Type.Integer({ minimum: 1, maximum: 3_600_000 }), Type.Null()], {
+              description: "How long one attempt may run while another deployment is left to try (default: half of model_timeout_ms; null: all the time left)",
+            }),
+          ),
+          failure_threshold: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, description: "Consecutive failures that start a cooldown" })),
+          cooldown_initial_ms: Type.Optional(Type.Integer({ minimum: 100, maximum: 3_600_000 })),
+          cooldown_max_ms: Type.Optional(Type.Integer({ minimum: 100, maximum: 3_600_000 })),
+          health_check_interval_ms: Type.Optional(
+            Type.Union([Type.Integer({ minimum: 100, maximum: 3_600_000 }), Type.Null()], { description: "null: no active checks" }),
+          ),
         },
         { additionalProperties: false },
       ),

@@ -40,6 +40,10 @@ export const UsageRecordJson = Type.Object(
     gateway_latency_ms: Type.Number({ minimum: 0 }),
     over_reservation: Type.Boolean({ description: "The model reported more tokens than reserved; the reservation was charged" }),
     error: Type.Union([Type.String(), Type.Null()]),
+    deployment: Type.Union([Type.String(), Type.Null()], {
+      description: "The deployment (model service) that answered, or the last one tried; null while in flight or when none was tried",
+    }),
+    attempts: Type.Integer({ minimum: 0, description: "Model service attempts (more than 1 after a failover to another deployment); 0 while in flight" }),
   },
   { additionalProperties: false, title: "UsageRecord" },
 );

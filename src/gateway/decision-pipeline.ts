@@ -111,7 +111,7 @@ export class DecisionPipeline {
     } catch (err) {
       accepted.callMs = this.monotonicMs() - callStart;
       this.observer.modelFailed(err instanceof ModelServiceError ? err.kind : "unexpected");
-      return this.failed(accepted, modelServiceFailure(err));
+      return this.failed(accepted, modelServiceFailure(err), undefined, err instanceof ModelServiceError ? err.route : undefined);
     }
     accepted.callMs = this.monotonicMs() - callStart;
     try {
@@ -152,7 +152,7 @@ export class DecisionPipeline {
     return {
       reply: { status: 200, body, requestId: ctx.requestId, replayed: false },
       command: {
-        ...this.commandBase(accepted),
+        ...this.commandBase(accepted, answerSet.route),
         outcome: "succeeded",
         httpStatus: 200,
         inputTokens: input_tokens,
@@ -168,14 +168,14 @@ export class DecisionPipeline {
   }
 
   /** The ending of a request that failed after admission: nothing charged, its reservation released. */
-  private failed(accepted: Accepted, error: unknown, answerSet?: ModelAnswerSet): Ending {
+  private failed(accepted: Accepted, error: unknown, answerSet?: ModelAnswerSet, route?: ModelServiceError["route"]): Ending {
     const known = error instanceof GatewayError;
     const contextRejected = known && error.code === "context_rejected";
     const status = !known ? 500 : contextRejected ? 422 : error.code === "model_not_ready" ? 503 : 502;
     return {
       error,
       command: {
-        ...this.commandBase(accepted),
+        ...this.commandBase(accepted, route ?? answerSet?.route),
         outcome: !known ? "gateway_error" : contextRejected ? "context_rejected" : "model_error",
         httpStatus: status,
         inputTokens: answerSet?.usage.input_tokens ?? 0,
@@ -190,8 +190,14 @@ export class DecisionPipeline {
     };
   }
 
-  private commandBase(accepted: Accepted): Pick<CompleteCommand, "requestId" | "orgId" | "nowMs" | "reserved"> {
+  /** `route`: the deployment that answered (or was tried last) and the attempts, when a router served the call. */
+  private commandBase(
+    accepted: Accepted,
+    route: ModelServiceError["route"] | undefined,
+  ): Pick<CompleteCommand, "requestId" | "orgId" | "nowMs" | "reserved" | "deployment" | "attempts"> {
     return {
+      deployment: route?.deployment ?? null,
+      attempts: route?.attempts ?? 1,
       requestId: accepted.ctx.requestId,
       orgId: accepted.ctx.org.id,
       nowMs: this.deps.clock.nowMs(),

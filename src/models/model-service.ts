@@ -38,6 +38,8 @@ export interface ModelAnswerSet {
   usage: { input_tokens: number; output_tokens: number };
   /** Wall time of the model call as measured by the adapter, in milliseconds. */
   latencyMs: number;
+  /** Set by a router over several deployments: the one that answered, and after how many attempts (1 = first try). */
+  route?: { deployment: string; attempts: number };
 }
 
 export type ModelErrorKind =
@@ -51,13 +53,18 @@ export type ModelErrorKind =
   | "not_ready"; // model still loading or failed to load
 
 export class ModelServiceError extends Error {
+  /** Set by a router on the error it finally throws: the last deployment tried (null when none was) and the attempts made. */
+  readonly route?: { deployment: string | null; attempts: number };
+
   constructor(
     readonly kind: ModelErrorKind,
     message: string,
     readonly upstreamStatus?: number,
+    route?: { deployment: string | null; attempts: number },
   ) {
     super(message);
     this.name = "ModelServiceError";
+    if (route !== undefined) this.route = route;
   }
 }
 

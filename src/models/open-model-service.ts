@@ -1,16 +1,13 @@
 import type { Config } from "../config.ts";
+import { engineKey } from "../config-models.ts";
 import type { ModelService } from "./model-service.ts";
 import { createSystemOneHttpService } from "./systemone-http/systemone-http-service.ts";
 
-/** The System One model service the configuration names, or null when none is configured. */
-export function openModelService(config: Config): ModelService | null {
-  if (config.modelService) {
-    return createSystemOneHttpService({
-      baseUrl: config.modelService.url,
-      ...(config.modelService.apiKey ? { apiKey: config.modelService.apiKey } : {}),
-    });
-  }
-  return null;
+/** One System One HTTP client per configured model service, by name (shared by every model it serves). */
+export function openModelServices(config: Config): Map<string, ModelService> {
+  return new Map(
+    config.modelServices.map((s) => [s.name, createSystemOneHttpService({ baseUrl: s.url, ...(s.apiKey ? { apiKey: s.apiKey } : {}) })]),
+  );
 }
 
 export interface EngineLogger {
@@ -20,19 +17,18 @@ export interface EngineLogger {
 }
 
 /**
- * One in-process llama.cpp engine per configured model with engine "llama". Each starts loading
+ * One in-process llama.cpp engine per engine deployment, by engineKey(model, index). Each starts loading
  * (and, for a hub reference, downloading) in the background; node-llama-cpp is imported only when
- * such a model is configured.
+ * such a deployment is configured.
  */
 export async function openEngines(config: Config, logger: EngineLogger): Promise<Map<string, ModelService>> {
   const engines = new Map<string, ModelService>();
-  const embedded = config.models.filter((m) => m.engine === "llama" && m.llama);
+  const embedded = config.models.flatMap((m) => m.deployments.flatMap((d, i) => (d.llama ? [{ m, s: d.llama, key: engineKey(m.name, i) }] : [])));
   if (embedded.length === 0) return engines;
   const { createLlamaService } = await import("./llama/llama-service.ts");
-  for (const m of embedded) {
-    const s = m.llama!;
+  for (const { m, s, key } of embedded) {
     engines.set(
-      m.name,
+      key,
       createLlamaService({
         name: m.name,
         source: s.source,

@@ -1,18 +1,23 @@
 import type { Config } from "../config.ts";
+import { engineKey } from "../config-models.ts";
 import type { ModelContext, ModelEntry } from "../contract/models.ts";
 import { GatewayError } from "../gateway/errors.ts";
 import { parseUsd, type Price } from "../gateway/money.ts";
-import { type ModelService, ModelServiceError, type UpstreamModel } from "./model-service.ts";
+import { type ModelService, ModelServiceError } from "./model-service.ts";
+import { createModelRouter } from "./routing/router.ts";
+import type { DeploymentInput, ModelRouter, RouterHealth, RouterObserver, RouterOptions } from "./routing/types.ts";
 
 /** The SDK's default model name; it means "the default model" unless configured otherwise. */
 export const SDK_DEFAULT_ALIAS = "jev-latest";
-const UPSTREAM_LIST_TTL_MS = 30_000;
+const SERVICE_LIST_TTL_MS = 30_000;
 const MAX_ALIAS_HOPS = 8;
 
 export interface ResolvedModel {
   /** Public name, reported in responses and usage records. */
   name: string;
+  /** The name in the call; each deployment replaces it with the name its service knows. */
   upstreamName: string;
+  /** The model's router over its deployments. */
   service: ModelService;
   context?: ModelContext;
   price: Price;
@@ -21,48 +26,100 @@ export interface ResolvedModel {
   priceOutputUsd: string | null;
 }
 
+export interface RegistryOptions {
+  nowMs?: () => number;
+  /** Options of every model's router; `observerFor` gives each model's router its observer (metrics, logs). */
+  router?: Omit<RouterOptions, "observer">;
+  observerFor?: (model: string) => RouterObserver;
+}
+
 interface Offered {
   name: string;
-  upstreamName: string;
-  service: ModelService;
+  router: ModelRouter;
+  /** The configured context (published as is), or none: the smallest the deployments publish. */
   context?: ModelContext;
   priceInputUsd?: string;
   priceOutputUsd?: string;
 }
 
 /**
- * Public model names, aliases, the default model, context metadata and prices. Models come from
- * the configuration or, when it lists none, from the model service's own list (cached briefly).
+ * Public model names, aliases, the default model, context metadata and prices, and one router per model over its
+ * deployments (src/models/routing). Models come from the configuration; when no configured model is served by a
+ * model service, the services' own lists are offered too (each model by every service that lists it, cached briefly).
  */
 export class ModelRegistry {
-  private cached: { at: number; models: Offered[] } | null = null;
+  /** Configured models, in configuration order. */
+  private readonly configured: Offered[] = [];
+  /** Models discovered from the services' lists, with the services that list each. */
+  private discovered: { at: number; models: Offered[] } | null = null;
+  private readonly discoveredRouters = new Map<string, { key: string; router: ModelRouter }>();
   /** Configured aliases and each configured model's own aliases, alias → target name. */
   private readonly aliases: Map<string, string>;
+  private readonly nowMs: () => number;
+  private started = false;
 
   constructor(
     private readonly config: Pick<Config, "models" | "aliases" | "defaultModel" | "pricing" | "modelTimeoutMs">,
-    /** The System One model service, if one is configured. */
-    private readonly upstream: ModelService | null,
-    /** In-process engines by public model name (models with engine "llama"). */
-    private readonly engines: ReadonlyMap<string, ModelService> = new Map(),
-    private readonly nowMs: () => number = Date.now,
+    /** The model services by name (HTTP clients; shared by every model they serve). */
+    private readonly services: ReadonlyMap<string, ModelService>,
+    /** In-process engines by engineKey(model, deployment index). */
+    engines: ReadonlyMap<string, ModelService> = new Map(),
+    private readonly options: RegistryOptions = {},
   ) {
+    this.nowMs = options.nowMs ?? Date.now;
     this.aliases = new Map(Object.entries(config.aliases));
-    for (const m of config.models) for (const alias of m.aliases) this.aliases.set(alias, m.name);
+    for (const m of config.models) {
+      for (const alias of m.aliases) this.aliases.set(alias, m.name);
+      const deployments: DeploymentInput[] = [];
+      m.deployments.forEach((d, i) => {
+        const service = d.service === null ? engines.get(engineKey(m.name, i)) : services.get(d.service);
+        if (service) deployments.push({ name: d.name, service, upstreamName: d.upstreamName, weight: d.weight, maxConcurrency: d.maxConcurrency, fallback: d.fallback });
+      });
+      if (deployments.length === 0) continue;
+      this.configured.push({
+        name: m.name,
+        router: this.router(m.name, deployments),
+        ...(m.context ? { context: m.context } : {}),
+        ...(m.pricePerMillionInputUsd ? { priceInputUsd: m.pricePerMillionInputUsd } : {}),
+        ...(m.pricePerMillionOutputUsd ? { priceOutputUsd: m.pricePerMillionOutputUsd } : {}),
+      });
+    }
   }
 
-  get configured(): boolean {
-    return this.upstream !== null || this.engines.size > 0;
+  get isConfigured(): boolean {
+    return this.configured.length > 0 || this.services.size > 0;
   }
 
-  /** Every model service behind the registry (for readiness checks and shutdown). */
-  services(): ModelService[] {
-    return [...(this.upstream ? [this.upstream] : []), ...this.engines.values()];
+  /** Starts every router's active health checks (models discovered later start theirs when they appear). */
+  start(): void {
+    this.started = true;
+    for (const m of this.configured) m.router.start();
+    for (const { router } of this.discoveredRouters.values()) router.start();
+  }
+
+  async close(): Promise<void> {
+    this.started = false;
+    await Promise.all([...this.configured.map((m) => m.router.close()), ...[...this.discoveredRouters.values()].map((d) => d.router.close())]);
+  }
+
+  /** Each offered model's router health (for readiness, metrics and the console). */
+  health(): Array<{ model: string } & RouterHealth> {
+    return this.routers().map((r) => ({ model: r.model, ...r.health() }));
+  }
+
+  /** Every model router (configured and discovered so far). */
+  routers(): ModelRouter[] {
+    return [...this.configured.map((m) => m.router), ...[...this.discoveredRouters.values()].map((d) => d.router)];
   }
 
   async list(): Promise<ModelEntry[]> {
     const offered = await this.offered();
-    return offered.map((m) => (m.context ? { name: m.name, context: { ...m.context } } : { name: m.name }));
+    return Promise.all(
+      offered.map(async (m) => {
+        const context = m.context ?? (await this.publishedContext(m.router));
+        return context ? { name: m.name, context: { ...context } } : { name: m.name };
+      }),
+    );
   }
 
   /** Resolves a requested name (null/undefined = default) to a model, or throws GatewayError. */
@@ -94,8 +151,8 @@ export class ModelRegistry {
     const priceOutputUsd = model.priceOutputUsd ?? this.config.pricing.pricePerMillionOutputUsd;
     return {
       name: model.name,
-      upstreamName: model.upstreamName,
-      service: model.service,
+      upstreamName: model.name,
+      service: model.router,
       ...(model.context ? { context: model.context } : {}),
       price: { inputPerMillion: parseUsd(priceInputUsd)!, outputPerMillion: priceOutputUsd === null ? 0n : parseUsd(priceOutputUsd)! },
       priceInputUsd,
@@ -103,49 +160,61 @@ export class ModelRegistry {
     };
   }
 
-  /**
-   * Configured models (each answered by the model service or by its in-process engine), then,
-   * when no configured model names the model service, the model service's own list.
-   */
-  private async offered(): Promise<Offered[]> {
-    if (!this.configured) throw new GatewayError("model_not_configured");
-    const listed: Offered[] = [];
-    for (const m of this.config.models) {
-      const service = m.engine === "llama" ? this.engines.get(m.name) : this.upstream;
-      if (!service) continue;
-      let context = m.context;
-      if (m.engine === "llama") {
-        try {
-          context = (await service.listModels({ timeoutMs: this.config.modelTimeoutMs }))[0]?.context ?? context;
-        } catch (err) {
-          throw modelServiceFailure(err);
-        }
-      }
-      listed.push({
-        name: m.name,
-        upstreamName: m.upstreamName,
-        service,
-        ...(context ? { context } : {}),
-        ...(m.pricePerMillionInputUsd ? { priceInputUsd: m.pricePerMillionInputUsd } : {}),
-        ...(m.pricePerMillionOutputUsd ? { priceOutputUsd: m.pricePerMillionOutputUsd } : {}),
-      });
-    }
-    if (!this.upstream || this.config.models.some((m) => m.engine === "upstream")) return listed;
-    return [...listed, ...(await this.upstreamList(this.upstream)).filter((m) => !listed.some((l) => l.name === m.name))];
+  private router(model: string, deployments: DeploymentInput[]): ModelRouter {
+    const observer = this.options.observerFor?.(model);
+    return createModelRouter(model, deployments, { ...this.options.router, ...(observer ? { observer } : {}) });
   }
 
-  private async upstreamList(upstream: ModelService): Promise<Offered[]> {
-    const now = this.nowMs();
-    if (this.cached && now - this.cached.at < UPSTREAM_LIST_TTL_MS) return this.cached.models;
-    let models: UpstreamModel[];
+  /** The smallest context the model's deployments publish (an in-process model still loading answers 503). */
+  private async publishedContext(router: ModelRouter): Promise<ModelContext | undefined> {
     try {
-      models = await upstream.listModels({ timeoutMs: this.config.modelTimeoutMs });
+      return (await router.listModels({ timeoutMs: this.config.modelTimeoutMs }))[0]?.context;
     } catch (err) {
       throw modelServiceFailure(err);
     }
-    const offered = models.map((m) => ({ name: m.name, upstreamName: m.name, service: upstream, ...(m.context ? { context: m.context } : {}) }));
-    this.cached = { at: now, models: offered };
-    return offered;
+  }
+
+  /** Configured models, then, when no configured model is served by a model service, the services' own lists. */
+  private async offered(): Promise<Offered[]> {
+    if (!this.isConfigured) throw new GatewayError("model_not_configured");
+    const servedByService = this.config.models.some((m) => m.deployments.some((d) => d.service !== null));
+    if (this.services.size === 0 || servedByService) return this.configured;
+    const discovered = (await this.discover()).filter((d) => !this.configured.some((c) => c.name === d.name));
+    return [...this.configured, ...discovered];
+  }
+
+  private async discover(): Promise<Offered[]> {
+    const now = this.nowMs();
+    if (this.discovered && now - this.discovered.at < SERVICE_LIST_TTL_MS) return this.discovered.models;
+    const lists = await Promise.allSettled(
+      [...this.services].map(async ([name, service]) => ({ name, service, models: await service.listModels({ timeoutMs: this.config.modelTimeoutMs }) })),
+    );
+    const answered = lists.flatMap((l) => (l.status === "fulfilled" ? [l.value] : []));
+    if (answered.length === 0) throw modelServiceFailure((lists[0] as PromiseRejectedResult).reason);
+    const byModel = new Map<string, DeploymentInput[]>();
+    for (const { name, service, models } of answered) {
+      for (const m of models) {
+        const deployments = byModel.get(m.name) ?? [];
+        deployments.push({ name, service, upstreamName: m.name });
+        byModel.set(m.name, deployments);
+      }
+    }
+    const models: Offered[] = [];
+    for (const [model, deployments] of byModel) models.push({ name: model, router: this.discoveredRouter(model, deployments) });
+    this.discovered = { at: now, models };
+    return models;
+  }
+
+  /** The router of a discovered model, made anew when the services that list it change. */
+  private discoveredRouter(model: string, deployments: DeploymentInput[]): ModelRouter {
+    const key = deployments.map((d) => d.name).join("\n");
+    const current = this.discoveredRouters.get(model);
+    if (current && current.key === key) return current.router;
+    void current?.router.close();
+    const router = this.router(model, deployments);
+    if (this.started) router.start();
+    this.discoveredRouters.set(model, { key, router });
+    return router;
   }
 }
 

@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import type { RouterObserver } from "../models/routing/types.ts";
 
 /** The service's Prometheus metrics, one registry per app (tests build several apps in one process). */
 export class Metrics {
@@ -73,6 +74,45 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly deploymentAttempts = new Counter({
+    name: "tds_deployment_attempts_total",
+    help: "Model service attempts per model and deployment, by outcome (ok, or the failure's kind)",
+    labelNames: ["model", "deployment", "outcome"] as const,
+    registers: [this.registry],
+  });
+
+  readonly deploymentLatency = new Histogram({
+    name: "tds_deployment_latency_seconds",
+    help: "Duration of one model service attempt per model and deployment",
+    labelNames: ["model", "deployment"] as const,
+    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+    registers: [this.registry],
+  });
+
+  private deployments: () => Array<{ model: string; waiting: number; deployments: Array<{ name: string; state: string; outstanding: number }> }> = () => [];
+
+  readonly deploymentOutstanding = new Gauge({
+    name: "tds_deployment_outstanding",
+    help: "Model service calls running per model and deployment",
+    labelNames: ["model", "deployment"] as const,
+    registers: [this.registry],
+    collect: () => this.collectDeployments(),
+  });
+
+  readonly deploymentHealthy = new Gauge({
+    name: "tds_deployment_healthy",
+    help: "1 while a deployment takes calls (healthy), 0 while it cools down after failures or waits for its probe",
+    labelNames: ["model", "deployment", "state"] as const,
+    registers: [this.registry],
+  });
+
+  readonly modelWaiting = new Gauge({
+    name: "tds_model_waiting",
+    help: "Calls waiting for a deployment below its max_concurrency, per model",
+    labelNames: ["model"] as const,
+    registers: [this.registry],
+  });
+
   /** Sources of the pool and queue gauges, read at each scrape. */
   private modelPools: () => Array<{ model: string; busy: number; size: number; waiting: number }> = () => [];
   private dbPool: () => { total: number; idle: number; waiting: number } | null = () => null;
@@ -103,6 +143,32 @@ export class Metrics {
 
   watchModelPools(source: () => Array<{ model: string; busy: number; size: number; waiting: number }>): void {
     this.modelPools = source;
+  }
+
+  watchDeployments(source: () => Array<{ model: string; waiting: number; deployments: Array<{ name: string; state: string; outstanding: number }> }>): void {
+    this.deployments = source;
+  }
+
+  /** Feeds the per-deployment attempt counters and latency histogram from a model's router. */
+  routerObserver(model: string): RouterObserver {
+    return {
+      attempt: (deployment, outcome, ms) => {
+        this.deploymentAttempts.inc({ model, deployment, outcome });
+        this.deploymentLatency.observe({ model, deployment }, ms / 1000);
+      },
+      healthChanged: () => {},
+    };
+  }
+
+  private collectDeployments(): void {
+    this.deploymentHealthy.reset();
+    for (const m of this.deployments()) {
+      this.modelWaiting.set({ model: m.model }, m.waiting);
+      for (const d of m.deployments) {
+        this.deploymentOutstanding.set({ model: m.model, deployment: d.name }, d.outstanding);
+        this.deploymentHealthy.set({ model: m.model, deployment: d.name, state: d.state }, d.state === "healthy" ? 1 : 0);
+      }
+    }
   }
 
   watchDbPool(source: () => { total: number; idle: number; waiting: number } | null): void {

@@ -51,6 +51,10 @@ export interface UsageRecord {
   errorDetail: string | null;
   /** The model reported more tokens than the gateway reserved for (charged the reservation). */
   overReservation: boolean;
+  /** The deployment (model service) that answered, or the last one tried; null while in flight or when none was. */
+  deployment: string | null;
+  /** Model service attempts made (more than 1 after a failover); 0 while in flight. */
+  attempts: number;
 }
 
 export interface UsageQuery {

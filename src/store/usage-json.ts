@@ -28,5 +28,7 @@ export function usageRecordJson(record: UsageRecord): UsageRecordJson {
     gateway_latency_ms: record.gatewayLatencyMs,
     over_reservation: record.overReservation,
     error: record.errorDetail,
+    deployment: record.deployment,
+    attempts: record.attempts,
   };
 }

@@ -19,11 +19,13 @@ export interface UsageRow {
   error_detail: string | null;
   over_reservation: boolean | number;
   completed_at_ms: number | null;
+  deployment: string | null;
+  attempts: number;
 }
 
 export const USAGE_COLUMNS =
   "request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens, output_tokens, " +
-  "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation, completed_at_ms";
+  "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation, completed_at_ms, deployment, attempts";
 
 export function toUsage(row: UsageRow): UsageRecord {
   return {
@@ -44,5 +46,7 @@ export function toUsage(row: UsageRow): UsageRecord {
     gatewayLatencyMs: row.gateway_latency_ms,
     errorDetail: row.error_detail,
     overReservation: row.over_reservation === true || row.over_reservation === 1,
+    deployment: row.deployment,
+    attempts: row.attempts,
   };
 }

@@ -452,11 +452,13 @@ describe("tds credits and tds usage", () => {
       gateway_latency_ms: 14.25,
       over_reservation: false,
       error: "model timed out",
+      deployment: null,
+      attempts: 0,
     });
     assert.deepEqual([all[0]?.cost_microusd, all[0]?.cost_usd, all[0]?.over_reservation], [2_000_000, "2", true]);
     assert.equal(
       JSON.stringify(all[0]),
-      JSON.stringify(usageRecordJson({ ...record("req_c", ids.acme!, { createdAtMs: T0 + 3000, costMicrousd: 2_000_000, overReservation: true }), completedAtMs: T0 + 3000 })),
+      JSON.stringify(usageRecordJson({ ...record("req_c", ids.acme!, { createdAtMs: T0 + 3000, costMicrousd: 2_000_000, overReservation: true }), completedAtMs: T0 + 3000, deployment: null, attempts: 0 })),
       "exactly usageRecordJson, key order included",
     );
 

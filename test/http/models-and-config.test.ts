@@ -86,7 +86,13 @@ describe("configured models, aliases and prices", () => {
     try {
       await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 10_000_000, nowMs: Date.now() });
       const models = await json(await gw.get("/v1/models"));
-      assert.deepEqual(models, { models: [{ name: "decider", context: { max_state: 1000, max_branch: 1200 } }, { name: "small" }] });
+      const small = (await json(await fetch(`${gw.fake!.url}/v1/models`))).models.find((m: { name: string }) => m.name === "fake-small");
+      assert.ok(small.context, "the fake publishes a context for fake-small");
+      assert.deepEqual(
+        models,
+        { models: [{ name: "decider", context: { max_state: 1000, max_branch: 1200 } }, { name: "small", context: small.context }] },
+        "a configured context is published as is; otherwise the context its deployment publishes",
+      );
       for (const [requested, name, upstream] of [
         ["decider-v1", "decider", "fake-large"],
         ["jev-latest", "decider", "fake-large"],

@@ -78,7 +78,11 @@ describe("observability", () => {
     const down = await startGateway({ fake: false, env: { TDS_MODEL_SERVICE_URL: "http://127.0.0.1:9" } });
     try {
       assert.deepEqual(await json(await fetch(`${gw.url}/healthz`)), { status: "ok" });
-      assert.deepEqual(await json(await fetch(`${gw.url}/readyz`)), { status: "ready", checks: { database: "ok", models: "ok" } });
+      assert.deepEqual(await json(await fetch(`${gw.url}/readyz`)), {
+        status: "ready",
+        checks: { database: "ok", models: "ok" },
+        models: { "fake-large": { state: "ok", healthy: 1, deployments: 1 }, "fake-small": { state: "ok", healthy: 1, deployments: 1 } },
+      });
       const res = await fetch(`${down.url}/readyz`);
       assert.equal(res.status, 503);
       const body = await json(res);

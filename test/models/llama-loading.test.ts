@@ -10,6 +10,7 @@ import { checkAnswers } from "../../src/gateway/answer-check.ts";
 import { createLlamaService, SEE_THE_LOG, sourceHint, type LlamaService } from "../../src/models/llama/llama-service.ts";
 import { DEFAULT_MODEL_SOURCE, modelSourceKind, resolveModelSource } from "../../src/models/llama/model-source.ts";
 import { loadConfig } from "../../src/config.ts";
+import { engineKey } from "../../src/config-models.ts";
 import { openEngines } from "../../src/models/open-model-service.ts";
 import { startFakeHub, type FakeHub } from "../fixtures/gguf/fake-hub.ts";
 import { expectKind, makeModelDir, recordingLogger, tinyService, type ModelDir } from "../fixtures/gguf/tiny-model.ts";
@@ -141,7 +142,7 @@ describe("embedded engine: loading and failures", () => {
     writeFileSync(file, JSON.stringify({ models: [{ name: "local", engine: "llama", source: join(models.dir, "absent.gguf"), threads: 1 }] }));
     const logger = recordingLogger();
     const engines = await openEngines(loadConfig({ TDS_CONFIG: file }), logger);
-    const service = engines.get("local") as LlamaService;
+    const service = engines.get(engineKey("local", 0)) as LlamaService;
     await expectFailed(service, logger, /no model file at the configured path/, /absent\.gguf/, sourceHint('models[].source of "local" in the config file (TDS_CONFIG)'));
   });
 });

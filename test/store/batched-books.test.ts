@@ -31,6 +31,8 @@ const complete = (requestId: string): CompleteCommand => ({
   gatewayLatencyMs: 1,
   errorDetail: null,
   overReservation: false,
+  deployment: "svc-a",
+  attempts: 1,
   reserved: false,
   idempotency: null,
 });

@@ -508,8 +508,11 @@ function definePostgresTests(): void {
       }
       const store = await open(url);
       assert.deepEqual(store.migrations.applied[0], { version: 3, name: "two_step_bookkeeping" });
-      const success = usageRecord({ requestId: "req_old", orgId: "org_1", keyId: "k1", createdAtMs: T0 + 5, completedAtMs: T0 + 5, costMicrousd: 50, overReservation: true });
+      // Records written before 005 name no deployment and count no attempts.
+      const before005 = { deployment: null, attempts: 0 };
+      const success = usageRecord({ ...before005, requestId: "req_old", orgId: "org_1", keyId: "k1", createdAtMs: T0 + 5, completedAtMs: T0 + 5, costMicrousd: 50, overReservation: true });
       const failure = usageRecord({
+        ...before005,
         requestId: "req_err",
         orgId: "org_1",
         keyId: "k1",

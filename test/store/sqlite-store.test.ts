@@ -147,8 +147,21 @@ const OLD_ROWS = `
     ('org_1', 'k-running', 'h', 'req_legacy', 'in_progress', NULL, NULL, NULL, ${T0 + 60_000}, ${T0 + 86_400_000});
   INSERT INTO preview_counters (scope, day, count) VALUES ('org_1', '2026-01-01', 3), ('*', '2026-01-01', 3);
 `;
-const OLD_SUCCESS = usageRecord({ requestId: "req_old", orgId: "org_1", keyId: "k1", createdAtMs: T0 + 5, completedAtMs: T0 + 5, costMicrousd: 50, overReservation: true });
+// Records written before 005 name no deployment and count no attempts.
+const OLD_SUCCESS = usageRecord({
+  requestId: "req_old",
+  orgId: "org_1",
+  keyId: "k1",
+  createdAtMs: T0 + 5,
+  completedAtMs: T0 + 5,
+  costMicrousd: 50,
+  overReservation: true,
+  deployment: null,
+  attempts: 0,
+});
 const OLD_FAILURE = usageRecord({
+  deployment: null,
+  attempts: 0,
   requestId: "req_err",
   orgId: "org_1",
   keyId: "k1",
@@ -551,7 +564,7 @@ describe("SQLite migrations", () => {
     assert.throws(() => readMigrations(migrationDir({ "001_a.sql": "", "0001_b.sql": "" })), /same version 1/);
   });
 
-  it("the shipped folder starts at 001_initial and has the four migrations", () => {
+  it("the shipped folder starts at 001_initial and has the five migrations", () => {
     const migrations = readMigrations();
     assert.equal(migrations[0]?.file, "001_initial.sql");
     assert.deepEqual(
@@ -559,7 +572,7 @@ describe("SQLite migrations", () => {
       migrations.map((_, i) => i + 1),
       "versions are consecutive",
     );
-    assert.deepEqual(migrations.map((m) => m.name), ["initial", "credits_quotas_idempotency", "two_step_bookkeeping", "usage_by_outcome"]);
+    assert.deepEqual(migrations.map((m) => m.name), ["initial", "credits_quotas_idempotency", "two_step_bookkeeping", "usage_by_outcome", "usage_deployment"]);
   });
 
   it("003 keeps the rows of a database made by 001 and 002: usage records become final at their creation time", async () => {

@@ -68,6 +68,8 @@ export function completion(overrides: Partial<CompleteCommand> & Pick<CompleteCo
     gatewayLatencyMs: 14.25,
     errorDetail: null,
     overReservation: false,
+    deployment: "svc-a",
+    attempts: 1,
     reserved: false,
     idempotency: null,
     ...overrides,
@@ -92,6 +94,8 @@ export function usageRecord(overrides: Partial<UsageRecord> & Pick<UsageRecord, 
       gatewayLatencyMs: 0,
       errorDetail: null,
       overReservation: false,
+      deployment: null,
+      attempts: 0,
       ...overrides,
     };
   }
@@ -107,6 +111,8 @@ export function usageRecord(overrides: Partial<UsageRecord> & Pick<UsageRecord, 
     gatewayLatencyMs: 14.25,
     errorDetail: outcome === "succeeded" ? null : outcome === "reservation_expired" ? EXPIRED_DETAIL : `${outcome} ✗`,
     overReservation: false,
+    deployment: "svc-a",
+    attempts: 1,
     ...overrides,
   };
 }
@@ -155,6 +161,8 @@ export async function recordUsage(store: Store, records: readonly UsageRecord[])
       gatewayLatencyMs: r.gatewayLatencyMs,
       errorDetail: r.errorDetail,
       overReservation: r.overReservation,
+      deployment: r.deployment,
+      attempts: r.attempts,
       reserved: paid.has(r),
     });
   });
@@ -663,6 +671,8 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           keyId: "k9",
           createdAtMs: T0 + 5,
           completedAtMs: null,
+          deployment: null,
+          attempts: 0,
           source: "playground",
           model: "jev-2",
           mode: "paid",
@@ -1051,6 +1061,8 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           gatewayLatencyMs: 830.25,
           errorDetail: null,
           overReservation: true,
+          deployment: "svc-a",
+          attempts: 1,
         } satisfies UsageRecord);
       });
 

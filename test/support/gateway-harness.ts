@@ -9,7 +9,8 @@ import type { Clock } from "../../src/gateway/clock.ts";
 import type { RateLimiter } from "../../src/limits/rate-limiter.ts";
 import type { Metrics } from "../../src/observability/metrics.ts";
 import type { ModelService } from "../../src/models/model-service.ts";
-import { openModelService } from "../../src/models/open-model-service.ts";
+import type { RouterOptions } from "../../src/models/routing/types.ts";
+import { openEngines, openModelServices } from "../../src/models/open-model-service.ts";
 import { openStore } from "../../src/store/open-store.ts";
 import { SERVING_SQLITE } from "../../src/store/sqlite/sqlite-store.ts";
 import type { Store } from "../../src/store/store.ts";
@@ -43,6 +44,13 @@ export interface GatewayOptions {
   shutdownGraceMs?: number;
   /** How long a durable step waits for busy storage (default 2 s). */
   storageWaitMs?: number;
+  /**
+   * Options of the model routers. By default tests that are not about routing get no passive cooldowns and no active
+   * checks, so that a sequence of deliberate model failures answers each with its own status.
+   */
+  routerOptions?: RouterOptions;
+  /** Open the in-process engines the configuration names (default: none, so no test downloads the default model). */
+  engines?: boolean;
   /** HTTP deadlines (defaults 30 s and 10 s). */
   requestTimeoutMs?: number;
   headersTimeoutMs?: number;
@@ -69,15 +77,19 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
     ...options.env,
   });
   const store = await openStore(config.databaseUrl, { sqlite: SERVING_SQLITE });
-  const modelService = options.modelService !== undefined ? options.modelService : openModelService(config);
+  const modelServices = options.modelService !== undefined ? null : openModelServices(config);
+  const silent = { info() {}, warn() {}, error() {} };
+  const engines = options.engines ? await openEngines(config, silent) : new Map<string, ModelService>();
   const app = await buildApp(config, {
     store,
-    modelService,
+    ...(modelServices ? { modelServices } : { modelService: options.modelService ?? null }),
+    engines,
     ...(options.clock ? { clock: options.clock } : {}),
     ...(options.rateLimiter ? { rateLimiter: options.rateLimiter } : {}),
     ...(options.metrics ? { metrics: options.metrics } : {}),
     ...(options.shutdownGraceMs !== undefined ? { shutdownGraceMs: options.shutdownGraceMs } : {}),
     ...(options.storageWaitMs !== undefined ? { storageWaitMs: options.storageWaitMs } : {}),
+    routerOptions: options.routerOptions ?? { failureThreshold: Number.MAX_SAFE_INTEGER, healthCheckIntervalMs: null },
     ...(options.requestTimeoutMs !== undefined ? { requestTimeoutMs: options.requestTimeoutMs } : {}),
     ...(options.headersTimeoutMs !== undefined ? { headersTimeoutMs: options.headersTimeoutMs } : {}),
     ...(options.loggerInstance ? { loggerInstance: options.loggerInstance } : { logger: false }),
@@ -114,7 +126,8 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
     get: (path, headers = {}) => fetch(`${url}${path}`, { headers: { authorization: `Bearer ${first.key}`, ...headers } }),
     close: async () => {
       await app.close();
-      await modelService?.close();
+      const services = [...(modelServices?.values() ?? []), ...engines.values(), ...(options.modelService ? [options.modelService] : [])];
+      await Promise.all(services.map((s) => s.close()));
       await store.close();
       await fake?.close();
       rmSync(dir, { recursive: true, force: true });

@@ -5,10 +5,14 @@ import { USAGE_COLUMNS } from "../../src/store/usage-rows.ts";
 
 /**
  * Writes usage records as they are (any outcome, cost and time) straight into the table: history fixtures for the
- * usage pages, summaries and the console (completedAtMs defaults to createdAtMs). Requests go through
+ * usage pages, summaries and the console (completedAtMs defaults to createdAtMs, deployment to null, attempts to 0). Requests go through
  * store.commitBatch; this bypasses it on purpose.
  */
-export type SeedRecord = Omit<UsageRecord, "completedAtMs"> & { completedAtMs?: number | null };
+export type SeedRecord = Omit<UsageRecord, "completedAtMs" | "deployment" | "attempts"> & {
+  completedAtMs?: number | null;
+  deployment?: string | null;
+  attempts?: number;
+};
 
 export async function seedUsage(store: Store, records: SeedRecord[]): Promise<void> {
   const values = (r: SeedRecord, flag: unknown) => [
@@ -29,14 +33,16 @@ export async function seedUsage(store: Store, records: SeedRecord[]): Promise<vo
     r.errorDetail,
     flag,
     r.completedAtMs === undefined ? r.createdAtMs : r.completedAtMs,
+    r.deployment ?? null,
+    r.attempts ?? 0,
   ];
   if (store.dialect === "sqlite") {
-    const insert = (store as SqliteStore).db.prepare(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${Array(17).fill("?").join(", ")})`);
+    const insert = (store as SqliteStore).db.prepare(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${Array(19).fill("?").join(", ")})`);
     for (const r of records) insert.run(...values(r, r.overReservation ? 1 : 0));
     return;
   }
   const pool = (store as PostgresStore).pool;
-  const placeholders = Array.from({ length: 17 }, (_, i) => `$${i + 1}`).join(", ");
+  const placeholders = Array.from({ length: 19 }, (_, i) => `$${i + 1}`).join(", ");
   for (const r of records) await pool.query(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${placeholders})`, values(r, r.overReservation));
 }
 
@@ -57,6 +63,8 @@ export function finalRecord(overrides: Partial<UsageRecord> & Pick<UsageRecord, 
     gatewayLatencyMs: 1,
     errorDetail: null,
     overReservation: false,
+    deployment: "default",
+    attempts: 1,
     ...overrides,
   };
 }

@@ -6,19 +6,21 @@
  * nothing but the gateway. Screenshots go to test-output/screenshots/.
  */
 import assert from "node:assert/strict";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { sampleRequest, startGateway, type Gateway } from "../support/gateway-harness.ts";
 import { launchChromium, watchPage, type PageWatch } from "./browser.ts";
 import { seedUsage } from "../support/usage-fixtures.ts";
+import { startFakeModelServer } from "../fixtures/fake-model-server.ts";
 
 const SCREENSHOTS = join(import.meta.dirname, "..", "..", "test-output", "screenshots");
 const DAY_MS = 86_400_000;
 
-/** Chrome logs non-2xx fetches as console errors; the tests provoke 422 and 429 on purpose. */
-const EXPECTED_CONSOLE = /Failed to load resource: the server responded with a status of (401|402|404|422|429)/;
+/** Chrome logs non-2xx fetches as console errors; the tests provoke 422, 429 and (a model down) 503 on purpose. */
+const EXPECTED_CONSOLE = /Failed to load resource: the server responded with a status of (401|402|404|422|429|503)/;
 
 function assertOnlyGateway(watch: PageWatch, gw: Gateway) {
   assert.ok(watch.requests.length > 5, "the page made requests");
@@ -93,6 +95,7 @@ describe("console in a browser", { timeout: 60_000 }, () => {
       await signIn(page, gw);
       await assert.doesNotReject(page.locator("#status-strip").getByText("Preview (free)").waitFor());
       assert.match(await page.locator("#st-rate").innerText(), /100,000 requests \/ min/);
+      await page.locator("#st-models", { hasText: "All 2 ready" }).waitFor();
       assert.equal(await inPage(page, `sessionStorage.getItem("tds.console.apiKey")`), gw.key);
       assert.equal(await inPage(page, "localStorage.length"), 0);
 
@@ -461,6 +464,62 @@ describe("console in a browser", { timeout: 60_000 }, () => {
     } finally {
       await context.close();
       await gw.close();
+    }
+  });
+
+  test("the status strip shows a degraded model, then an unavailable one", async () => {
+    const servers = await Promise.all([startFakeModelServer(), startFakeModelServer()]);
+    const dir = mkdtempSync(join(tmpdir(), "tds-console-routing-"));
+    const path = join(dir, "config.json");
+    writeFileSync(
+      path,
+      JSON.stringify({
+        model_services: servers.map((s, i) => ({ name: `gpu-${i + 1}`, url: s.url })),
+        models: [{ name: "decider", deployments: servers.map((_, i) => ({ service: `gpu-${i + 1}`, upstream_name: "fake-large" })) }],
+      }),
+    );
+    const gw = await startGateway({
+      fake: false,
+      env: { TDS_CONFIG: path },
+      routerOptions: { failureThreshold: 1, cooldownInitialMs: 60_000, cooldownMaxMs: 60_000, healthCheckIntervalMs: null },
+    });
+    const { context, page, watch } = await newPage(browser, gw);
+    const failedOver: string[] = [];
+    /** Sends n requests, or (n = 0) until one has met the closed server (the balancer picks at random). */
+    const send = async (n: number) => {
+      for (let i = 0; n === 0 ? failedOver.length === 0 && i < 100 : i < n; i++) {
+        const res = await gw.decide(sampleRequest());
+        await res.arrayBuffer();
+        const id = res.headers.get("x-service-request-id")!;
+        if ((await gw.store.getUsage(gw.orgId, id))?.attempts === 2) failedOver.push(id);
+      }
+    };
+    try {
+      await servers[0]!.close();
+      await send(0); // the request that meets the closed server fails over; the server cools down
+      await signIn(page, gw);
+      const models = page.locator("#st-models");
+      await models.filter({ hasText: "decider degraded (1 of 2 deployments healthy)" }).waitFor();
+      await page.screenshot({ path: join(SCREENSHOTS, "status-degraded.png") });
+      // The request that met the closed server: its record names the deployment that answered.
+      assert.equal(failedOver.length, 1, "one request met the closed server before its cooldown");
+      await page.getByRole("link", { name: "Usage" }).click();
+      await page.getByLabel("Request id", { exact: true }).fill(failedOver[0]!);
+      await page.getByRole("button", { name: "Find" }).click();
+      await page.locator(".record-card", { hasText: "gpu-2 (after 2 attempts)" }).waitFor();
+      await page.getByRole("link", { name: "Playground" }).click();
+
+      await servers[1]!.close();
+      await send(2);
+      await page.reload();
+      await models.filter({ hasText: "decider unavailable (no healthy deployment)" }).waitFor();
+      assert.equal(await models.locator(".st-unavailable").count(), 1);
+      assertOnlyGateway(watch, gw);
+    } finally {
+      await context.close();
+      await gw.close();
+      await Promise.all(servers.map((s) => s.close()));
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

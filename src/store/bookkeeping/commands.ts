@@ -38,7 +38,10 @@ export type AdmitResult =
 
 /** Completion: settle or release the reservation, the final usage record and the idempotency entry. */
 export interface CompleteCommand
-  extends Pick<UsageRecord, "requestId" | "orgId" | "inputTokens" | "outputTokens" | "latencyMs" | "gatewayLatencyMs" | "errorDetail" | "overReservation"> {
+  extends Pick<
+    UsageRecord,
+    "requestId" | "orgId" | "inputTokens" | "outputTokens" | "latencyMs" | "gatewayLatencyMs" | "errorDetail" | "overReservation" | "deployment" | "attempts"
+  > {
   nowMs: number;
   outcome: Exclude<FinalOutcome, "reservation_expired">;
   httpStatus: number;

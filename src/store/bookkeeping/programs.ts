@@ -204,6 +204,8 @@ function complete(books: Books, snapshot: Snapshot, c: CompleteCommand): Complet
     gatewayLatencyMs: c.gatewayLatencyMs,
     errorDetail: c.errorDetail,
     overReservation: c.overReservation,
+    deployment: c.deployment,
+    attempts: c.attempts,
   };
   let result: CompleteResult = { kind: "completed" };
   if (c.reserved) {
@@ -320,6 +322,8 @@ export function inFlightRecord(a: AdmitCommand): UsageRecord {
     gatewayLatencyMs: 0,
     errorDetail: null,
     overReservation: false,
+    deployment: null,
+    attempts: 0,
   };
 }
 
@@ -373,6 +377,8 @@ export function* sweepProgram(input: { nowMs: number; inFlightBeforeMs: number; 
       gatewayLatencyMs: 0,
       errorDetail: ABANDONED_DETAIL,
       overReservation: false,
+      deployment: null,
+      attempts: 0,
     });
   }
   for (const r of toExpire) resolve(books, r, "expired", input.nowMs);

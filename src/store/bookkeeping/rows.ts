@@ -135,7 +135,7 @@ export function emptySnapshot(): Snapshot {
 /** The final fields of a usage record, written once at completion. */
 export type UsageFinal = Pick<
   UsageRecord,
-  "requestId" | "inputTokens" | "outputTokens" | "costMicrousd" | "latencyMs" | "gatewayLatencyMs" | "errorDetail" | "overReservation"
+  "requestId" | "inputTokens" | "outputTokens" | "costMicrousd" | "latencyMs" | "gatewayLatencyMs" | "errorDetail" | "overReservation" | "deployment" | "attempts"
 > & { completedAtMs: number; outcome: FinalOutcome; httpStatus: number | null };
 
 export type NewLedgerEntry = Omit<LedgerEntry, "id">;

@@ -57,16 +57,18 @@ const SQL = {
 
   insertUsage:
     "INSERT INTO usage_records (request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens, output_tokens, " +
-    "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation, completed_at_ms) " +
+    "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation, completed_at_ms, deployment, attempts) " +
     "SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], " +
-    "$10::bigint[], $11::bigint[], $12::bigint[], $13::float8[], $14::float8[], $15::text[], $16::bool[], $17::bigint[])",
+    "$10::bigint[], $11::bigint[], $12::bigint[], $13::float8[], $14::float8[], $15::text[], $16::bool[], $17::bigint[], $18::text[], $19::int[])",
   finalUsage:
     "UPDATE usage_records u SET completed_at_ms = f.completed_at_ms, outcome = f.outcome, http_status = f.http_status, " +
     "input_tokens = f.input_tokens, output_tokens = f.output_tokens, cost_microusd = f.cost_microusd, latency_ms = f.latency_ms, " +
-    "gateway_latency_ms = f.gateway_latency_ms, error_detail = f.error_detail, over_reservation = f.over_reservation " +
+    "gateway_latency_ms = f.gateway_latency_ms, error_detail = f.error_detail, over_reservation = f.over_reservation, " +
+    "deployment = f.deployment, attempts = f.attempts " +
     "FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::bigint[], $7::bigint[], $8::float8[], $9::float8[], " +
-    "$10::text[], $11::bool[]) AS f(request_id, completed_at_ms, outcome, http_status, input_tokens, output_tokens, cost_microusd, latency_ms, " +
-    "gateway_latency_ms, error_detail, over_reservation) WHERE u.request_id = f.request_id AND u.outcome = 'in_flight'",
+    "$10::text[], $11::bool[], $12::text[], $13::int[]) AS f(request_id, completed_at_ms, outcome, http_status, input_tokens, output_tokens, " +
+    "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation, deployment, attempts) " +
+    "WHERE u.request_id = f.request_id AND u.outcome = 'in_flight'",
   insertReservations:
     `INSERT INTO reservations (${RESERVATION_COLUMNS}) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], ` +
     "$6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[])",
@@ -235,6 +237,8 @@ function writeParts(w: WriteSet): Part[] {
     (u) => u.errorDetail,
     (u) => u.overReservation,
     (u) => u.completedAtMs,
+    (u) => u.deployment,
+    (u) => u.attempts,
   );
   add(
     "finalUsage",
@@ -250,6 +254,8 @@ function writeParts(w: WriteSet): Part[] {
     (f) => f.gatewayLatencyMs,
     (f) => f.errorDetail,
     (f) => f.overReservation,
+    (f) => f.deployment,
+    (f) => f.attempts,
   );
   add(
     "insertReservations",

@@ -65,10 +65,11 @@ export class SqliteBookRows {
         "AND NOT EXISTS (SELECT 1 FROM usage_records u WHERE u.request_id = r.request_id AND u.outcome = 'in_flight') ORDER BY expires_at_ms LIMIT ?",
     );
 
-    this.#insertUsage = db.prepare(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${Array(17).fill("?").join(", ")})`);
+    this.#insertUsage = db.prepare(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${Array(19).fill("?").join(", ")})`);
     this.#finalUsage = db.prepare(
       "UPDATE usage_records SET completed_at_ms = ?, outcome = ?, http_status = ?, input_tokens = ?, output_tokens = ?, cost_microusd = ?, " +
-        "latency_ms = ?, gateway_latency_ms = ?, error_detail = ?, over_reservation = ? WHERE request_id = ? AND outcome = 'in_flight'",
+        "latency_ms = ?, gateway_latency_ms = ?, error_detail = ?, over_reservation = ?, deployment = ?, attempts = ? " +
+        "WHERE request_id = ? AND outcome = 'in_flight'",
     );
     this.#insertReservation = db.prepare(`INSERT INTO reservations (${RESERVATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`);
     this.#resolveReservation = db.prepare(
@@ -153,6 +154,8 @@ export class SqliteBookRows {
         u.errorDetail,
         u.overReservation ? 1 : 0,
         u.completedAtMs,
+        u.deployment,
+        u.attempts,
       );
     }
     for (const f of w.usageFinals) {
@@ -167,6 +170,8 @@ export class SqliteBookRows {
         f.gatewayLatencyMs,
         f.errorDetail,
         f.overReservation ? 1 : 0,
+        f.deployment,
+        f.attempts,
         f.requestId,
       ).changes;
       if (changed !== 1) throw new Error(`The usage record ${JSON.stringify(f.requestId)} was not in flight`);

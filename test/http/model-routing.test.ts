@@ -1,0 +1,390 @@
+/**
+ * Several deployments of one model behind a real listening gateway: three fake model servers (real HTTP), the
+ * router's spreading by weight, failover under load, cooldowns and recovery, fast 502s when nothing is healthy, an
+ * in-process fallback engine (a generated GGUF) and money on a retried paid request.
+ */
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test, type TestContext } from "node:test";
+import type { RouterOptions } from "../../src/models/routing/types.ts";
+import { makeModelDir, type ModelDir } from "../fixtures/gguf/tiny-model.ts";
+import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
+import { allUsage, assertLedgerMatches } from "../support/books.ts";
+import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
+
+const dir = mkdtempSync(join(tmpdir(), "tds-routing-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+let configs = 0;
+
+/** Fast cooldowns and checks, so that recovery is observable in a test's time. */
+const FAST: RouterOptions = {
+  failureThreshold: 2,
+  cooldownInitialMs: 200,
+  cooldownMaxMs: 800,
+  healthCheckIntervalMs: 200,
+  checkTimeoutMs: 300,
+  attemptTimeoutMs: 300,
+};
+
+interface Deployment {
+  service?: string;
+  engine?: "llama";
+  source?: string;
+  fallback?: boolean;
+}
+
+/** A gateway whose model "decider" is deployed on `servers` (named a, b, c, ...) with `weights`, and `extra` deployments. */
+async function routedGateway(
+  servers: FakeModelServer[],
+  options: { weights?: number[]; extra?: Deployment[]; router?: RouterOptions; env?: Record<string, string>; engines?: boolean } = {},
+): Promise<Gateway> {
+  const names = servers.map((_, i) => String.fromCharCode(97 + i));
+  const path = join(dir, `config-${++configs}.json`);
+  writeFileSync(
+    path,
+    JSON.stringify({
+      model_services: servers.map((s, i) => ({ name: names[i], url: s.url, weight: options.weights?.[i] ?? 1 })),
+      models: [
+        {
+          name: "decider",
+          deployments: [...names.map((n) => ({ service: n, upstream_name: "fake-large" })), ...(options.extra ?? [])],
+        },
+      ],
+    }),
+    { mode: 0o600 },
+  );
+  return startGateway({
+    fake: false,
+    env: { TDS_CONFIG: path, TDS_MODEL_TIMEOUT_MS: "3000", ...options.env },
+    routerOptions: options.router ?? FAST,
+    ...(options.engines ? { engines: true } : {}),
+  });
+}
+
+async function startServers(n: number): Promise<FakeModelServer[]> {
+  return Promise.all(Array.from({ length: n }, () => startFakeModelServer()));
+}
+
+/** Starts a fake again on the port of one that was closed. */
+async function restart(server: FakeModelServer): Promise<FakeModelServer> {
+  return startFakeModelServer({ port: server.port });
+}
+
+interface Outcome {
+  status: number;
+  detail?: string;
+  ms: number;
+}
+
+/**
+ * Sends `total` requests with `concurrency` in flight; `onDone(n)` runs after the n-th completes (to act mid-load).
+ */
+async function drive(gw: Gateway, total: number, concurrency: number, onDone: (n: number) => Promise<void> | void = () => {}): Promise<Outcome[]> {
+  const outcomes: Outcome[] = [];
+  let next = 0;
+  const body = JSON.stringify(sampleRequest());
+  const worker = async () => {
+    while (next < total) {
+      next++;
+      const started = performance.now();
+      const res = await gw.decide(body);
+      const text = await res.text();
+      const outcome: Outcome = { status: res.status, ms: performance.now() - started };
+      if (res.status !== 200) outcome.detail = (JSON.parse(text) as { detail: string }).detail;
+      outcomes.push(outcome);
+      await onDone(outcomes.length);
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, worker));
+  return outcomes;
+}
+
+/** Sends one request at a time until `until()` holds, at most `limitMs`; returns how many were sent. */
+async function sendUntil(gw: Gateway, until: () => boolean, limitMs: number): Promise<{ sent: number; ms: number; statuses: number[] }> {
+  const started = performance.now();
+  const statuses: number[] = [];
+  while (!until() && performance.now() - started < limitMs) {
+    const res = await gw.decide(sampleRequest());
+    await res.arrayBuffer();
+    statuses.push(res.status);
+  }
+  return { sent: statuses.length, ms: performance.now() - started, statuses };
+}
+
+async function readyz(gw: Gateway): Promise<{ status: number; body: { checks: { models: string }; models: Record<string, { state: string; healthy: number; deployments: number }> } }> {
+  const res = await fetch(`${gw.url}/readyz`);
+  return { status: res.status, body: (await res.json()) as never };
+}
+
+function report(t: TestContext, what: string): void {
+  t.diagnostic(what);
+}
+
+describe("routing across three model services", () => {
+  test("traffic is spread by weight (1 : 2 : 3 over 3000 requests, within 4 points)", async (t) => {
+    const servers = await startServers(3);
+    const gw = await routedGateway(servers, { weights: [1, 2, 3] });
+    try {
+      const outcomes = await drive(gw, 3000, 12);
+      assert.equal(outcomes.filter((o) => o.status !== 200).length, 0);
+      const calls = servers.map((s) => s.calls.decide);
+      assert.equal(calls.reduce((a, b) => a + b, 0), 3000);
+      const shares = calls.map((c) => c / 3000);
+      report(t, `calls ${calls.join(" / ")}; shares ${shares.map((s) => s.toFixed(3)).join(" / ")} (expected 0.167 / 0.333 / 0.500)`);
+      for (const [i, expected] of [1 / 6, 2 / 6, 3 / 6].entries()) {
+        assert.ok(Math.abs(shares[i]! - expected) < 0.04, `deployment ${i}: ${shares[i]} vs ${expected}`);
+      }
+      const records = await allUsage(gw.store, gw.orgId);
+      assert.deepEqual(
+        ["a", "b", "c"].map((n) => records.filter((r) => r.deployment === n).length),
+        calls,
+        "each usage record names the deployment that answered",
+      );
+      assert.ok(records.every((r) => r.attempts === 1));
+    } finally {
+      await gw.close();
+      await Promise.all(servers.map((s) => s.close()));
+    }
+  });
+
+  test("one server killed under load: no client-visible failure; it receives traffic again after it restarts", async (t) => {
+    const servers = await startServers(3);
+    for (const s of servers) s.setBehavior("delay:15"); // requests in flight when the server dies
+    const gw = await routedGateway(servers);
+    let b = servers[1]!;
+    try {
+      let killedAt = -1;
+      const outcomes = await drive(gw, 1200, 16, async (n) => {
+        if (n === 300) {
+          killedAt = n;
+          await b.close();
+        }
+      });
+      assert.equal(killedAt, 300);
+      const failed = outcomes.filter((o) => o.status !== 200);
+      const pastDeadline = failed.filter((o) => o.ms >= 3000);
+      report(t, `${outcomes.length} requests, ${failed.length} failed (${pastDeadline.length} of them past the 3 s deadline); slowest ${Math.max(...outcomes.map((o) => o.ms)).toFixed(0)} ms`);
+      assert.deepEqual(
+        failed.filter((o) => o.ms < 3000),
+        [],
+        "the only acceptable failures are requests already past their deadline",
+      );
+      const records = await allUsage(gw.store, gw.orgId);
+      const failedOver = records.filter((r) => r.attempts > 1);
+      report(t, `${failedOver.length} requests were answered after a failover`);
+      assert.ok(records.every((r) => r.outcome === "succeeded" && r.deployment !== null));
+      assert.ok(failedOver.every((r) => r.deployment !== "b"));
+
+      const down = await readyz(gw);
+      assert.equal(down.status, 200, "one deployment down leaves the model degraded, not unavailable");
+      assert.deepEqual(down.body.models.decider, { state: "degraded", healthy: 2, deployments: 3 });
+
+      b = await restart(b);
+      b.setBehavior("delay:15");
+      servers[1] = b;
+      const back = await sendUntil(gw, () => b.calls.decide > 0, 5000);
+      report(t, `the restarted server received traffic again after ${back.ms.toFixed(0)} ms (${back.sent} requests)`);
+      assert.ok(b.calls.decide > 0, "the restarted server receives traffic again (within 5 s)");
+      assert.deepEqual(back.statuses.filter((s) => s !== 200), []);
+      assert.deepEqual((await readyz(gw)).body.models.decider, { state: "ok", healthy: 3, deployments: 3 });
+    } finally {
+      await gw.close();
+      await Promise.all(servers.map((s) => s.close()));
+    }
+  });
+
+  for (const behavior of ["status:503", "hang"]) {
+    test(`one server answering ${behavior}: traffic moves away within a bounded number of requests, none fails`, async (t) => {
+      const servers = await startServers(3);
+      // A long first cooldown: once it starts, the server gets no call for the rest of the test.
+      const gw = await routedGateway(servers, { router: { ...FAST, cooldownInitialMs: 60_000, cooldownMaxMs: 60_000, healthCheckIntervalMs: null } });
+      try {
+        servers[0]!.setBehavior(behavior);
+        const outcomes = await drive(gw, 300, 4);
+        const failed = outcomes.filter((o) => o.status !== 200);
+        const reached = servers[0]!.calls.decide;
+        report(t, `${reached} of 300 requests reached the failing server; ${failed.length} failed; slowest ${Math.max(...outcomes.map((o) => o.ms)).toFixed(0)} ms`);
+        assert.deepEqual(failed, []);
+        // failureThreshold consecutive failures start the cooldown; up to `concurrency` more were already on their way.
+        assert.ok(reached <= FAST.failureThreshold! + 4, `${reached} requests reached it`);
+        assert.ok(reached >= 1);
+        const slow = outcomes.filter((o) => o.ms >= FAST.attemptTimeoutMs!);
+        if (behavior === "hang") assert.ok(slow.length <= reached, "only requests that met the hanging server waited for its attempt timeout");
+        const records = await allUsage(gw.store, gw.orgId);
+        assert.equal(records.filter((r) => r.attempts === 2).length, reached, "each request that met it was answered by another deployment");
+        assert.deepEqual((await readyz(gw)).body.models.decider, { state: "degraded", healthy: 2, deployments: 3 });
+        const metrics = await (await fetch(`${gw.url}/metrics`)).text();
+        const outcome = behavior === "hang" ? "timeout" : "bad_status";
+        assert.match(metrics, new RegExp(`tds_deployment_attempts_total\\{model="decider",deployment="a",outcome="${outcome}"\\} ${reached}\\n`));
+        assert.match(metrics, /tds_deployment_healthy\{model="decider",deployment="a",state="cooling_down"\} 0\n/);
+        assert.match(metrics, /tds_deployment_healthy\{model="decider",deployment="b",state="healthy"\} 1\n/);
+        assert.match(metrics, /tds_deployment_latency_seconds_count\{model="decider",deployment="b"\} \d+\n/);
+        assert.match(metrics, /tds_deployment_outstanding\{model="decider",deployment="c"\} 0\n/);
+      } finally {
+        await gw.close();
+        await Promise.all(servers.map((s) => s.close()));
+      }
+    });
+  }
+
+  test("all down: 502 in under 100 ms naming the model; /readyz says which model has no healthy deployment", async (t) => {
+    const servers = await startServers(3);
+    const gw = await routedGateway(servers, { router: { ...FAST, healthCheckIntervalMs: null, cooldownInitialMs: 10_000, cooldownMaxMs: 10_000 } });
+    try {
+      for (const s of servers) s.setBehavior("hang");
+      // Until every deployment has cooled down, requests wait for attempt timeouts.
+      const warm = await drive(gw, 8, 4);
+      assert.ok(warm.every((o) => o.status === 502 || o.status === 504), JSON.stringify(warm));
+      const times: number[] = [];
+      for (let i = 0; i < 20; i++) {
+        const started = performance.now();
+        const res = await gw.decide(sampleRequest());
+        const body = (await res.json()) as { detail: string };
+        times.push(performance.now() - started);
+        assert.equal(res.status, 502);
+        assert.match(body.detail, /no healthy deployment of model "decider"; the next is tried again in \d+\.\d s/);
+      }
+      report(t, `all down: 502 in ${Math.min(...times).toFixed(1)}–${Math.max(...times).toFixed(1)} ms`);
+      assert.ok(Math.max(...times) < 100, `slowest ${Math.max(...times)} ms`);
+      const ready = await readyz(gw);
+      assert.equal(ready.status, 503);
+      assert.match(ready.body.checks.models, /no healthy deployment of model "decider"/);
+      assert.deepEqual(ready.body.models.decider, { state: "unavailable", healthy: 0, deployments: 3 });
+      const records = (await allUsage(gw.store, gw.orgId)).slice(0, 20);
+      assert.ok(
+        records.every((r) => r.attempts === 0 && r.deployment === null && r.outcome === "model_error" && r.costMicrousd === 0),
+        "a request no deployment could take is recorded with 0 attempts and no deployment",
+      );
+    } finally {
+      await gw.close();
+      await Promise.all(servers.map((s) => s.close()));
+    }
+  });
+});
+
+describe("replicas from a comma-separated TDS_MODEL_SERVICE_URL", () => {
+  test("each model the replicas list is offered, with a deployment on every replica that lists it", async () => {
+    const one = await startFakeModelServer({ models: [{ name: "shared", context: { max_state: 3000 } }] });
+    const two = await startFakeModelServer({ models: [{ name: "shared", context: { max_state: 2000, max_branch: 5000 } }, { name: "only-two" }] });
+    const gw = await startGateway({ fake: false, env: { TDS_MODEL_SERVICE_URL: `${one.url}, ${two.url}` } });
+    try {
+      const listed = (await (await gw.get("/v1/models")).json()) as { models: unknown[] };
+      assert.deepEqual(
+        listed.models,
+        [{ name: "shared", context: { max_state: 2000, max_branch: 5000 } }, { name: "only-two" }],
+        "a model on both replicas publishes the smallest limits of the two",
+      );
+      for (let i = 0; i < 40; i++) {
+        const res = await gw.decide({ ...sampleRequest({ state: { note: "short" } }), model: i % 2 ? "only-two" : "shared" });
+        assert.equal(res.status, 200, await res.text());
+      }
+      assert.equal(one.received.filter((c) => c.model === "only-two").length, 0, "a model is sent only to replicas that list it");
+      assert.equal(two.received.filter((c) => c.model === "only-two").length, 20);
+      assert.ok(one.received.length > 0 && two.received.filter((c) => c.model === "shared").length > 0, "the shared model is spread over both");
+      const records = await allUsage(gw.store, gw.orgId);
+      assert.deepEqual(
+        new Set(records.map((r) => r.deployment)),
+        new Set([`127.0.0.1:${one.port}`, `127.0.0.1:${two.port}`]),
+        "replicas are named host:port",
+      );
+    } finally {
+      await gw.close();
+      await one.close();
+      await two.close();
+    }
+  });
+});
+
+describe("a fallback deployment on the in-process engine", () => {
+  let models: ModelDir;
+  before(() => {
+    models = makeModelDir();
+  });
+  after(() => models?.cleanup());
+
+  test("is used only while the primaries are down", async (t) => {
+    const servers = await startServers(2);
+    const gw = await routedGateway(servers, { extra: [{ engine: "llama", source: models.model("tiny"), fallback: true }], engines: true });
+    let [a, b] = servers as [FakeModelServer, FakeModelServer];
+    try {
+      // The engine loads in the background; an active check marks it healthy once it has.
+      for (let i = 0; i < 100 && (await readyz(gw)).body.models.decider?.healthy !== 3; i++) await new Promise((r) => setTimeout(r, 100));
+      assert.deepEqual((await readyz(gw)).body.models.decider, { state: "ok", healthy: 3, deployments: 3 });
+
+      const before = await drive(gw, 60, 4);
+      assert.deepEqual(before.filter((o) => o.status !== 200), []);
+      assert.equal(a.calls.decide + b.calls.decide, 60, "primaries up: every request goes to them");
+
+      await a.close();
+      await b.close();
+      const during = await drive(gw, 30, 2);
+      const failed = during.filter((o) => o.status !== 200);
+      report(t, `primaries down: ${failed.length} of 30 failed`);
+      assert.deepEqual(failed, [], "each request goes on to the fallback after the primaries fail");
+      let records = await allUsage(gw.store, gw.orgId);
+      assert.ok(records.slice(0, 30).every((r) => r.deployment === "in-process"), "answered by the engine");
+      assert.equal(records.slice(30).filter((r) => r.deployment === "in-process").length, 0);
+
+      a = await restart(a);
+      b = await restart(b);
+      servers.splice(0, 2, a, b);
+      const back = await sendUntil(gw, () => a.calls.decide + b.calls.decide > 0, 5000);
+      report(t, `primaries took traffic again after ${back.ms.toFixed(0)} ms`);
+      const after = await drive(gw, 40, 2);
+      assert.deepEqual(after.filter((o) => o.status !== 200), []);
+      records = await allUsage(gw.store, gw.orgId);
+      assert.deepEqual(
+        records.slice(0, 40).filter((r) => r.deployment === "in-process"),
+        [],
+        "with the primaries back, the fallback takes no traffic",
+      );
+    } finally {
+      await gw.close();
+      await Promise.all(servers.map((s) => s.close()));
+    }
+  });
+});
+
+describe("money on a retried request", () => {
+  test("a paid request retried on a second deployment is reserved and charged once; its record names the deployment and the attempts", async () => {
+    const servers = await startServers(2);
+    const gw = await routedGateway(servers, {
+      router: { ...FAST, failureThreshold: 1_000_000, healthCheckIntervalMs: null },
+      env: { TDS_SERVICE_MODE: "paid" },
+    });
+    try {
+      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 50_000_000, nowMs: Date.now() });
+      servers[0]!.setBehavior("status:503");
+      const results: Array<{ requestId: string; cost: number }> = [];
+      let retried: string | null = null;
+      for (let i = 0; i < 40 && retried === null; i++) {
+        const res = await gw.decide(sampleRequest());
+        const body = (await res.json()) as { usage: { cost_usd: string } };
+        assert.equal(res.status, 200, JSON.stringify(body));
+        const requestId = res.headers.get("x-service-request-id")!;
+        const record = (await (await gw.get(`/v1/usage/${requestId}`)).json()) as { deployment: string; attempts: number; cost_usd: string };
+        assert.equal(record.deployment, "b", "only b answers");
+        if (record.attempts === 2) retried = requestId;
+        else assert.equal(record.attempts, 1);
+        results.push({ requestId, cost: (await gw.store.getUsage(gw.orgId, requestId))!.costMicrousd });
+      }
+      assert.ok(retried, "within 40 requests, one was sent to a first");
+      assert.ok(servers[0]!.calls.decide >= 1);
+      const record = (await gw.store.getUsage(gw.orgId, retried))!;
+      assert.equal(record.outcome, "succeeded");
+      assert.ok(record.costMicrousd > 0);
+      const balance = await assertLedgerMatches(gw.store, gw.orgId);
+      const charged = results.reduce((sum, r) => sum + r.cost, 0);
+      assert.equal(balance.spent, charged, "spent is exactly the sum of the answered requests' costs");
+      assert.equal(balance.reserved, 0);
+      const ledger = await gw.store.listLedger(gw.orgId);
+      assert.equal(ledger.filter((e) => e.kind === "reserve").length, results.length, "one reservation per request");
+      assert.equal(ledger.filter((e) => e.kind === "settle").length, results.length, "one settlement per request");
+    } finally {
+      await gw.close();
+      await Promise.all(servers.map((s) => s.close()));
+    }
+  });
+});
