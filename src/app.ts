@@ -22,6 +22,7 @@ import type { RateLimiter } from "./limits/rate-limiter.ts";
 import { Metrics, metricsObserver } from "./observability/metrics.ts";
 import { metricsRoutes } from "./http/routes/metrics.ts";
 import { healthRoutes } from "./http/routes/health.ts";
+import { adminRoutes } from "./http/routes/admin.ts";
 import type { ModelService } from "./models/model-service.ts";
 import { ModelRegistry, type RegistryOptions } from "./models/registry.ts";
 import { BatchedBooks } from "./store/batched-books.ts";
@@ -221,6 +222,7 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   usageRoutes(app, { store, rateLimit: readLimit });
   serviceConfigRoutes(app, config);
   organizationRoutes(app, { config, store, clock, rateLimit: readLimit });
+  adminRoutes(app, { config, store, clock });
   consoleRoutes(app);
   return app;
 }

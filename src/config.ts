@@ -5,6 +5,7 @@ import { compileSchema, toFieldErrors } from "./contract/validation.ts";
 import type { ServiceMode } from "./contract/decision.ts";
 import { formatUsd, parseUsd } from "./gateway/money.ts";
 import { type ConfiguredModel, parseModelConfig, type ServiceConfig } from "./config-models.ts";
+import { keyIdOf } from "./gateway/api-keys.ts";
 import { ROUTER_DEFAULTS } from "./models/routing/router.ts";
 import { octal, readableByOthers } from "./private-files.ts";
 
@@ -42,6 +43,8 @@ export interface Config {
   redisUrl: string | null;
   /** When set, GET /metrics requires `Authorization: Bearer <token>`. */
   metricsToken: string | null;
+  /** Enables the admin API (/admin/v1) for `Authorization: Bearer <token>`; null: every admin route answers 404. */
+  adminToken: string | null;
   serviceMode: ServiceMode;
   /** The model services, by name: replicas of TDS_MODEL_SERVICE_URL and the config file's model_services. */
   modelServices: ServiceConfig[];
@@ -138,10 +141,22 @@ function parseAliases(text: string, problems: string[]): Record<string, string> 
   return out;
 }
 
+export const MIN_ADMIN_TOKEN_LENGTH = 32;
+
+/** The admin token: at least 32 characters without whitespace, and not shaped like an API key (so neither is taken for the other). */
+function checkAdminToken(token: string | null, problems: string[]): string | null {
+  if (token === null) return null;
+  if (token.length < MIN_ADMIN_TOKEN_LENGTH) problems.push(`TDS_ADMIN_TOKEN must be at least ${MIN_ADMIN_TOKEN_LENGTH} characters (got ${token.length}); generate one with: openssl rand -base64 32`);
+  else if (/\s/.test(token)) problems.push("TDS_ADMIN_TOKEN must not contain whitespace");
+  else if (keyIdOf(token) !== null) problems.push("TDS_ADMIN_TOKEN must not be an API key (tds_…); generate one with: openssl rand -base64 32");
+  return token;
+}
+
 /** The file's settings that hold a secret: a model service key, a password in a database or Redis URL. */
 function secretsIn(file: ConfigFile): string[] {
   const secrets: string[] = [];
   if (file.model_service?.api_key) secrets.push("model_service.api_key");
+  if (file.admin_token) secrets.push("admin_token");
   for (const service of file.model_services ?? []) if (service.api_key) secrets.push(`model_services "${service.name}" api_key`);
   if (file.database_url && urlHasPassword(file.database_url)) secrets.push("database_url");
   if (file.redis_url && urlHasPassword(file.redis_url)) secrets.push("redis_url");
@@ -239,6 +254,7 @@ export function loadConfig(env: Env = process.env): Config {
     databaseUrl: envString(env, "TDS_DATABASE_URL") ?? file.database_url ?? DEFAULT_DATABASE_URL,
     redisUrl: envString(env, "TDS_REDIS_URL") ?? file.redis_url ?? null,
     metricsToken: envString(env, "TDS_METRICS_TOKEN") ?? null,
+    adminToken: checkAdminToken(envString(env, "TDS_ADMIN_TOKEN") ?? file.admin_token ?? null, problems),
     serviceMode: mode === "paid" ? "paid" : "preview",
     modelServices,
     defaultModel,

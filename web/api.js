@@ -1,5 +1,5 @@
-// The public API, called with the signed-in key. Every call is same-origin; the key is sent only
-// in the Authorization header.
+// The public API, called with the signed-in key, and the admin API, called with the admin token. Every call is
+// same-origin; the key and the token are sent only in the Authorization header.
 
 /** The gateway's origin root ("…/" above /console/), so the console also works behind a path prefix. */
 export const API_ROOT = new URL("../", document.baseURI);
@@ -26,14 +26,15 @@ export class ApiError extends Error {
 }
 
 /**
- * fetch wrapper. Resolves to {status, ok, headers, text, json, ms} for every HTTP answer;
- * `call` throws ApiError for non-2xx. Network failures throw TypeError as fetch does.
+ * fetch wrapper for calls with `Authorization: Bearer <getBearer()>` (when there is one) and `fixedHeaders`.
+ * `send` resolves to {status, ok, headers, text, json, ms} for every HTTP answer; `call` throws ApiError for non-2xx.
+ * Network failures throw TypeError as fetch does.
  */
-export function createApi(getKey) {
+function createRequester(getBearer, fixedHeaders = {}) {
   async function send(method, path, { body, headers = {}, auth = true } = {}) {
-    const h = { accept: "application/json", ...headers };
-    const key = getKey();
-    if (auth && key) h.authorization = `Bearer ${key}`;
+    const h = { accept: "application/json", ...fixedHeaders, ...headers };
+    const bearer = getBearer();
+    if (auth && bearer) h.authorization = `Bearer ${bearer}`;
     if (body !== undefined) h["content-type"] = "application/json";
     const started = performance.now();
     const res = await fetch(new URL(path.replace(/^\//, ""), API_ROOT), { method, headers: h, body, cache: "no-store", credentials: "omit" });
@@ -52,6 +53,12 @@ export function createApi(getKey) {
     if (!response.ok) throw new ApiError(response);
     return response.json;
   }
+  return { send, call };
+}
+
+/** The public API, called with the signed-in organization's key. */
+export function createApi(getKey) {
+  const { send, call } = createRequester(getKey);
   return {
     send,
     get: (path, options) => call("GET", path, options),
@@ -66,4 +73,51 @@ export function createApi(getKey) {
     /** POST /v1/systemone as the Playground: resolves for every status (the caller shows errors). */
     decide: (bodyText) => send("POST", "/v1/systemone", { body: bodyText, headers: { "x-tds-source": "playground" } }),
   };
+}
+
+const ADMIN = "/admin/v1";
+const seg = (value) => encodeURIComponent(value);
+const query = (params) => {
+  const q = new URLSearchParams();
+  for (const [name, value] of Object.entries(params)) if (value !== undefined && value !== null && value !== "") q.set(name, String(value));
+  const text = q.toString();
+  return text ? `?${text}` : "";
+};
+
+/**
+ * The admin API (/admin/v1), called with the admin token. Every call says `x-tds-client: console`, so the audit log
+ * names the console as the client of each change.
+ */
+export function createAdminApi(getToken) {
+  const { send, call } = createRequester(getToken, { "x-tds-client": "console" });
+  const json = (value) => JSON.stringify(value);
+  return {
+    organizations: ({ limit, cursor } = {}) => call("GET", `${ADMIN}/organizations${query({ limit, cursor })}`),
+    createOrganization: (name) => call("POST", `${ADMIN}/organizations`, { body: json({ name }) }),
+    organization: (org) => call("GET", `${ADMIN}/organizations/${seg(org)}`),
+    setPaused: (org, paused) => call("PATCH", `${ADMIN}/organizations/${seg(org)}`, { body: json({ paused }) }),
+    keys: (org) => call("GET", `${ADMIN}/organizations/${seg(org)}/keys`),
+    createKey: (org, name) => call("POST", `${ADMIN}/organizations/${seg(org)}/keys`, { body: json(name ? { name } : {}) }),
+    revokeKey: (keyId) => call("DELETE", `${ADMIN}/keys/${seg(keyId)}`),
+    /** Resolves to {balance, replayed}: `replayed` when the Idempotency-Key had already been applied (nothing granted again). */
+    async grantCredits(org, body, idempotencyKey) {
+      const response = await send("POST", `${ADMIN}/organizations/${seg(org)}/credits`, { body: json(body), headers: { "idempotency-key": idempotencyKey } });
+      if (!response.ok) throw new ApiError(response);
+      return { balance: response.json, replayed: response.headers.get("idempotent-replayed") === "true" };
+    },
+    audit: ({ limit, cursor, org } = {}) => call("GET", `${ADMIN}/audit${query({ limit, cursor, org })}`),
+  };
+}
+
+/**
+ * A random UUID (v4). crypto.randomUUID exists only in secure contexts (https or localhost); a gateway reached over
+ * plain http on another address still gets one from crypto.getRandomValues.
+ */
+export function randomUuid() {
+  if (typeof crypto.randomUUID === "function") return crypto.randomUUID();
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  const hex = [...b].map((x) => x.toString(16).padStart(2, "0")).join("");
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
 }

@@ -1,6 +1,8 @@
-// Entry point of the console: sign-in with an API key (sessionStorage only), the status strip,
-// and the two pages (Playground, Usage) chosen by the URL hash.
+// Entry point of the console: sign-in with an API key (sessionStorage only), the status strip, the two pages of an
+// organization (Playground, Usage) and the Admin page (its own sign-in with the admin token), chosen by the URL hash.
+// The two sessions are independent: either, both or neither may be signed in.
 
+import { createAdmin } from "./admin.js";
 import { createApi } from "./api.js";
 import { $, announce } from "./dom.js";
 import { createPlayground } from "./playground.js";
@@ -11,27 +13,60 @@ import { createUsage } from "./usage.js";
 let key = loadKey();
 let config = null;
 let signedIn = false;
+/** The check of the kept key (enter()) while it runs. */
+let entering = null;
 
 const api = createApi(() => key);
 const playground = createPlayground({ api, afterRun: () => afterRun(), unauthorized: (message) => signOut(message) });
 const usage = createUsage({ api, unauthorized: (message) => signOut(message) });
+const admin = createAdmin({ getConfig: () => config, onSessionChange: () => updateNav() });
 
+/** The pages of the signed-in organization (API key). */
 const PAGES = { playground: "Playground", usage: "Usage" };
 
 function currentPage() {
   const name = location.hash.replace(/^#\/?/, "");
-  return name in PAGES ? name : "playground";
+  return name in PAGES || name === "admin" ? name : "playground";
 }
 
-/** Shows the page named by the hash; `focusHeading` moves the focus to its heading (navigation). */
-function route(focusHeading = false) {
-  if (!signedIn) return;
+/** The page links: shown while either session is open, and on the Admin page (the way back to the API key). */
+function updateNav() {
   const page = currentPage();
-  for (const name of Object.keys(PAGES)) $(`#page-${name}`).hidden = name !== page;
+  $("#nav").hidden = !(signedIn || admin.signedIn() || page === "admin");
   for (const link of document.querySelectorAll("#nav a")) {
     if (link.dataset.page === page) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
+}
+
+/** Shows the page named by the hash; `focusHeading` moves the focus to its heading (navigation). */
+function route(focusHeading = false) {
+  const page = currentPage();
+  updateNav();
+  if (page === "admin") {
+    $("#signin").hidden = true;
+    $("#account").hidden = true;
+    $("#status-strip").hidden = true;
+    for (const name of Object.keys(PAGES)) $(`#page-${name}`).hidden = true;
+    $("#page-admin").hidden = false;
+    void admin.show(focusHeading);
+    return;
+  }
+  $("#page-admin").hidden = true;
+  admin.hide();
+  if (!signedIn) {
+    if (key) {
+      if (!entering) void enter();
+      return;
+    }
+    showSignIn();
+    if (focusHeading) $("#signin-title").focus();
+    return;
+  }
+  $("#signin").hidden = true;
+  $("#account").hidden = false;
+  $("#status-strip").hidden = false;
+  for (const name of Object.keys(PAGES)) $(`#page-${name}`).hidden = name !== page;
   document.title = `${PAGES[page]} · Typed Decision Service`;
   if (focusHeading) $(`#${page}-title`).focus();
   if (page === "usage") void usage.show();
@@ -41,6 +76,8 @@ async function refreshStatus() {
   void refreshModels();
   try {
     renderStatus(await api.organization());
+    // The strip belongs to the organization's pages, not to Admin.
+    if (currentPage() === "admin") $("#status-strip").hidden = true;
   } catch (err) {
     if (err?.status === 401) signOut(err.detail);
   }
@@ -81,12 +118,13 @@ async function loadModels() {
 function showSignIn(message) {
   signedIn = false;
   clearTimeout(modelsTimer);
-  $("#signin").hidden = false;
-  $("#nav").hidden = true;
   $("#account").hidden = true;
   for (const name of Object.keys(PAGES)) $(`#page-${name}`).hidden = true;
   hideStatus();
-  document.title = "Sign in · Typed Decision Service";
+  updateNav();
+  const onAdmin = currentPage() === "admin";
+  $("#signin").hidden = onAdmin;
+  if (!onAdmin) document.title = "Sign in · Typed Decision Service";
   const error = $("#signin-error");
   error.hidden = !message;
   error.textContent = message ?? "";
@@ -95,7 +133,14 @@ function showSignIn(message) {
 }
 
 /** Checks the key with GET /v1/organization and opens the console; false when it was refused. */
-async function enter() {
+function enter() {
+  entering ??= check().finally(() => {
+    entering = null;
+  });
+  return entering;
+}
+
+async function check() {
   let org;
   try {
     org = await api.organization();
@@ -110,9 +155,6 @@ async function enter() {
     return false;
   }
   signedIn = true;
-  $("#signin").hidden = true;
-  $("#nav").hidden = false;
-  $("#account").hidden = false;
   $("#org-name").textContent = org.name;
   renderStatus(org);
   void refreshModels();
@@ -170,8 +212,7 @@ async function boot() {
   } catch {
     /* the console still works without it */
   }
-  if (key) await enter();
-  else showSignIn();
+  route();
 }
 
 void boot();

@@ -72,3 +72,18 @@ export function announce(text) {
     region.textContent = text;
   }, 30);
 }
+
+/** Copies with the clipboard API; falls back to selecting the text of `element`. Returns whether it copied. */
+export async function copyText(text, element) {
+  try {
+    await navigator.clipboard.writeText(text);
+    return true;
+  } catch {
+    const range = document.createRange();
+    range.selectNodeContents(element);
+    const selection = getSelection();
+    selection?.removeAllRanges();
+    selection?.addRange(range);
+    return false;
+  }
+}

@@ -35,6 +35,35 @@ export function utcTime(date) {
   return `${date.toISOString().slice(0, 16).replace("T", " ")} UTC`;
 }
 
+/** "2026-11-26 13:03:12 UTC" */
+export function utcSeconds(date) {
+  return `${date.toISOString().slice(0, 19).replace("T", " ")} UTC`;
+}
+
+/** Integer microUSD → an exact decimal USD string without trailing zeros: 12500000 → "12.5". */
+export function microusdToUsd(micro) {
+  if (typeof micro !== "number" || !Number.isSafeInteger(micro)) return "–";
+  const sign = micro < 0 ? "-" : "";
+  const abs = Math.abs(micro);
+  const fraction = String(abs % 1_000_000).padStart(6, "0").replace(/0+$/, "");
+  return `${sign}${Math.floor(abs / 1_000_000)}${fraction ? `.${fraction}` : ""}`;
+}
+
+/** A decimal USD amount as typed → the exact string the API takes ("012.50" → "12.50"), or the problem. */
+export function parseAmount(raw) {
+  const text = raw.trim().replace(/^\$\s*/, "").replace(/\s*(USD)?$/i, "");
+  if (!text) return { problem: "Enter an amount in USD, such as 12.50." };
+  if (/^\d+,\d+$/.test(text)) return { problem: "Use a dot for decimals, such as 12.50." };
+  const m = /^(\d+)(?:\.(\d+))?$/.exec(text);
+  if (!m) return { problem: "Enter the amount as a number of USD, such as 12.50 (digits and at most one dot)." };
+  const whole = m[1].replace(/^0+(?=\d)/, "");
+  const fraction = m[2] ?? "";
+  if (fraction.length > 6) return { problem: "The amount can have at most 6 decimals (1 microUSD)." };
+  if (whole.length > 9) return { problem: "The amount is too large (at most 999,999,999 USD)." };
+  if (/^0*$/.test(whole + fraction)) return { problem: "The amount must be more than 0." };
+  return { amount: fraction ? `${whole}.${fraction}` : whole };
+}
+
 /** Local date and time, short: "Nov 26, 14:03:12". */
 export function localTime(date) {
   return date.toLocaleString(undefined, { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit" });

@@ -4,7 +4,7 @@
 import { answerCard, spokenSummary } from "./answers.js";
 import { apiBaseUrl, ApiError } from "./api.js";
 import { curlSnippet, typescriptSnippet } from "./code.js";
-import { $, announce, appendChildren, clear, h, uid } from "./dom.js";
+import { $, announce, appendChildren, clear, copyText, h, uid } from "./dom.js";
 import { integer, ms, usd } from "./format.js";
 import { prettyJson, stringify } from "./json.js";
 import { buildRequest, freshId, level, locateField, option, question, sampleDraft, TEMPLATES, TYPE_LABELS } from "./questions.js";
@@ -605,21 +605,6 @@ export function createPlayground(deps) {
       load();
     },
   };
-}
-
-/** Copies with the clipboard API; falls back to selecting the text. Returns whether it copied. */
-export async function copyText(text, element) {
-  try {
-    await navigator.clipboard.writeText(text);
-    return true;
-  } catch {
-    const range = document.createRange();
-    range.selectNodeContents(element);
-    const selection = getSelection();
-    selection?.removeAllRanges();
-    selection?.addRange(range);
-    return false;
-  }
 }
 
 /** "Unexpected token } in JSON at position 12" → adds line and column. */

@@ -1,14 +1,27 @@
-// The API key lives only in this tab's sessionStorage: it is gone when the tab closes, is never
-// written to localStorage, cookies or the URL, and "Sign out" removes it.
+// The API key and the admin token live only in this tab's sessionStorage, each under its own name: they are gone
+// when the tab closes, are never written to localStorage, cookies or the URL, and each "Sign out" removes its own.
 
 const KEY = "tds.console.apiKey";
+const ADMIN_TOKEN = "tds.console.adminToken";
 
-export function loadKey() {
+function load(name) {
   try {
-    return sessionStorage.getItem(KEY);
+    return sessionStorage.getItem(name);
   } catch {
     return null;
   }
+}
+
+function forget(name) {
+  try {
+    sessionStorage.removeItem(name);
+  } catch {
+    /* storage unavailable: nothing was kept */
+  }
+}
+
+export function loadKey() {
+  return load(KEY);
 }
 
 export function saveKey(key) {
@@ -16,9 +29,17 @@ export function saveKey(key) {
 }
 
 export function forgetKey() {
-  try {
-    sessionStorage.removeItem(KEY);
-  } catch {
-    /* storage unavailable: nothing was kept */
-  }
+  forget(KEY);
+}
+
+export function loadAdminToken() {
+  return load(ADMIN_TOKEN);
+}
+
+export function saveAdminToken(token) {
+  sessionStorage.setItem(ADMIN_TOKEN, token);
+}
+
+export function forgetAdminToken() {
+  forget(ADMIN_TOKEN);
 }

@@ -1,6 +1,8 @@
 import { parseArgs } from "node:util";
-import type { Store } from "../store/store.ts";
+import { AdminError } from "../admin/admin-error.ts";
+import { auditCommands } from "./audit-command.ts";
 import { CliError, UsageError, type Command, type CommandGroup, type CommandInput, type OptionSpec } from "./command.ts";
+import { chooseTransport, connect, type Connection } from "./connection.ts";
 import { creditCommands } from "./credit-commands.ts";
 import { keyCommands } from "./key-commands.ts";
 import { migrateCommands } from "./migrate-command.ts";
@@ -12,7 +14,7 @@ import { usageCommands } from "./usage-commands.ts";
  * Every command group, in help order. A new group is a new file and one line here.
  * A group whose only command has the empty name is itself the command: `tds usage --org ORG`.
  */
-export const COMMAND_GROUPS: CommandGroup[] = [orgCommands, keyCommands, creditCommands, usageCommands, migrateCommands];
+export const COMMAND_GROUPS: CommandGroup[] = [orgCommands, keyCommands, creditCommands, usageCommands, auditCommands, migrateCommands];
 
 /** The command of a group that is itself a command (its only command, named ""), else null. */
 function groupCommand(group: CommandGroup): Command | null {
@@ -26,6 +28,11 @@ const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
     type: "string",
     valueName: "URL",
     description: "Database URL; default: TDS_DATABASE_URL, then the TDS_CONFIG file, then sqlite:./data/tds.sqlite",
+  },
+  url: {
+    type: "string",
+    valueName: "URL",
+    description: "Work through the admin API of the gateway at URL (default: TDS_URL), such as http://127.0.0.1:8080",
   },
   help: { type: "boolean", short: "h", description: "Show help" },
 };
@@ -58,9 +65,15 @@ function commandTable(groups: CommandGroup[]): string[] {
   return rows.map(([s, summary]) => `  ${s.padEnd(width)}  ${summary}`);
 }
 
+/** Global options that take a value, so that the value is not taken for a group or command word. */
+const GLOBAL_VALUE_OPTIONS = new Set(Object.entries(GLOBAL_OPTIONS).filter(([, o]) => o.type === "string").map(([name]) => `--${name}`));
+
 const FOOTER = [
   "ORG is an organization id (org_...) or its unique name.",
-  "The database is the server's (TDS_DATABASE_URL); pending migrations are applied when it is opened.",
+  "Without --url the CLI works on the server's database (TDS_DATABASE_URL); pending migrations are applied when it is opened.",
+  "With --url URL (or TDS_URL) it works through that gateway's admin API, with the admin token from the environment",
+  "variable TDS_ADMIN_TOKEN (never an option: it would show in ps). tds migrate works on the database only.",
+  "Every change is recorded in the audit log (tds audit).",
   "Exit codes: 0 success, 1 error (such as an unknown organization or key), 2 bad usage.",
 ];
 
@@ -68,7 +81,7 @@ export function usageText(): string {
   return [
     "Usage: tds <group> <command> [arguments] [options]",
     "",
-    "Administer the Typed Decision Service: organizations, API keys, credits and usage records.",
+    "Administer the Typed Decision Service: organizations, API keys, credits, usage records and the audit log.",
     "",
     "Commands:",
     ...commandTable(COMMAND_GROUPS),
@@ -115,7 +128,7 @@ export function commandUsageText(group: CommandGroup, command: Command): string 
 
 /**
  * Splits `[global options] GROUP COMMAND [rest]`: the first two words that are not a global option
- * (or the value of --database) name the group and the command.
+ * (or the value of --database or --url) name the group and the command.
  */
 function splitWords(argv: string[]): { words: string[]; rest: string[] } {
   const words: string[] = [];
@@ -128,7 +141,7 @@ function splitWords(argv: string[]): { words: string[]; rest: string[] } {
     }
     if (arg.startsWith("-") && arg !== "-") {
       rest.push(arg);
-      if (arg === "--database" && i + 1 < argv.length) rest.push(argv[++i]!);
+      if (GLOBAL_VALUE_OPTIONS.has(arg) && i + 1 < argv.length) rest.push(argv[++i]!);
     } else {
       words.push(arg);
     }
@@ -136,7 +149,15 @@ function splitWords(argv: string[]): { words: string[]; rest: string[] } {
   return { words, rest };
 }
 
-function parseCommandArgs(command: Command, args: string[]): { input: CommandInput; json: boolean; database?: string; help: boolean } {
+interface ParsedArgs {
+  input: CommandInput;
+  json: boolean;
+  database?: string;
+  url?: string;
+  help: boolean;
+}
+
+function parseCommandArgs(command: Command, args: string[]): ParsedArgs {
   const options = { ...(command.options ?? {}), ...GLOBAL_OPTIONS };
   let parsed;
   try {
@@ -151,10 +172,12 @@ function parseCommandArgs(command: Command, args: string[]): { input: CommandInp
   }
   const values = parsed.values as Record<string, string | boolean | undefined>;
   const database = typeof values.database === "string" ? values.database : undefined;
+  const url = typeof values.url === "string" ? values.url : undefined;
   return {
     input: { positionals: parsed.positionals, options: values },
     json: values.json === true,
     ...(database === undefined ? {} : { database }),
+    ...(url === undefined ? {} : { url }),
     help: values.help === true,
   };
 }
@@ -214,16 +237,16 @@ function withoutGroupWord(argv: string[], groupName: string): string[] {
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     if (arg === "--") break;
-    if (arg === "--database") i++;
+    if (GLOBAL_VALUE_OPTIONS.has(arg)) i++;
     else if (arg === groupName) return [...argv.slice(0, i), ...argv.slice(i + 1)];
   }
   return argv;
 }
 
-/** Parses the command's arguments (`rest`: everything but the group and command words), opens the store on demand and runs it. */
+/** Parses the command's arguments (`rest`: everything but the group and command words), connects on demand and runs it. */
 async function runCommand(group: CommandGroup, command: Command, rest: string[], io: CliIo): Promise<number> {
   const print = (sink: TextSink, text: string) => sink.write(text.endsWith("\n") ? text : `${text}\n`);
-  let store: Store | null = null;
+  let connection: Connection | null = null;
   try {
     const parsed = parseCommandArgs(command, rest);
     if (parsed.help) {
@@ -231,46 +254,34 @@ async function runCommand(group: CommandGroup, command: Command, rest: string[],
       return 0;
     }
     const given = parsed.input.positionals;
+    const words = `tds ${[group.name, command.name].filter((w) => w !== "").join(" ")}`;
     if (given.length !== command.positionals.length) {
       const expected = command.positionals.length === 0 ? "no arguments" : command.positionals.join(" ");
-      throw new UsageError(`"tds ${[group.name, command.name].filter((w) => w !== "").join(" ")}" takes ${expected}, got ${given.length === 0 ? "none" : given.map((g) => JSON.stringify(g)).join(" ")}`);
+      throw new UsageError(`"${words}" takes ${expected}, got ${given.length === 0 ? "none" : given.map((g) => JSON.stringify(g)).join(" ")}`);
     }
-    if (parsed.database !== undefined && parsed.database.trim() === "") throw new UsageError("--database needs a database URL");
+    const transport = chooseTransport({ ...(parsed.url === undefined ? {} : { url: parsed.url }), ...(parsed.database === undefined ? {} : { database: parsed.database }) }, io.env);
+    if (command.databaseOnly && transport.kind === "http") {
+      throw new UsageError(`"${words}" works on the database only, not through the admin API (${transport.via}); ${transport.via === "--url" ? "leave out --url" : "unset TDS_URL"} or pass --database URL`);
+    }
     const out = createOutput(io.stdout, io.stderr, parsed.json);
-    await command.run(
-      {
-        out,
-        nowMs: io.nowMs ?? Date.now,
-        store: async () => {
-          if (store) return store;
-          // Loaded on first use, so help and usage errors stay fast (config compiles its schema at import).
-          const { ConfigError, loadConfig } = await import("../config.ts");
-          const { openStore } = await import("../store/open-store.ts");
-          let url = parsed.database;
-          if (url === undefined) {
-            try {
-              url = loadConfig(io.env).databaseUrl;
-            } catch (err) {
-              if (err instanceof ConfigError) throw new CliError(`${err.message}\n(or pass --database URL)`);
-              throw err;
-            }
-          }
-          store = await openStore(url);
-          return store;
-        },
-      },
-      parsed.input,
-    );
+    const nowMs = io.nowMs ?? Date.now;
+    const opened = connect(transport, io.env, nowMs);
+    connection = opened;
+    await command.run({ out, nowMs, admin: () => opened.admin(), store: () => opened.store() }, parsed.input);
     return 0;
   } catch (err) {
-    if (err instanceof UsageError) {
+    if (err instanceof UsageError || (err instanceof AdminError && err.code === "invalid")) {
       print(io.stderr, `tds: ${err.message}\n\n${commandUsageText(group, command)}`);
       return 2;
+    }
+    if (err instanceof AdminError) {
+      print(io.stderr, `tds: ${err.message}${err.code === "not_found" ? ` ${command.notFoundHint ?? "See: tds org list"}` : ""}`);
+      return 1;
     }
     print(io.stderr, `tds: ${(err as Error).message ?? String(err)}`);
     if (!(err instanceof CliError) && io.env.TDS_DEBUG) print(io.stderr, (err as Error).stack ?? "");
     return 1;
   } finally {
-    if (store) await (store as Store).close();
+    await connection?.close();
   }
 }

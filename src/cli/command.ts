@@ -1,3 +1,5 @@
+import { checkName } from "../admin/names.ts";
+import type { AdminOperations } from "../admin/operations.ts";
 import type { Store } from "../store/store.ts";
 import type { Output } from "./output.ts";
 
@@ -19,8 +21,16 @@ export interface CommandInput {
 }
 
 export interface CommandContext {
-  /** Opens the database on first use (applying pending migrations); the CLI closes it afterwards. */
-  store(): Promise<Store>;
+  /**
+   * The administration the command runs on, opened on first use: the database (changes recorded in the audit log
+   * with source "cli"), or the gateway's admin API with --url / TDS_URL.
+   */
+  admin(): Promise<AdminOperations>;
+  /**
+   * The database itself, opened on first use (applying pending migrations); the CLI closes it afterwards.
+   * Null over the admin API: only commands marked `databaseOnly` can count on it.
+   */
+  store(): Promise<Store | null>;
   out: Output;
   nowMs(): number;
 }
@@ -29,11 +39,15 @@ export interface Command {
   name: string;
   /** Names of the required positional arguments, in order, such as ["NAME"]. */
   positionals: string[];
-  /** Command-specific options; --json, --database and --help are added to every command. */
+  /** Command-specific options; --json, --database, --url and --help are added to every command. */
   options?: Record<string, OptionSpec>;
   /** The synopsis after `tds <group> <name>`; defaults to the positionals and options. */
   synopsis?: string;
   summary: string;
+  /** Works on the database only (tds migrate): with --url or TDS_URL it is a usage error. */
+  databaseOnly?: boolean;
+  /** Appended to a "not found" failure, such as "See: tds org list" (the default). */
+  notFoundHint?: string;
   run(ctx: CommandContext, input: CommandInput): Promise<void>;
 }
 
@@ -57,6 +71,13 @@ export class CliError extends Error {
     super(message);
     this.name = "CliError";
   }
+}
+
+/** A name given on the command line (organization, key, note), checked as the admin API checks it. */
+export function nameArgument(label: string, raw: string): string {
+  const checked = checkName(raw);
+  if ("problem" in checked) throw new UsageError(`${label} ${checked.problem}`);
+  return checked.name;
 }
 
 export function stringOption(input: CommandInput, name: string): string | undefined {

@@ -1,34 +1,12 @@
+import { balanceJson } from "../admin/admin-json.ts";
 import { formatUsd, parseUsd } from "../gateway/money.ts";
 import type { Balance } from "../store/store.ts";
-import { requiredOption, stringOption, UsageError, type CommandGroup } from "./command.ts";
-import { checkName, describeOrganization, findOrganizationOrFail } from "./org-commands.ts";
+import { nameArgument, requiredOption, stringOption, UsageError, type CommandGroup } from "./command.ts";
+import { describeOrganization } from "./org-commands.ts";
 
-/** An organization's credits as `tds credits … --json` prints them: each amount in integer microUSD and as a decimal USD string. */
-export interface BalanceJson {
-  org_id: string;
-  available_microusd: number;
-  available_usd: string;
-  reserved_microusd: number;
-  reserved_usd: string;
-  spent_microusd: number;
-  spent_usd: string;
-  granted_microusd: number;
-  granted_usd: string;
-}
-
-export function balanceJson(orgId: string, balance: Balance): BalanceJson {
-  return {
-    org_id: orgId,
-    available_microusd: balance.available,
-    available_usd: formatUsd(balance.available),
-    reserved_microusd: balance.reserved,
-    reserved_usd: formatUsd(balance.reserved),
-    spent_microusd: balance.spent,
-    spent_usd: formatUsd(balance.spent),
-    granted_microusd: balance.granted,
-    granted_usd: formatUsd(balance.granted),
-  };
-}
+/** The admin API's Idempotency-Key: 1 to 255 printable ASCII characters, no spaces. */
+const IDEMPOTENCY_KEY = /^[\x21-\x7E]{1,255}$/;
+const REPLAYED = "Already granted with this idempotency key; nothing granted again.";
 
 /** A USD amount given on the command line, such as 12.50: at most 6 decimals, more than 0. */
 export function parseUsdOption(name: string, text: string): number {
@@ -59,22 +37,36 @@ export const creditCommands: CommandGroup = {
         org: ORG_OPTION,
         usd: { type: "string", valueName: "USD", description: "Amount in USD, such as 12.50 (required, more than 0, at most 6 decimals)" },
         note: { type: "string", valueName: "TEXT", description: "A note kept with the grant in the credit ledger" },
+        "idempotency-key": {
+          type: "string",
+          valueName: "KEY",
+          description: "Grant at most once per KEY (kept 24 hours): run again with the same KEY after a failure, nothing is granted twice",
+        },
       },
-      synopsis: "--org ORG --usd USD [--note TEXT]",
+      synopsis: "--org ORG --usd USD [--note TEXT] [--idempotency-key KEY]",
       summary: "Add credits to an organization's available balance",
       async run(ctx, input) {
         const orgRef = requiredOption(input, "org");
         const amount = parseUsdOption("usd", requiredOption(input, "usd"));
         const noteText = stringOption(input, "note");
-        const note = noteText === undefined ? undefined : checkName("The note", noteText);
-        const store = await ctx.store();
-        const org = await findOrganizationOrFail(store, orgRef);
-        const balance = await store.grantCredits({ orgId: org.id, amountMicrousd: amount, nowMs: ctx.nowMs(), ...(note === undefined ? {} : { note }) });
-        if (ctx.out.jsonMode) return ctx.out.json(balanceJson(org.id, balance));
-        ctx.out.line(
-          `Granted ${formatUsd(amount)} USD to organization ${describeOrganization(org)}.`,
-          `Available: ${formatUsd(balance.available)} USD (reserved ${formatUsd(balance.reserved)}, spent ${formatUsd(balance.spent)}, granted ${formatUsd(balance.granted)}).`,
-        );
+        const note = noteText === undefined ? undefined : nameArgument("The note", noteText);
+        const idempotencyKey = stringOption(input, "idempotency-key");
+        if (idempotencyKey !== undefined && !IDEMPOTENCY_KEY.test(idempotencyKey)) {
+          throw new UsageError("--idempotency-key must be 1 to 255 printable ASCII characters without spaces");
+        }
+        const { org, balance, replayed } = await (await ctx.admin()).grantCredits(orgRef, {
+          amountMicrousd: amount,
+          ...(note === undefined ? {} : { note }),
+          ...(idempotencyKey === undefined ? {} : { idempotencyKey }),
+        });
+        const available = `${formatUsd(balance.available)} USD (reserved ${formatUsd(balance.reserved)}, spent ${formatUsd(balance.spent)}, granted ${formatUsd(balance.granted)})`;
+        if (ctx.out.jsonMode) {
+          if (replayed) ctx.out.note(REPLAYED);
+          return ctx.out.json(balanceJson(org.id, balance));
+        }
+        // A replay answers the balance the first grant answered.
+        if (replayed) ctx.out.line(REPLAYED, `Available after that grant: ${available}.`);
+        else ctx.out.line(`Granted ${formatUsd(amount)} USD to organization ${describeOrganization(org)}.`, `Available: ${available}.`);
       },
     },
     {
@@ -84,9 +76,7 @@ export const creditCommands: CommandGroup = {
       synopsis: "--org ORG",
       summary: "Show an organization's credits: available, reserved, spent, granted",
       async run(ctx, input) {
-        const store = await ctx.store();
-        const org = await findOrganizationOrFail(store, requiredOption(input, "org"));
-        const balance = await store.getBalance(org.id);
+        const { org, balance } = await (await ctx.admin()).organization(requiredOption(input, "org"));
         if (ctx.out.jsonMode) return ctx.out.json(balanceJson(org.id, balance));
         ctx.out.line(`Credits of organization ${describeOrganization(org)}:`);
         ctx.out.table(...balanceTable(balance));

@@ -34,9 +34,11 @@ export const migrateCommands: CommandGroup = {
       positionals: [],
       synopsis: "",
       summary: "Apply the database's pending schema migrations and show which were applied",
+      databaseOnly: true,
       async run(ctx) {
         // Opening the store applies the pending migrations; openStore records which.
         const store = await ctx.store();
+        if (!store) throw new CliError("tds migrate works on the database only");
         const report = migrationReportOf(store);
         if (!report) throw new CliError("The database was opened without a migration report");
         const version = report.current.at(-1)?.version ?? 0;

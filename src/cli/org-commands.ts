@@ -1,9 +1,11 @@
-import { newOrganizationId } from "../gateway/api-keys.ts";
-import { StoreConflictError, type Organization, type Store } from "../store/store.ts";
-import { CliError, UsageError, type CommandGroup } from "./command.ts";
+import { adminOrganizationJson } from "../admin/admin-json.ts";
+import { looksLikeOrganizationId } from "../admin/names.ts";
+import type { OrganizationStatus } from "../admin/operations.ts";
+import { ADMIN_PAGE_MAX } from "../contract/admin.ts";
+import { formatUsd } from "../gateway/money.ts";
+import type { Organization } from "../store/store.ts";
+import { nameArgument, UsageError, type CommandGroup } from "./command.ts";
 import { isoTime, quoted } from "./output.ts";
-
-export const MAX_NAME_LENGTH = 100;
 
 export interface OrganizationJson {
   id: string;
@@ -21,50 +23,29 @@ export function describeOrganization(org: Organization): string {
   return `${org.id} (${quoted(org.name)})`;
 }
 
-/** Finds an organization by id or unique name, or fails with exit code 1. */
-export async function findOrganizationOrFail(store: Store, idOrName: string): Promise<Organization> {
-  const org = await store.findOrganization(idOrName);
-  if (!org) throw new CliError(`No organization with id or name ${quoted(idOrName)}. See: tds org list`);
-  return org;
-}
-
-/** A name for an organization or key: trimmed, 1 to 100 characters, no control characters. */
-export function checkName(label: string, raw: string): string {
-  const name = raw.trim();
-  if (name.length === 0) throw new UsageError(`${label} must not be empty`);
-  if ([...name].length > MAX_NAME_LENGTH) throw new UsageError(`${label} must be at most ${MAX_NAME_LENGTH} characters`);
-  if (/[\p{Cc}\u2028\u2029]/u.test(name)) throw new UsageError(`${label} must not contain control characters`);
-  return name;
-}
-
-const ORG_ID_SHAPE = /^org_[a-z0-9]{12}$/;
-
-async function setPaused(store: Store, idOrName: string, paused: boolean): Promise<{ org: Organization; changed: boolean }> {
-  const org = await findOrganizationOrFail(store, idOrName);
-  if (org.paused === paused) return { org, changed: false };
-  if (!(await store.setOrganizationPaused(org.id, paused))) throw new CliError(`Organization ${describeOrganization(org)} no longer exists`);
-  return { org: { ...org, paused }, changed: true };
+function statusLines(s: OrganizationStatus): string[] {
+  const usd = (microusd: number) => formatUsd(microusd);
+  const remaining = Math.max(0, s.preview.limit - s.preview.used);
+  return [
+    `Organization ${describeOrganization(s.org)}: ${s.org.paused ? "paused (its decision requests get 403)" : "active"}, created ${isoTime(s.org.createdAtMs)}`,
+    `Credits (USD): available ${usd(s.balance.available)}, reserved ${usd(s.balance.reserved)}, spent ${usd(s.balance.spent)}, granted ${usd(s.balance.granted)}`,
+    `Preview today (${s.preview.day}): ${s.preview.used} of ${s.preview.limit} requests used, ${remaining} remaining; resets at ${isoTime(s.preview.resetsAtMs)}`,
+    `API keys: ${s.keys.active} active, ${s.keys.revoked} revoked`,
+  ];
 }
 
 export const orgCommands: CommandGroup = {
   name: "org",
-  summary: "Organizations: create, list, pause, resume",
+  summary: "Organizations: create, list, show, pause, resume",
   commands: [
     {
       name: "create",
       positionals: ["NAME"],
       summary: "Create an organization (names are unique)",
       async run(ctx, input) {
-        const name = checkName("The organization name", input.positionals[0]!);
-        if (ORG_ID_SHAPE.test(name)) throw new UsageError("The organization name must not look like an organization id (org_ and 12 characters)");
-        const store = await ctx.store();
-        let org: Organization;
-        try {
-          org = await store.createOrganization({ id: newOrganizationId(), name, nowMs: ctx.nowMs() });
-        } catch (err) {
-          if (err instanceof StoreConflictError) throw new CliError(`An organization named ${quoted(name)} already exists`);
-          throw err;
-        }
+        const name = nameArgument("The organization name", input.positionals[0]!);
+        if (looksLikeOrganizationId(name)) throw new UsageError("The organization name must not look like an organization id (org_ and 12 characters)");
+        const org = await (await ctx.admin()).createOrganization(name);
         if (ctx.out.jsonMode) ctx.out.json(organizationJson(org));
         else ctx.out.line(`Created organization ${describeOrganization(org)}.`, `Create an API key with: tds key create --org ${org.id}`);
       },
@@ -74,7 +55,17 @@ export const orgCommands: CommandGroup = {
       positionals: [],
       summary: "List organizations, oldest first",
       async run(ctx) {
-        const orgs = await (await ctx.store()).listOrganizations();
+        const admin = await ctx.admin();
+        const orgs: Organization[] = [];
+        let cursor: string | null = null;
+        do {
+          const page: { organizations: Organization[]; nextCursor: string | null } = await admin.listOrganizations({
+            limit: ADMIN_PAGE_MAX,
+            ...(cursor === null ? {} : { cursor }),
+          });
+          orgs.push(...page.organizations);
+          cursor = page.nextCursor;
+        } while (cursor !== null);
         if (ctx.out.jsonMode) return ctx.out.json(orgs.map(organizationJson));
         if (orgs.length === 0) return ctx.out.line("No organizations yet. Create one with: tds org create NAME");
         ctx.out.table(
@@ -84,11 +75,21 @@ export const orgCommands: CommandGroup = {
       },
     },
     {
+      name: "show",
+      positionals: ["ORG"],
+      summary: "Show an organization: status, credits, today's preview use, API key counts",
+      async run(ctx, input) {
+        const status = await (await ctx.admin()).organization(input.positionals[0]!);
+        if (ctx.out.jsonMode) return ctx.out.json(adminOrganizationJson(status));
+        ctx.out.line(...statusLines(status));
+      },
+    },
+    {
       name: "pause",
       positionals: ["ORG"],
       summary: "Pause an organization: its decision requests get 403 until resumed",
       async run(ctx, input) {
-        const { org, changed } = await setPaused(await ctx.store(), input.positionals[0]!, true);
+        const { org, changed } = await (await ctx.admin()).setPaused(input.positionals[0]!, true);
         if (ctx.out.jsonMode) return ctx.out.json(organizationJson(org));
         ctx.out.line(
           changed
@@ -102,7 +103,7 @@ export const orgCommands: CommandGroup = {
       positionals: ["ORG"],
       summary: "Resume a paused organization",
       async run(ctx, input) {
-        const { org, changed } = await setPaused(await ctx.store(), input.positionals[0]!, false);
+        const { org, changed } = await (await ctx.admin()).setPaused(input.positionals[0]!, false);
         if (ctx.out.jsonMode) return ctx.out.json(organizationJson(org));
         ctx.out.line(changed ? `Resumed organization ${describeOrganization(org)}.` : `Organization ${describeOrganization(org)} was not paused.`);
       },

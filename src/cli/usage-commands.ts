@@ -2,16 +2,17 @@ import { formatUsd } from "../gateway/money.ts";
 import { USAGE_OUTCOMES, type UsageOutcome, type UsageQuery, type UsageRecord } from "../store/store.ts";
 import { usageRecordJson } from "../store/usage-json.ts";
 import { CliError, requiredOption, stringOption, UsageError, type CommandGroup } from "./command.ts";
-import { describeOrganization, findOrganizationOrFail } from "./org-commands.ts";
+import { describeOrganization } from "./org-commands.ts";
 import { isoTime, quoted } from "./output.ts";
 
 const OUTCOMES = USAGE_OUTCOMES;
 export const DEFAULT_USAGE_LIMIT = 20;
 export const MAX_USAGE_LIMIT = 10_000;
-/** The store's largest page (listUsage accepts 1 to 200). */
-const PAGE = 200;
+/** The largest page of the store and of the admin API (1 to 200). */
+export const PAGE = 200;
 
-function parseLimit(text: string | undefined): number {
+/** --limit N of the commands that list newest first (usage, audit). */
+export function parseLimit(text: string | undefined): number {
   if (text === undefined) return DEFAULT_USAGE_LIMIT;
   if (!/^[0-9]{1,5}$/.test(text) || Number(text) < 1 || Number(text) > MAX_USAGE_LIMIT) {
     throw new UsageError(`--limit must be a whole number from 1 to ${MAX_USAGE_LIMIT}, got ${JSON.stringify(text)}`);
@@ -64,26 +65,29 @@ export const usageCommands: CommandGroup = {
         if (requestId !== undefined && requestId.trim() === "") throw new UsageError("--request-id must not be empty");
         const limit = parseLimit(limitText);
         const outcome = parseOutcome(outcomeText);
-        const store = await ctx.store();
-        const org = await findOrganizationOrFail(store, orgRef);
+        const admin = await ctx.admin();
 
         if (requestId !== undefined) {
-          const record = await store.getUsage(org.id, requestId);
+          const { org, record } = await admin.usageRecord(orgRef, requestId);
           if (!record) throw new CliError(`No usage record with request id ${quoted(requestId)} in organization ${describeOrganization(org)}`);
           if (ctx.out.jsonMode) return ctx.out.json(usageRecordJson(record));
           return ctx.out.line(...recordLines(record));
         }
 
-        const records: UsageRecord[] = [];
-        let cursor: string | null = null;
-        do {
-          const query: UsageQuery = { limit: Math.min(PAGE, limit - records.length) };
-          if (outcome !== undefined) query.outcome = outcome;
-          if (cursor !== null) query.cursor = cursor;
-          const page = await store.listUsage(org.id, query);
+        const query = (got: number, cursor: string | null): UsageQuery => ({
+          limit: Math.min(PAGE, limit - got),
+          ...(outcome === undefined ? {} : { outcome }),
+          ...(cursor === null ? {} : { cursor }),
+        });
+        const first = await admin.usage(orgRef, query(0, null));
+        const org = first.org;
+        const records: UsageRecord[] = [...first.page.records];
+        let cursor = first.page.nextCursor;
+        while (cursor !== null && records.length < limit) {
+          const { page } = await admin.usage(org.id, query(records.length, cursor));
           records.push(...page.records);
           cursor = page.nextCursor;
-        } while (cursor !== null && records.length < limit);
+        }
 
         if (ctx.out.jsonMode) return ctx.out.json(records.map(usageRecordJson));
         if (records.length === 0) {

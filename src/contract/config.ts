@@ -103,6 +103,7 @@ export const ConfigFile = Type.Object(
         { additionalProperties: false },
       ),
     ),
+    admin_token: Type.Optional(Type.String({ description: "Enables the admin API (/admin/v1): at least 32 characters" })),
     routing: Type.Optional(
       Type.Object(
         {

@@ -5,6 +5,9 @@ export const ERROR_CATALOGUE: Record<GatewayErrorCode | HttpErrorCode, { status:
   missing_api_key: { status: 401, detail: "Missing API key: send the header Authorization: Bearer <API_KEY>." },
   invalid_api_key: { status: 401, detail: "Invalid API key." },
   revoked_api_key: { status: 401, detail: "This API key has been revoked." },
+  missing_admin_token: { status: 401, detail: "Missing admin token: send the header Authorization: Bearer <admin token> (TDS_ADMIN_TOKEN)." },
+  invalid_admin_token: { status: 401, detail: "Invalid admin token." },
+  name_taken: { status: 409, detail: "The name is already in use." },
   org_paused: { status: 403, detail: "Requests of this organization are paused pending billing review." },
   insufficient_credits: { status: 402, detail: "Available credits cannot cover the token reservation for this request." },
   reservation_expired: {
@@ -47,6 +50,9 @@ export type HttpErrorCode =
   | "missing_api_key"
   | "invalid_api_key"
   | "revoked_api_key"
+  | "missing_admin_token"
+  | "invalid_admin_token"
+  | "name_taken"
   | "body_too_large"
   | "invalid_json"
   | "invalid_utf8"

@@ -1,6 +1,7 @@
 import type { FastifyError, FastifyInstance, FastifyReply } from "fastify";
 import type { ErrorResponse, FieldError } from "../contract/errors.ts";
 import { MAX_FIELD_ERRORS, summarizeFieldErrors } from "../contract/validation.ts";
+import { AdminError } from "../admin/admin-error.ts";
 import { GatewayError } from "../gateway/errors.ts";
 import { isStoreUnavailable, StoreInputError } from "../store/store-errors.ts";
 import { ERROR_CATALOGUE, type ErrorCode } from "./error-catalogue.ts";
@@ -40,10 +41,29 @@ function validationDetail(errors: FieldError[], total = errors.length): string {
   return total > 1 ? `Invalid request body: ${summary} (and ${total - 1} more)` : `Invalid request body: ${summary}`;
 }
 
+/** An administrative failure: its catalogue code, with the field at fault for invalid input. */
+function sendAdminError(reply: FastifyReply, error: AdminError): FastifyReply {
+  switch (error.code) {
+    case "not_found":
+      return sendError(reply, "not_found", { detail: error.message });
+    case "name_taken":
+      return sendError(reply, "name_taken", { detail: error.message, errors: [{ field: "name", message: "is already in use" }] });
+    case "invalid": {
+      const field = error.field ?? "(body)";
+      const message = error.fieldMessage ?? error.message;
+      return sendError(reply, "invalid_body", { detail: `Invalid request body: ${field}: ${message}`, errors: [{ field, message }] });
+    }
+    case "idempotency_key_reused":
+      return sendError(reply, "idempotency_key_reused", { detail: error.message });
+    case "unavailable":
+      return sendError(reply, "storage_unavailable");
+  }
+}
+
 export function installErrorHandling(app: FastifyInstance): void {
   app.setNotFoundHandler((_request, reply) => sendError(reply, "route_not_found"));
 
-  app.setErrorHandler((error: FastifyError | GatewayError | HttpError | StoreInputError, request, reply) => {
+  app.setErrorHandler((error: FastifyError | GatewayError | HttpError | StoreInputError | AdminError, request, reply) => {
     if (error instanceof GatewayError) {
       const errors = error.extra.errors;
       const detail = error.detail ?? (errors && errors.length > 0 ? validationDetail(errors) : undefined);
@@ -59,6 +79,7 @@ export function installErrorHandling(app: FastifyInstance): void {
         ...(error.errors ? { errors: error.errors } : {}),
       });
     }
+    if (error instanceof AdminError) return sendAdminError(reply, error);
     if (error instanceof StoreInputError) {
       const field = `query.${error.field ?? "(query)"}`;
       return sendError(reply, "invalid_query", { detail: `Invalid query: ${error.message}`, errors: [{ field, message: error.message }] });

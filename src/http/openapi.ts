@@ -20,6 +20,18 @@ const STATUS_TEXT: Record<string, string> = {
   "503": "Model service not configured, or storage unavailable",
 };
 
+/** The admin API's statuses mean other things than the public API's. */
+const ADMIN_STATUS_TEXT: Record<string, string> = {
+  "200": "Success",
+  "201": "Created",
+  "204": "Done (also when it was already revoked)",
+  "401": "Missing or invalid admin token (API keys are not accepted)",
+  "404": "No such organization or key",
+  "409": "The name is already in use",
+  "422": "Invalid body, query or header, or an Idempotency-Key reused with another grant",
+  "503": "Storage unavailable",
+};
+
 function toOpenApiPath(url: string): string {
   return url.replace(/:([A-Za-z0-9_]+)/g, "{$1}");
 }
@@ -62,8 +74,10 @@ function build(routes: RouteDoc[], info: { title: string; version: string; descr
   for (const route of routes) {
     const { schema } = route;
     const responses: Record<string, unknown> = {};
+    const texts = route.url.startsWith("/admin/") ? ADMIN_STATUS_TEXT : STATUS_TEXT;
     for (const [status, body] of Object.entries((schema.response as Record<string, unknown>) ?? {})) {
-      responses[status] = { description: STATUS_TEXT[status] ?? "Response", content: { "application/json": { schema: body } } };
+      const description = texts[status] ?? "Response";
+      responses[status] = status === "204" ? { description } : { description, content: { "application/json": { schema: body } } };
     }
     const operation: Record<string, unknown> = {
       summary: schema.summary,
@@ -85,7 +99,12 @@ function build(routes: RouteDoc[], info: { title: string; version: string; descr
     openapi: "3.1.0",
     info,
     servers: [{ url: "/" }],
-    components: { securitySchemes: { bearer: { type: "http", scheme: "bearer", description: "Organization API key (tds_…)" } } },
+    components: {
+      securitySchemes: {
+        bearer: { type: "http", scheme: "bearer", description: "Organization API key (tds_…)" },
+        admin: { type: "http", scheme: "bearer", description: "The admin token (TDS_ADMIN_TOKEN); only for /admin/v1, where API keys are not accepted" },
+      },
+    },
     paths,
   };
 }

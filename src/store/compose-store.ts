@@ -1,35 +1,41 @@
+import type { AdministrationStore } from "./administration.ts";
 import type { AccountStore, BookkeepingStore, Store } from "./store.ts";
+
+/** What an adapter's accounts half serves: organizations and keys, their pages, and the audit log. */
+export type AccountsPart = AccountStore & Pick<AdministrationStore, "listOrganizationsPage" | "listAudit">;
+/** What an adapter's books half serves: the books, idempotent credit grants and usage totals. */
+export type BooksPart = BookkeepingStore & Pick<AdministrationStore, "grantCreditsOnce" | "usageTotals">;
 
 /**
  * One Store from an adapter's two capabilities (organizations and keys; the books) and its own lifecycle.
  * Every adapter composes itself here, so the method list is written once.
  */
-export function composeStore<B extends Pick<Store, "dialect" | "close" | "connectionStats">>(
-  base: B,
-  accounts: AccountStore,
-  books: BookkeepingStore,
-): B & Store {
-  const composed: AccountStore & BookkeepingStore = {
+export function composeStore<B extends Pick<Store, "dialect" | "close" | "connectionStats">>(base: B, accounts: AccountsPart, books: BooksPart): B & Store {
+  const composed: AccountStore & BookkeepingStore & AdministrationStore = {
     createOrganization: (input) => accounts.createOrganization(input),
     findOrganization: (idOrName) => accounts.findOrganization(idOrName),
     listOrganizations: () => accounts.listOrganizations(),
     countOrganizations: () => accounts.countOrganizations(),
-    setOrganizationPaused: (orgId, paused) => accounts.setOrganizationPaused(orgId, paused),
+    setOrganizationPaused: (orgId, paused, audit) => accounts.setOrganizationPaused(orgId, paused, audit),
     createApiKey: (input) => accounts.createApiKey(input),
     findApiKey: (keyId) => accounts.findApiKey(keyId),
     listApiKeys: (orgId) => accounts.listApiKeys(orgId),
-    revokeApiKey: (keyId, nowMs) => accounts.revokeApiKey(keyId, nowMs),
+    revokeApiKey: (keyId, nowMs, audit) => accounts.revokeApiKey(keyId, nowMs, audit),
+    listOrganizationsPage: (query) => accounts.listOrganizationsPage(query),
+    listAudit: (query) => accounts.listAudit(query),
 
     commitBatch: (batch) => books.commitBatch(batch),
     sweep: (input) => books.sweep(input),
     purge: (input) => books.purge(input),
     grantCredits: (input) => books.grantCredits(input),
+    grantCreditsOnce: (input) => books.grantCreditsOnce(input),
     getBalance: (orgId) => books.getBalance(orgId),
     getReservation: (id) => books.getReservation(id),
     listLedger: (orgId) => books.listLedger(orgId),
     previewUsage: (orgId, day) => books.previewUsage(orgId, day),
     getUsage: (orgId, requestId) => books.getUsage(orgId, requestId),
     listUsage: (orgId, query) => books.listUsage(orgId, query),
+    usageTotals: (query) => books.usageTotals(query),
   };
   return Object.assign(base, composed);
 }

@@ -1,5 +1,6 @@
 import type { ServiceMode } from "../contract/decision.ts";
 import type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult } from "./bookkeeping/commands.ts";
+import type { AdministrationStore, AuditActor } from "./administration.ts";
 
 export type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult } from "./bookkeeping/commands.ts";
 
@@ -139,27 +140,33 @@ export interface SweepResult {
 
 /** What one purge pass deleted. */
 export interface PurgeResult {
+  /** Idempotency entries of decision requests and of admin credit grants. */
   idempotencyKeys: number;
   previewCounters: number;
 }
 
 /** Organizations and their API keys: written by operators, read on every request. */
 export interface AccountStore {
-  /** Throws StoreConflictError when the name is taken. */
-  createOrganization(input: { id: string; name: string; nowMs: number }): Promise<Organization>;
+  /** Throws StoreConflictError when the name is taken. With `audit`, records "organization.created" in the same transaction. */
+  createOrganization(input: { id: string; name: string; nowMs: number; audit?: AuditActor }): Promise<Organization>;
   /** Finds by id or by unique name. */
   findOrganization(idOrName: string): Promise<Organization | null>;
   listOrganizations(): Promise<Organization[]>;
   countOrganizations(): Promise<number>;
-  /** Returns false when no such organization exists. */
-  setOrganizationPaused(orgId: string, paused: boolean): Promise<boolean>;
+  /**
+   * Returns false when no such organization exists, true when it does, whether or not its state changed (pausing a
+   * paused organization is fine). With `audit` (and `nowMs`), records "organization.paused" or "organization.resumed"
+   * in the same transaction only when the state changed; concurrent calls with one state record it once.
+   */
+  setOrganizationPaused(orgId: string, paused: boolean, audit?: { actor: AuditActor; nowMs: number }): Promise<boolean>;
 
-  createApiKey(input: { id: string; orgId: string; name: string | null; hash: string; nowMs: number }): Promise<ApiKeyRecord>;
+  /** With `audit`, records "key.created" in the same transaction. */
+  createApiKey(input: { id: string; orgId: string; name: string | null; hash: string; nowMs: number; audit?: AuditActor }): Promise<ApiKeyRecord>;
   /** The key and its organization, revoked or not (the caller decides). */
   findApiKey(keyId: string): Promise<{ key: ApiKeyRecord; org: Organization } | null>;
   listApiKeys(orgId: string): Promise<ApiKeyRecord[]>;
-  /** Returns false when no such key exists or it was already revoked. */
-  revokeApiKey(keyId: string, nowMs: number): Promise<boolean>;
+  /** Returns false when no such key exists or it was already revoked. With `audit`, records "key.revoked" in the same transaction when it was revoked now. */
+  revokeApiKey(keyId: string, nowMs: number, audit?: AuditActor): Promise<boolean>;
 }
 
 /**
@@ -187,8 +194,8 @@ export interface BookkeepingStore {
   /** Deletes idempotency entries expired at `nowMs` and preview counters of days before `keepFromDay`; at most `limit` of each. */
   purge(input: { nowMs: number; keepFromDay: string; limit: number }): Promise<PurgeResult>;
 
-  /** Adds credits (amount > 0) and a `grant` ledger entry; creates the balance when missing. */
-  grantCredits(input: { orgId: string; amountMicrousd: number; nowMs: number; note?: string }): Promise<Balance>;
+  /** Adds credits (amount > 0) and a `grant` ledger entry; creates the balance when missing. With `audit`, records "credits.granted" in the same transaction. */
+  grantCredits(input: { orgId: string; amountMicrousd: number; nowMs: number; note?: string; audit?: AuditActor }): Promise<Balance>;
   /** All zeros for an organization that never had credits. */
   getBalance(orgId: string): Promise<Balance>;
   getReservation(reservationId: string): Promise<Reservation | null>;
@@ -204,7 +211,7 @@ export interface BookkeepingStore {
 }
 
 /** Everything the service keeps. One interface, one adapter per database. */
-export interface Store extends AccountStore, BookkeepingStore {
+export interface Store extends AccountStore, BookkeepingStore, AdministrationStore {
   readonly dialect: "sqlite" | "postgres";
   close(): Promise<void>;
   /** Connection pool figures, for metrics (adapters with a pool). */

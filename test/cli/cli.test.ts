@@ -10,7 +10,7 @@ import { runCli } from "../../src/cli/cli.ts";
 import { apiKeyMatches, keyIdOf } from "../../src/gateway/api-keys.ts";
 import { openSqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
 import { usageRecordJson } from "../../src/store/usage-json.ts";
-import { type SeedRecord, seedUsage } from "../support/usage-fixtures.ts";
+import { type SeedRecord, seedUsage, paidSeedRecord } from "../support/usage-fixtures.ts";
 
 const PROJECT = fileURLToPath(new URL("../../", import.meta.url));
 const BIN = join(PROJECT, "bin", "tds.mjs");
@@ -304,27 +304,7 @@ describe("tds credits and tds usage", () => {
   }
 
   const T0 = Date.UTC(2026, 0, 1);
-  function record(requestId: string, orgId: string, overrides: Partial<SeedRecord> = {}): SeedRecord {
-    return {
-      requestId,
-      orgId,
-      keyId: "key_1",
-      createdAtMs: T0,
-      source: "api",
-      model: "jev-1",
-      mode: "paid",
-      outcome: "succeeded",
-      httpStatus: 200,
-      inputTokens: 120,
-      outputTokens: 7,
-      costMicrousd: 1500,
-      latencyMs: 12.5,
-      gatewayLatencyMs: 14.25,
-      errorDetail: null,
-      overReservation: false,
-      ...overrides,
-    };
-  }
+  const record = (requestId: string, orgId: string, overrides: Partial<SeedRecord> = {}) => paidSeedRecord(requestId, orgId, T0, overrides);
 
   it("grants credits given in USD and shows the balance in USD and microUSD", async () => {
     ids.acme = json(await run(["org", "create", "Acme", "--json"])).id as string;

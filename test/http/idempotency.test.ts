@@ -1,52 +1,13 @@
 import assert from "node:assert/strict";
-import { createServer, connect, type Server, type Socket } from "node:net";
 import { describe, test } from "node:test";
 import { TypeSafeClient, choice, noul, score } from "@typesafe-ai/sdk";
 import { FixedClock } from "../../src/gateway/clock.ts";
 import type { SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
 import { errorBody, json } from "../support/contract-check.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
+import { startLossyProxy } from "../support/lossy-proxy.ts";
 
 const PAID = { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "1000", TDS_REQUESTS_PER_MINUTE: "1000" };
-
-/**
- * A TCP proxy to the gateway that loses the first response: it forwards the request, waits until
- * the gateway has answered, then closes the client's connection without passing the answer on.
- */
-async function startLossyProxy(target: URL): Promise<{ url: string; dropped: () => number; close: () => Promise<void> }> {
-  let dropped = 0;
-  let first = true;
-  const sockets = new Set<Socket>();
-  const server: Server = createServer((client) => {
-    sockets.add(client);
-    const upstream = connect(Number(target.port), target.hostname);
-    sockets.add(upstream);
-    const lose = first;
-    first = false;
-    client.pipe(upstream);
-    upstream.on("data", (chunk) => {
-      if (lose) {
-        dropped++;
-        client.destroy();
-        upstream.destroy();
-      } else client.write(chunk);
-    });
-    upstream.on("end", () => client.end());
-    upstream.on("error", () => client.destroy());
-    client.on("error", () => upstream.destroy());
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const port = (server.address() as { port: number }).port;
-  return {
-    url: `http://127.0.0.1:${port}`,
-    dropped: () => dropped,
-    close: () =>
-      new Promise((r) => {
-        for (const s of sockets) s.destroy();
-        server.close(() => r());
-      }),
-  };
-}
 
 describe("Idempotency-Key", () => {
   test("the same key and body replays the stored response; charged and counted once", async () => {

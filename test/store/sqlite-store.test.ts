@@ -457,6 +457,36 @@ describe("SQLite store", () => {
       await store.close();
     }
   });
+  it("the administration pages, the usage totals and the admin purge seek their indexes", async () => {
+    const { store, prepared } = openCollectingSql(":memory:");
+    try {
+      const planOf = (pattern: RegExp, ...params: unknown[]) => {
+        const found = prepared.filter((sql) => pattern.test(sql));
+        assert.equal(found.length, 1, `one statement matches ${pattern}: ${JSON.stringify(found)}`);
+        return queryPlan(store, found[0]!, ...params);
+      };
+      const expect = (plan: string, index: RegExp, allowed = /(?!)/) => {
+        assert.match(plan, index, plan);
+        assert.doesNotMatch(plan.replace(allowed, ""), /TEMP B-TREE|SCAN/, plan);
+      };
+      expect(planOf(/^DELETE FROM admin_idempotency WHERE key IN/, 1000, 10), /SEARCH admin_idempotency USING INDEX admin_idempotency_by_expiry \(expires_at_ms<\?\)/);
+      expect(planOf(/FROM admin_audit WHERE org_id = \? AND id < \?/, "org_1", 5, 10), /SEARCH admin_audit USING INDEX admin_audit_by_org \(org_id=\? AND id<\?\)/);
+      expect(planOf(/FROM admin_audit WHERE org_id = \? ORDER/, "org_1", 10), /SEARCH admin_audit USING INDEX admin_audit_by_org \(org_id=\?\)/);
+      expect(planOf(/FROM admin_audit WHERE id < \?/, 5, 10), /SEARCH admin_audit USING INTEGER PRIMARY KEY \(rowid<\?\)/);
+      expect(planOf(/FROM organizations WHERE \(created_at_ms, id\) >/, 1, "org_1", 10), /SEARCH organizations USING INDEX organizations_by_creation/);
+      // The totals read only the window's records; the groups (days or organizations) are sorted in a temporary tree.
+      const groups = /USE TEMP B-TREE FOR (GROUP|ORDER) BY/g;
+      const byTime = /SEARCH usage_records USING INDEX usage_records_by_time \(created_at_ms>\? AND created_at_ms<\?\)/;
+      const byOrgTime = /SEARCH usage_records USING (COVERING )?INDEX usage_records_by_org_time \(org_id=\? AND created_at_ms>\? AND created_at_ms<\?\)/;
+      expect(planOf(/created_at_ms < \? GROUP BY day_start_ms/, 1, 2), byTime, groups);
+      expect(planOf(/created_at_ms < \? GROUP BY org_id/, 1, 2), byTime, groups);
+      expect(planOf(/AND org_id = \? GROUP BY day_start_ms/, 1, 2, "org_1"), byOrgTime, groups);
+      expect(planOf(/AND org_id = \? GROUP BY org_id/, 1, 2, "org_1"), byOrgTime, groups);
+    } finally {
+      await store.close();
+    }
+  });
+
   it("the schema itself refuses balances, reservations, ledger entries, usage records and idempotency entries that break the invariants", async () => {
     const store = openSqliteStore(":memory:");
     try {
@@ -564,7 +594,7 @@ describe("SQLite migrations", () => {
     assert.throws(() => readMigrations(migrationDir({ "001_a.sql": "", "0001_b.sql": "" })), /same version 1/);
   });
 
-  it("the shipped folder starts at 001_initial and has the five migrations", () => {
+  it("the shipped folder starts at 001_initial and has the six migrations", () => {
     const migrations = readMigrations();
     assert.equal(migrations[0]?.file, "001_initial.sql");
     assert.deepEqual(
@@ -572,7 +602,7 @@ describe("SQLite migrations", () => {
       migrations.map((_, i) => i + 1),
       "versions are consecutive",
     );
-    assert.deepEqual(migrations.map((m) => m.name), ["initial", "credits_quotas_idempotency", "two_step_bookkeeping", "usage_by_outcome", "usage_deployment"]);
+    assert.deepEqual(migrations.map((m) => m.name), ["initial", "credits_quotas_idempotency", "two_step_bookkeeping", "usage_by_outcome", "usage_deployment", "administration"]);
   });
 
   it("003 keeps the rows of a database made by 001 and 002: usage records become final at their creation time", async () => {

@@ -14,6 +14,9 @@ import fc from "fast-check";
 import { hashApiKey } from "../../src/gateway/api-keys.ts";
 import { MAX_KEPT_RESPONSE_BYTES } from "../../src/store/bookkeeping/commands.ts";
 import { ABANDONED_DETAIL, EXPIRED_DETAIL } from "../../src/store/bookkeeping/programs.ts";
+import { ADMIN_IDEMPOTENCY_TTL_MS, type AuditActor, type AuditEntry, type OrganizationPage } from "../../src/store/administration.ts";
+import type { PostgresStore } from "../../src/store/postgres/postgres-store.ts";
+import type { SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
 import { StoreInputError } from "../../src/store/store-errors.ts";
 import {
   StoreConflictError,
@@ -1961,6 +1964,464 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           }),
           { numRuns: 100 },
         );
+      });
+    });
+
+    describe("administration", () => {
+      const HTTP: AuditActor = { source: "http", client: "console", remoteAddress: "203.0.113.7" };
+      const CLI: AuditActor = { source: "cli", client: null, remoteAddress: null };
+
+      /** Every audit entry, newest first, through pages of `limit`; fails if a page is over-full or paging does not end. */
+      async function allAudit(query: { orgId?: string; limit: number } = { limit: 200 }): Promise<AuditEntry[]> {
+        const entries: AuditEntry[] = [];
+        let cursor: string | undefined;
+        for (let pages = 1; pages <= 1000; pages++) {
+          const page = await store.listAudit({ ...query, ...(cursor === undefined ? {} : { cursor }) });
+          assert.ok(page.entries.length <= query.limit, "a page never holds more than limit entries");
+          entries.push(...page.entries);
+          if (page.nextCursor === null) return entries;
+          assert.equal(page.entries.length, query.limit, "a page followed by more is full");
+          cursor = page.nextCursor;
+        }
+        throw new Error("paging did not end");
+      }
+
+      /** The entries without their ids, oldest first, after checking the ids grow. */
+      async function auditTrail(orgId?: string): Promise<Omit<AuditEntry, "id">[]> {
+        const entries = (await allAudit({ limit: 200, ...(orgId === undefined ? {} : { orgId }) })).reverse();
+        for (const [i, e] of entries.entries()) {
+          assert.ok(Number.isSafeInteger(e.id) && e.id > 0, `ids are whole numbers: ${e.id}`);
+          if (i > 0) assert.ok(e.id > entries[i - 1]!.id, "newer entries have larger ids");
+        }
+        return entries.map(({ id: _id, ...rest }) => rest);
+      }
+
+      const entry = (action: AuditEntry["action"], orgId: string, targetId: string, atMs: number, details: AuditEntry["details"], actor = HTTP) => ({
+        ...actor,
+        atMs,
+        action,
+        orgId,
+        targetId,
+        details,
+      });
+
+      /** Runs SQL on the store's own database, for tests that break it on purpose. */
+      async function execSql(sql: string): Promise<void> {
+        if (store.dialect === "sqlite") (store as SqliteStore).db.exec(sql);
+        else await (store as PostgresStore).pool.query(sql);
+      }
+
+      describe("audit", () => {
+        it("each audited change writes one entry with its facts, in the change's own time", async () => {
+          await store.createOrganization({ id: "org_a", name: "Acme ☕", nowMs: T0 + 1, audit: HTTP });
+          assert.equal(await store.setOrganizationPaused("org_a", true, { actor: CLI, nowMs: T0 + 2 }), true);
+          assert.equal(await store.setOrganizationPaused("org_a", false, { actor: HTTP, nowMs: T0 + 3 }), true);
+          const hash = hashApiKey("raw-k1");
+          await store.createApiKey({ id: "k1", orgId: "org_a", name: "ci", hash, nowMs: T0 + 4, audit: HTTP });
+          await store.createApiKey({ id: "k2", orgId: "org_a", name: null, hash: hashApiKey("raw-k2"), nowMs: T0 + 5, audit: CLI });
+          assert.equal(await store.revokeApiKey("k1", T0 + 6, HTTP), true);
+          assert.deepEqual(
+            await store.grantCredits({ orgId: "org_a", amountMicrousd: 1_500_000, nowMs: T0 + 7, note: "welcome", audit: CLI }),
+            { available: 1_500_000, reserved: 0, spent: 0, granted: 1_500_000 },
+          );
+          await store.grantCredits({ orgId: "org_a", amountMicrousd: 1, nowMs: T0 + 8, audit: HTTP });
+          assert.deepEqual(await auditTrail(), [
+            entry("organization.created", "org_a", "org_a", T0 + 1, { name: "Acme ☕" }),
+            entry("organization.paused", "org_a", "org_a", T0 + 2, {}, CLI),
+            entry("organization.resumed", "org_a", "org_a", T0 + 3, {}),
+            entry("key.created", "org_a", "k1", T0 + 4, { name: "ci" }),
+            entry("key.created", "org_a", "k2", T0 + 5, { name: null }, CLI),
+            entry("key.revoked", "org_a", "k1", T0 + 6, { name: "ci" }),
+            entry("credits.granted", "org_a", "org_a", T0 + 7, { amount_microusd: 1_500_000, note: "welcome" }, CLI),
+            entry("credits.granted", "org_a", "org_a", T0 + 8, { amount_microusd: 1, note: null }),
+          ]);
+          const text = JSON.stringify(await allAudit());
+          assert.ok(!text.includes(hash) && !text.includes("raw-k1"), "no key or hash in the audit log");
+          // The changes themselves are as without an audit.
+          assert.deepEqual(await store.findOrganization("org_a"), { id: "org_a", name: "Acme ☕", paused: false, createdAtMs: T0 + 1 });
+          assert.equal((await store.findApiKey("k1"))?.key.revokedAtMs, T0 + 6);
+          assert.equal((await store.listLedger("org_a")).length, 2);
+          await checkBalanceInvariants(store, "org_a");
+        });
+
+        it("a change that changes nothing writes nothing: pausing twice, revoking twice, unknown organizations and keys", async () => {
+          await store.createOrganization({ id: "org_a", name: "Acme", nowMs: T0, audit: CLI });
+          await store.createApiKey({ id: "k1", orgId: "org_a", name: "ci", hash: hashApiKey("raw-k1"), nowMs: T0, audit: CLI });
+          const before = await auditTrail();
+          assert.equal(await store.setOrganizationPaused("org_a", false, { actor: HTTP, nowMs: T0 + 1 }), true, "already running: true, it exists");
+          assert.equal(await store.setOrganizationPaused("org_a", true, { actor: HTTP, nowMs: T0 + 2 }), true);
+          assert.equal(await store.setOrganizationPaused("org_a", true, { actor: HTTP, nowMs: T0 + 3 }), true, "already paused: true, it exists");
+          assert.equal(await store.setOrganizationPaused("org_missing", true, { actor: HTTP, nowMs: T0 + 4 }), false);
+          assert.equal(await store.setOrganizationPaused("Acme", true, { actor: HTTP, nowMs: T0 + 4 }), false, "by id only");
+          assert.equal(await store.revokeApiKey("k1", T0 + 5, HTTP), true);
+          assert.equal(await store.revokeApiKey("k1", T0 + 6, HTTP), false);
+          assert.equal(await store.revokeApiKey("k_missing", T0 + 6, HTTP), false);
+          assert.deepEqual(await auditTrail(), [
+            ...before,
+            entry("organization.paused", "org_a", "org_a", T0 + 2, {}),
+            entry("key.revoked", "org_a", "k1", T0 + 5, { name: "ci" }),
+          ]);
+          assert.equal((await store.findApiKey("k1"))?.key.revokedAtMs, T0 + 5, "the first revocation time stays");
+        });
+
+        it("concurrent pauses of one organization change it, and audit it, once", async () => {
+          await org("org_a");
+          const results = await Promise.all(Array.from({ length: 8 }, (_, i) => store.setOrganizationPaused("org_a", true, { actor: HTTP, nowMs: T0 + i })));
+          assert.deepEqual(results, Array(8).fill(true));
+          assert.deepEqual((await allAudit()).map((e) => e.action), ["organization.paused"]);
+        });
+
+        it("without an audit actor nothing is written to the audit log", async () => {
+          await org("org_a");
+          await key("k1", "org_a", "ci");
+          await store.setOrganizationPaused("org_a", true);
+          await store.setOrganizationPaused("org_a", false);
+          await store.revokeApiKey("k1", now());
+          await store.grantCredits({ orgId: "org_a", amountMicrousd: 1000, nowMs: now(), note: "n" });
+          await admit(paid("req_1", "org_a", 10));
+          await complete(completion({ requestId: "req_1", orgId: "org_a", costMicrousd: 5, reserved: true }));
+          assert.deepEqual(await store.listAudit({ limit: 200 }), { entries: [], nextCursor: null });
+        });
+
+        it("a change that fails writes no entry", async () => {
+          await store.createOrganization({ id: "org_a", name: "Acme", nowMs: T0, audit: CLI });
+          const before = await auditTrail();
+          await assert.rejects(store.createOrganization({ id: "org_b", name: "Acme", nowMs: T0 + 1, audit: CLI }), StoreConflictError);
+          await assert.rejects(store.createOrganization({ id: "org_a", name: "Other", nowMs: T0 + 1, audit: CLI }), StoreConflictError);
+          await assert.rejects(store.createApiKey({ id: "k1", orgId: "org_missing", name: null, hash: hashApiKey("x"), nowMs: T0 + 2, audit: CLI }));
+          await store.createApiKey({ id: "k1", orgId: "org_a", name: null, hash: hashApiKey("x"), nowMs: T0 + 2 });
+          await assert.rejects(store.createApiKey({ id: "k1", orgId: "org_a", name: null, hash: hashApiKey("y"), nowMs: T0 + 3, audit: CLI }), StoreConflictError);
+          await assert.rejects(store.grantCredits({ orgId: "org_missing", amountMicrousd: 5, nowMs: T0 + 4, audit: CLI }), StoreInputError);
+          await assert.rejects(store.grantCredits({ orgId: "org_a", amountMicrousd: 0, nowMs: T0 + 4, audit: CLI }), StoreInputError);
+          assert.deepEqual(await auditTrail(), before);
+          assert.deepEqual(await store.getBalance("org_a"), ZERO_BALANCE);
+          assert.equal(await store.countOrganizations(), 1);
+        });
+
+        it("refuses a malformed audit actor with StoreInputError before changing anything", async () => {
+          await org("org_a");
+          await key("k1", "org_a");
+          const bad = [{ source: "web", client: null, remoteAddress: null }, { source: "cli", client: 5, remoteAddress: null }, { source: "http", client: null }, null] as unknown as AuditActor[];
+          for (const actor of bad) {
+            await assert.rejects(store.createOrganization({ id: "org_b", name: "B", nowMs: now(), audit: actor }), StoreInputError);
+            await assert.rejects(store.setOrganizationPaused("org_a", true, { actor, nowMs: now() }), StoreInputError);
+            await assert.rejects(store.createApiKey({ id: "k2", orgId: "org_a", name: null, hash: hashApiKey("k2"), nowMs: now(), audit: actor }), StoreInputError);
+            await assert.rejects(store.revokeApiKey("k1", now(), actor), StoreInputError);
+            await assert.rejects(store.grantCredits({ orgId: "org_a", amountMicrousd: 5, nowMs: now(), audit: actor }), StoreInputError);
+          }
+          await assert.rejects(store.setOrganizationPaused("org_a", true, { actor: CLI, nowMs: 1.5 }), StoreInputError);
+          assert.equal(await store.findOrganization("org_b"), null);
+          assert.equal((await store.findOrganization("org_a"))?.paused, false);
+          assert.equal(await store.findApiKey("k2"), null);
+          assert.equal((await store.findApiKey("k1"))?.key.revokedAtMs, null);
+          assert.deepEqual(await store.getBalance("org_a"), ZERO_BALANCE);
+          assert.deepEqual(await auditTrail(), []);
+        });
+
+        it("a change whose audit entry cannot be written is not made", async () => {
+          await org("org_a");
+          await key("k1", "org_a");
+          await execSql("ALTER TABLE admin_audit RENAME TO admin_audit_gone");
+          await assert.rejects(store.createOrganization({ id: "org_b", name: "B", nowMs: now(), audit: CLI }));
+          await assert.rejects(store.setOrganizationPaused("org_a", true, { actor: CLI, nowMs: now() }));
+          await assert.rejects(store.createApiKey({ id: "k2", orgId: "org_a", name: null, hash: hashApiKey("k2"), nowMs: now(), audit: CLI }));
+          await assert.rejects(store.revokeApiKey("k1", now(), CLI));
+          await assert.rejects(store.grantCredits({ orgId: "org_a", amountMicrousd: 5, nowMs: now(), audit: CLI }));
+          await assert.rejects(
+            store.grantCreditsOnce({ orgId: "org_a", amountMicrousd: 5, nowMs: now(), audit: CLI, idempotency: { key: "idem-1", requestHash: "h" } }),
+          );
+          assert.equal(await store.findOrganization("org_b"), null);
+          assert.equal((await store.findOrganization("org_a"))?.paused, false);
+          assert.equal(await store.findApiKey("k2"), null);
+          assert.equal((await store.findApiKey("k1"))?.key.revokedAtMs, null);
+          assert.deepEqual(await store.getBalance("org_a"), ZERO_BALANCE);
+          assert.deepEqual(await store.listLedger("org_a"), []);
+          await execSql("ALTER TABLE admin_audit_gone RENAME TO admin_audit");
+          assert.deepEqual(
+            await store.grantCreditsOnce({ orgId: "org_a", amountMicrousd: 5, nowMs: now(), audit: CLI, idempotency: { key: "idem-1", requestHash: "h" } }),
+            { kind: "granted", balance: { available: 5, reserved: 0, spent: 0, granted: 5 } },
+            "the failed call stored no answer for its key",
+          );
+        });
+
+        it("lists newest first, per organization, page by page", async () => {
+          await store.createOrganization({ id: "org_a", name: "A", nowMs: T0, audit: CLI });
+          await store.createOrganization({ id: "org_b", name: "B", nowMs: T0 + 1, audit: HTTP });
+          for (let i = 0; i < 6; i++) {
+            await store.grantCredits({ orgId: i % 3 === 0 ? "org_b" : "org_a", amountMicrousd: i + 1, nowMs: T0 + 10 + i, audit: HTTP });
+          }
+          await store.setOrganizationPaused("org_b", true, { actor: CLI, nowMs: T0 + 20 });
+          const all = await store.listAudit({ limit: 200 });
+          assert.equal(all.nextCursor, null);
+          assert.equal(all.entries.length, 9);
+          assert.deepEqual(all.entries.map((e) => e.atMs), [T0 + 20, T0 + 15, T0 + 14, T0 + 13, T0 + 12, T0 + 11, T0 + 10, T0 + 1, T0], "newest first");
+          for (const limit of [1, 2, 4, 9, 10]) assert.deepEqual(await allAudit({ limit }), all.entries, `pages of ${limit}`);
+          const ofB = all.entries.filter((e) => e.orgId === "org_b");
+          assert.deepEqual(ofB.map((e) => e.action), ["organization.paused", "credits.granted", "credits.granted", "organization.created"]);
+          assert.deepEqual((await store.listAudit({ orgId: "org_b", limit: 200 })).entries, ofB);
+          assert.deepEqual(await allAudit({ orgId: "org_b", limit: 1 }), ofB);
+          assert.deepEqual(await allAudit({ orgId: "org_a", limit: 3 }), all.entries.filter((e) => e.orgId === "org_a"));
+          assert.deepEqual(await store.listAudit({ orgId: "org_missing", limit: 10 }), { entries: [], nextCursor: null });
+          assert.deepEqual(await store.listAudit({ orgId: "A", limit: 10 }), { entries: [], nextCursor: null }, "by id only");
+          const first = await store.listAudit({ limit: 2 });
+          assert.equal(first.entries.length, 2);
+          assert.ok(first.nextCursor !== null);
+          await store.grantCredits({ orgId: "org_a", amountMicrousd: 1, nowMs: T0 + 30, audit: CLI });
+          assert.deepEqual((await store.listAudit({ limit: 2, cursor: first.nextCursor })).entries, all.entries.slice(2, 4), "a cursor stays valid when newer entries arrive");
+        });
+
+        it("rejects a malformed cursor or a limit outside 1 to 200 with StoreInputError", async () => {
+          await store.createOrganization({ id: "org_a", name: "A", nowMs: T0, audit: CLI });
+          await store.createOrganization({ id: "org_b", name: "B", nowMs: T0, audit: CLI });
+          const orgCursor = (await store.listOrganizationsPage({ limit: 1 })).nextCursor!;
+          const b64 = (text: string) => Buffer.from(text, "utf8").toString("base64url");
+          for (const cursor of ["", "!!!", "abc=", b64("audit:"), b64("audit:0"), b64("audit:-1"), b64("audit:1.5"), b64("audit:99999999999999999"), b64("7"), orgCursor, "a".repeat(5000)]) {
+            await assert.rejects(store.listAudit({ limit: 10, cursor }), (err: unknown) => err instanceof StoreInputError && err.field === "cursor", JSON.stringify(cursor));
+          }
+          for (const limit of [0, 201, 1.5, -1, Number.NaN]) {
+            await assert.rejects(store.listAudit({ limit }), (err: unknown) => err instanceof StoreInputError && err.field === "limit", String(limit));
+          }
+          assert.equal((await store.listAudit({ limit: 200 })).entries.length, 2);
+        });
+      });
+
+      describe("organization pages", () => {
+        it("an empty store has an empty first page", async () => {
+          assert.deepEqual(await store.listOrganizationsPage({ limit: 10 }), { organizations: [], nextCursor: null });
+        });
+
+        it("pages through every organization exactly once, oldest first, ties by id", async () => {
+          const times = [5, 1, 1, 3, 1, 9, 3, 2];
+          for (const [i, t] of times.entries()) await store.createOrganization({ id: `org_${String.fromCharCode(104 - i)}`, name: `name ${i}`, nowMs: T0 + t });
+          const all = await store.listOrganizations();
+          assert.deepEqual(all.map((o) => o.id), ["org_c", "org_f", "org_h", "org_a", "org_d", "org_e", "org_g", "org_b"].sort((a, b) => {
+            const ta = all.find((o) => o.id === a)!.createdAtMs;
+            const tb = all.find((o) => o.id === b)!.createdAtMs;
+            return ta - tb || (a < b ? -1 : 1);
+          }));
+          for (const limit of [1, 2, 3, 8, 200]) {
+            const seen = [];
+            let cursor: string | undefined;
+            for (;;) {
+              const page = await store.listOrganizationsPage({ limit, ...(cursor === undefined ? {} : { cursor }) });
+              assert.ok(page.organizations.length <= limit);
+              seen.push(...page.organizations);
+              if (page.nextCursor === null) break;
+              assert.equal(page.organizations.length, limit, "a page followed by more is full");
+              cursor = page.nextCursor;
+            }
+            assert.deepEqual(seen, all, `pages of ${limit}`);
+          }
+          assert.equal((await store.listOrganizationsPage({ limit: 8 })).nextCursor, null, "no cursor when the last page is exactly full");
+        });
+
+        it("keeps ids and names like __proto__ and unicode exactly across pages", async () => {
+          const made = [];
+          for (const [i, id] of ["__proto__", "org_ü☕", "org_'; --", "org_a b"].entries()) made.push(await store.createOrganization({ id, name: `名 ${i}`, nowMs: T0 }));
+          const seen = [];
+          let cursor: string | undefined;
+          do {
+            const page: OrganizationPage = await store.listOrganizationsPage({ limit: 1, ...(cursor === undefined ? {} : { cursor }) });
+            seen.push(...page.organizations);
+            cursor = page.nextCursor ?? undefined;
+          } while (cursor !== undefined);
+          assert.deepEqual(seen, await store.listOrganizations());
+          assert.equal(seen.length, made.length);
+        });
+
+        it("rejects a malformed cursor or a limit outside 1 to 200 with StoreInputError", async () => {
+          await store.createOrganization({ id: "org_a", name: "A", nowMs: T0, audit: CLI });
+          await store.createOrganization({ id: "org_b", name: "B", nowMs: T0, audit: CLI });
+          const auditCursor = (await store.listAudit({ limit: 1 })).nextCursor!;
+          const b64 = (text: string) => Buffer.from(text, "utf8").toString("base64url");
+          for (const cursor of ["", "%%", b64("org:"), b64("org:1"), b64("org:1:"), b64("org:-1:x"), b64("org:01:x"), b64(`${T0}:org_a`), auditCursor]) {
+            await assert.rejects(store.listOrganizationsPage({ limit: 10, cursor }), (err: unknown) => err instanceof StoreInputError && err.field === "cursor", JSON.stringify(cursor));
+          }
+          for (const limit of [0, 201, 2.5]) {
+            await assert.rejects(store.listOrganizationsPage({ limit }), (err: unknown) => err instanceof StoreInputError && err.field === "limit", String(limit));
+          }
+        });
+      });
+
+      describe("idempotent grants", () => {
+        const once = (nowMs: number, options: { key?: string; hash?: string; amount?: number; orgId?: string; note?: string } = {}) =>
+          store.grantCreditsOnce({
+            orgId: options.orgId ?? "org_a",
+            amountMicrousd: options.amount ?? 1000,
+            nowMs,
+            ...(options.note === undefined ? {} : { note: options.note }),
+            audit: HTTP,
+            idempotency: { key: options.key ?? "idem-1", requestHash: options.hash ?? "hash-1" },
+          });
+        const grants = async (orgId = "org_a") => (await store.listLedger(orgId)).filter((e) => e.kind === "grant").map((e) => [e.grantedDelta, e.createdAtMs, e.note]);
+
+        it("grants once; the same request again replays the first answer and grants nothing; another request is a mismatch", async () => {
+          await org("org_a");
+          const first = await once(T0, { note: "promo ✓" });
+          assert.deepEqual(first, { kind: "granted", balance: { available: 1000, reserved: 0, spent: 0, granted: 1000 } });
+          await store.grantCredits({ orgId: "org_a", amountMicrousd: 5, nowMs: T0 + 1 });
+          assert.deepEqual(await once(T0 + 2, { note: "promo ✓" }), { kind: "replayed", balance: first.kind === "granted" ? first.balance : null }, "the first grant's balance");
+          assert.deepEqual(await once(T0 + 3, { hash: "hash-2" }), { kind: "mismatch" });
+          assert.deepEqual(await once(T0 + ADMIN_IDEMPOTENCY_TTL_MS - 1), { kind: "replayed", balance: { available: 1000, reserved: 0, spent: 0, granted: 1000 } }, "kept until its expiry");
+          assert.deepEqual(await grants(), [[1000, T0, "promo ✓"], [5, T0 + 1, null]]);
+          assert.deepEqual((await store.getBalance("org_a")).granted, 1005);
+          assert.deepEqual(
+            (await allAudit()).map((e) => [e.action, e.atMs, e.details]),
+            [["credits.granted", T0, { amount_microusd: 1000, note: "promo ✓" }]],
+            "one audit entry, for the grant that happened",
+          );
+          await checkBalanceInvariants(store, "org_a");
+        });
+
+        it("an expired key is as if it was never used: the grant runs again and replaces it", async () => {
+          await org("org_a");
+          await once(T0);
+          assert.deepEqual(await once(T0 + ADMIN_IDEMPOTENCY_TTL_MS, { hash: "hash-2", amount: 7 }), {
+            kind: "granted",
+            balance: { available: 1007, reserved: 0, spent: 0, granted: 1007 },
+          });
+          assert.deepEqual(await once(T0 + ADMIN_IDEMPOTENCY_TTL_MS + 1, { hash: "hash-2", amount: 7 }), {
+            kind: "replayed",
+            balance: { available: 1007, reserved: 0, spent: 0, granted: 1007 },
+          });
+          assert.deepEqual(await once(T0 + ADMIN_IDEMPOTENCY_TTL_MS + 2), { kind: "mismatch" }, "the first request's entry is gone");
+          assert.deepEqual(await grants(), [[1000, T0, null], [7, T0 + ADMIN_IDEMPOTENCY_TTL_MS, null]]);
+        });
+
+        it("keys are separate; a failed grant stores nothing for its key", async () => {
+          await org("org_a");
+          await org("org_b");
+          await assert.rejects(once(T0, { key: "idem-x", orgId: "org_missing" }), StoreInputError);
+          await assert.rejects(once(T0, { key: "idem-x", amount: 0 }), StoreInputError);
+          assert.equal((await once(T0, { key: "idem-x", orgId: "org_b", hash: "other" })).kind, "granted", "the failed calls left no entry");
+          assert.equal((await once(T0, { key: "idem-y" })).kind, "granted");
+          assert.equal((await once(T0, { key: "idem-z" })).kind, "granted");
+          assert.deepEqual(await grants("org_a"), [[1000, T0, null], [1000, T0, null]]);
+          assert.deepEqual(await grants("org_b"), [[1000, T0, null]]);
+        });
+
+        it("rejects malformed input with StoreInputError", async () => {
+          await org("org_a");
+          const valid = { orgId: "org_a", amountMicrousd: 5, nowMs: T0, audit: HTTP, idempotency: { key: "k", requestHash: "h" } };
+          for (const bad of [
+            { idempotency: { key: "", requestHash: "h" } },
+            { idempotency: { key: "k", requestHash: "" } },
+            { idempotency: undefined },
+            { audit: undefined },
+            { audit: { source: "x", client: null, remoteAddress: null } },
+            { nowMs: 1.5 },
+            { amountMicrousd: -5 },
+          ]) {
+            await assert.rejects(store.grantCreditsOnce({ ...valid, ...bad } as unknown as typeof valid), StoreInputError, JSON.stringify(bad));
+          }
+          assert.deepEqual(await grants(), []);
+        });
+
+        it("concurrent calls with one key grant exactly once; the others replay its answer", async () => {
+          await org("org_a");
+          const results = await Promise.all(Array.from({ length: 10 }, (_, i) => once(T0 + i, { amount: 2500 })));
+          const granted = results.filter((r) => r.kind === "granted");
+          assert.equal(granted.length, 1, JSON.stringify(results));
+          const balance = { available: 2500, reserved: 0, spent: 0, granted: 2500 };
+          assert.deepEqual(results.filter((r) => r.kind !== "granted"), Array(9).fill({ kind: "replayed", balance }));
+          assert.deepEqual(granted[0], { kind: "granted", balance });
+          assert.deepEqual(await store.getBalance("org_a"), balance);
+          assert.equal((await grants()).length, 1);
+          assert.equal((await allAudit()).length, 1);
+          // Different keys at once each grant.
+          const many = await Promise.all(Array.from({ length: 10 }, (_, i) => once(T0, { key: `idem-many-${i}`, amount: 1 })));
+          assert.deepEqual(many.map((r) => r.kind), Array(10).fill("granted"));
+          assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 2510, reserved: 0, spent: 0, granted: 2510 });
+        });
+
+        it("purge deletes expired keys, at most limit of each kind of key", async () => {
+          await org("org_a");
+          await once(T0, { key: "idem-1" });
+          await once(T0 + 10, { key: "idem-2" });
+          await once(T0 + HOUR, { key: "idem-3" });
+          await admit(admission({ requestId: "req_1", orgId: "org_a", nowMs: T0, idempotency: { key: "k-1", requestHash: "h", lockUntilMs: T0 + MINUTE, expiresAtMs: T0 + 100 } }));
+          const purge = (limit: number) => store.purge({ nowMs: T0 + ADMIN_IDEMPOTENCY_TTL_MS + 10, keepFromDay: DAY, limit });
+          assert.deepEqual(await purge(0), { idempotencyKeys: 0, previewCounters: 0 });
+          assert.deepEqual(await purge(1), { idempotencyKeys: 2, previewCounters: 0 }, "one of each table");
+          assert.deepEqual(await purge(1), { idempotencyKeys: 1, previewCounters: 0 });
+          assert.deepEqual(await purge(1), { idempotencyKeys: 0, previewCounters: 0 });
+          // What expired is gone (another request with its key is no mismatch); what did not is kept.
+          assert.equal((await once(T0 + ADMIN_IDEMPOTENCY_TTL_MS + 20, { key: "idem-2", hash: "other" })).kind, "granted");
+          assert.equal((await once(T0 + ADMIN_IDEMPOTENCY_TTL_MS + 20, { key: "idem-3" })).kind, "replayed");
+        });
+      });
+
+      describe("usage totals", () => {
+        const sums = (requests: number, inputTokens: number, outputTokens: number, costMicrousd: number) => ({ requests, inputTokens, outputTokens, costMicrousd });
+
+        async function seed() {
+          await recordUsage(store, [
+            usageRecord({ requestId: "r_before", orgId: "org_c", createdAtMs: T0 - 1, costMicrousd: 9000 }),
+            usageRecord({ requestId: "r_a1", orgId: "org_a", createdAtMs: T0, costMicrousd: 300, inputTokens: 100, outputTokens: 10 }),
+            usageRecord({ requestId: "r_a2", orgId: "org_a", createdAtMs: T0 + HOUR, outcome: "in_flight" }),
+            usageRecord({ requestId: "r_a3", orgId: "org_a", createdAtMs: T0 + DAY_MS - 1, outcome: "model_error", inputTokens: 5, outputTokens: 0 }),
+            usageRecord({ requestId: "r_b1", orgId: "org_b", createdAtMs: T0 + DAY_MS, costMicrousd: 500, inputTokens: 7, outputTokens: 3 }),
+            usageRecord({ requestId: "r_a4", orgId: "org_a", createdAtMs: T0 + DAY_MS + 5, outcome: "gateway_error", httpStatus: 500, inputTokens: 0, outputTokens: 0 }),
+            usageRecord({ requestId: "r_d1", orgId: "org_d", createdAtMs: T0 + 2 * DAY_MS, inputTokens: 1, outputTokens: 1 }),
+            usageRecord({ requestId: "r_e1", orgId: "org_e", createdAtMs: T0 + 2 * DAY_MS + 1, inputTokens: 1, outputTokens: 1 }),
+            usageRecord({ requestId: "r_e2", orgId: "org_e", createdAtMs: T0 + 2 * DAY_MS + 2, inputTokens: 1, outputTokens: 1 }),
+            usageRecord({ requestId: "r_f1", orgId: "org_f", createdAtMs: T0 + 2 * DAY_MS + 3, inputTokens: 2, outputTokens: 2 }),
+            usageRecord({ requestId: "r_after", orgId: "org_b", createdAtMs: T0 + 3 * DAY_MS, costMicrousd: 7000 }),
+          ]);
+        }
+
+        it("sums every record of the window [fromMs, toMs), in flight too, per UTC day and per organization", async () => {
+          await seed();
+          assert.deepEqual(await store.usageTotals({ fromMs: T0, toMs: T0 + 3 * DAY_MS }), {
+            days: [
+              { dayStartMs: T0, ...sums(3, 105, 10, 300) },
+              { dayStartMs: T0 + DAY_MS, ...sums(2, 7, 3, 500) },
+              { dayStartMs: T0 + 2 * DAY_MS, ...sums(4, 5, 5, 0) },
+            ],
+            organizations: [
+              { orgId: "org_b", ...sums(1, 7, 3, 500) },
+              { orgId: "org_a", ...sums(4, 105, 10, 300) },
+              { orgId: "org_e", ...sums(2, 2, 2, 0) },
+              { orgId: "org_d", ...sums(1, 1, 1, 0) },
+              { orgId: "org_f", ...sums(1, 2, 2, 0) },
+            ],
+          });
+        });
+
+        it("fromMs is inclusive and toMs exclusive; days with no record are left out", async () => {
+          await seed();
+          assert.deepEqual(await store.usageTotals({ fromMs: T0 - 1, toMs: T0 }), {
+            days: [{ dayStartMs: T0 - DAY_MS, ...sums(1, 120, 7, 9000) }],
+            organizations: [{ orgId: "org_c", ...sums(1, 120, 7, 9000) }],
+          });
+          const dayTwo = await store.usageTotals({ fromMs: T0 + DAY_MS - 1, toMs: T0 + DAY_MS + 5 });
+          assert.deepEqual(dayTwo.days, [{ dayStartMs: T0, ...sums(1, 5, 0, 0) }, { dayStartMs: T0 + DAY_MS, ...sums(1, 7, 3, 500) }]);
+          const gap = await store.usageTotals({ fromMs: T0 - DAY_MS, toMs: T0 + 4 * DAY_MS });
+          assert.deepEqual(gap.days.map((d) => d.dayStartMs), [T0 - DAY_MS, T0, T0 + DAY_MS, T0 + 2 * DAY_MS, T0 + 3 * DAY_MS]);
+          assert.equal(gap.days.reduce((n, d) => n + d.requests, 0), 11);
+          assert.equal(gap.organizations.reduce((n, o) => n + o.costMicrousd, 0), 9000 + 300 + 500 + 7000);
+          assert.deepEqual(await store.usageTotals({ fromMs: T0, toMs: T0 }), { days: [], organizations: [] });
+          assert.deepEqual(await store.usageTotals({ fromMs: T0 + 5 * DAY_MS, toMs: T0 + 6 * DAY_MS }), { days: [], organizations: [] });
+        });
+
+        it("for one organization only", async () => {
+          await seed();
+          assert.deepEqual(await store.usageTotals({ fromMs: T0, toMs: T0 + 3 * DAY_MS, orgId: "org_a" }), {
+            days: [
+              { dayStartMs: T0, ...sums(3, 105, 10, 300) },
+              { dayStartMs: T0 + DAY_MS, ...sums(1, 0, 0, 0) },
+            ],
+            organizations: [{ orgId: "org_a", ...sums(4, 105, 10, 300) }],
+          });
+          assert.deepEqual(await store.usageTotals({ fromMs: T0, toMs: T0 + 4 * DAY_MS, orgId: "org_missing" }), { days: [], organizations: [] });
+        });
+
+        it("an empty store has no totals; bad arguments are StoreInputError", async () => {
+          assert.deepEqual(await store.usageTotals({ fromMs: 0, toMs: Number.MAX_SAFE_INTEGER }), { days: [], organizations: [] });
+          for (const bad of [{ fromMs: Number.NaN }, { toMs: 1.5 }, { fromMs: T0 + 1, toMs: T0 }, { orgId: "" }]) {
+            await assert.rejects(store.usageTotals({ fromMs: T0, toMs: T0 + DAY_MS, ...bad }), StoreInputError, JSON.stringify(bad));
+          }
+        });
       });
     });
 

@@ -49,6 +49,8 @@ export interface GatewayOptions {
    * checks, so that a sequence of deliberate model failures answers each with its own status.
    */
   routerOptions?: RouterOptions;
+  /** Name of the organization made with the first key (default "test-org"; another when a second gateway shares the database). */
+  orgName?: string;
   /** Open the in-process engines the configuration names (default: none, so no test downloads the default model). */
   engines?: boolean;
   /** HTTP deadlines (defaults 30 s and 10 s). */
@@ -105,7 +107,7 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
     await store.createApiKey({ id: key.id, orgId: org.id, name: null, hash: key.hash, nowMs: Date.now() });
     return { orgId: org.id, key: key.raw, keyId: key.id };
   };
-  const first = await newOrg("test-org");
+  const first = await newOrg(options.orgName ?? "test-org");
 
   return {
     url,
@@ -152,4 +154,15 @@ export function sampleRequest(overrides: Record<string, unknown> = {}): Record<s
     },
     ...overrides,
   };
+}
+
+/** A decision request (the sample) with another organization's `key`: its HTTP status. */
+export async function decideWithKey(gw: Pick<Gateway, "url">, key: string): Promise<number> {
+  const res = await fetch(`${gw.url}/v1/systemone`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+    body: JSON.stringify(sampleRequest()),
+  });
+  await res.arrayBuffer();
+  return res.status;
 }

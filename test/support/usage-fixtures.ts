@@ -37,9 +37,21 @@ export async function seedUsage(store: Store, records: SeedRecord[]): Promise<vo
     r.attempts ?? 0,
   ];
   if (store.dialect === "sqlite") {
-    const insert = (store as SqliteStore).db.prepare(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${Array(19).fill("?").join(", ")})`);
-    for (const r of records) insert.run(...values(r, r.overReservation ? 1 : 0));
-    return;
+    const db = (store as SqliteStore).db;
+    const insert = db.prepare(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${Array(19).fill("?").join(", ")})`);
+    const insertAll = db.transaction(() => {
+      for (const r of records) insert.run(...values(r, r.overReservation ? 1 : 0));
+    });
+    // The serving connection does not wait for locks (busy_timeout 0), and the checkpoint thread may hold the write
+    // lock for a moment (a RESTART checkpoint after many writes): wait as the gateway's own writes do.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return insertAll();
+      } catch (err) {
+        if ((err as { code?: string }).code !== "SQLITE_BUSY" || attempt >= 200) throw err;
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    }
   }
   const pool = (store as PostgresStore).pool;
   const placeholders = Array.from({ length: 19 }, (_, i) => `$${i + 1}`).join(", ");
@@ -65,6 +77,29 @@ export function finalRecord(overrides: Partial<UsageRecord> & Pick<UsageRecord, 
     overReservation: false,
     deployment: "default",
     attempts: 1,
+    ...overrides,
+  };
+}
+
+/** A seeded record as the CLI tests use it: a paid success of "jev-1" costing 1500 microUSD, unless overridden. */
+export function paidSeedRecord(requestId: string, orgId: string, createdAtMs: number, overrides: Partial<SeedRecord> = {}): SeedRecord {
+  return {
+    requestId,
+    orgId,
+    keyId: "key_1",
+    createdAtMs,
+    source: "api",
+    model: "jev-1",
+    mode: "paid",
+    outcome: "succeeded",
+    httpStatus: 200,
+    inputTokens: 120,
+    outputTokens: 7,
+    costMicrousd: 1500,
+    latencyMs: 12.5,
+    gatewayLatencyMs: 14.25,
+    errorDetail: null,
+    overReservation: false,
     ...overrides,
   };
 }

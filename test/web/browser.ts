@@ -45,3 +45,28 @@ export function watchPage(page: Page): PageWatch {
   page.on("pageerror", (error) => watch.problems.push(`pageerror: ${error.message}`));
   return watch;
 }
+
+/**
+ * Runs an expression in the page. Browser code stays a string: the project compiles without the
+ * DOM library, and tsx would add helpers (__name) to functions passed to page.evaluate.
+ */
+export function inPage<T>(page: Page, expression: string): Promise<T> {
+  return page.evaluate(expression) as Promise<T>;
+}
+
+/** Inputs, selects and textareas without a non-empty <label> or aria-label(ledby); buttons without a name. */
+export function unlabelled(page: Page): Promise<string[]> {
+  return inPage(
+    page,
+    `(() => {
+      const named = (el) => {
+        if ([...(el.labels ?? [])].some((l) => l.textContent.trim())) return true;
+        if ((el.getAttribute("aria-label") ?? "").trim()) return true;
+        return (el.getAttribute("aria-labelledby") ?? "").split(/\\s+/).some((id) => id && (document.getElementById(id)?.textContent ?? "").trim());
+      };
+      const fields = [...document.querySelectorAll("input, select, textarea")].filter((el) => !named(el));
+      const buttons = [...document.querySelectorAll("button")].filter((b) => !b.textContent.trim() && !named(b));
+      return [...fields, ...buttons].map((el) => el.outerHTML.slice(0, 160));
+    })()`,
+  );
+}

@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Browser, BrowserContext, Page } from "playwright-core";
 import { sampleRequest, startGateway, type Gateway } from "../support/gateway-harness.ts";
-import { launchChromium, watchPage, type PageWatch } from "./browser.ts";
+import { launchChromium, watchPage, type PageWatch, inPage, unlabelled } from "./browser.ts";
 import { seedUsage } from "../support/usage-fixtures.ts";
 import { startFakeModelServer } from "../fixtures/fake-model-server.ts";
 
@@ -51,30 +51,7 @@ async function signIn(page: Page, gw: Gateway) {
   await page.getByRole("heading", { name: "Playground", level: 1 }).waitFor();
 }
 
-/**
- * Runs an expression in the page. Browser code stays a string: the project compiles without the
- * DOM library, and tsx would add helpers (__name) to functions passed to page.evaluate.
- */
-function inPage<T>(page: Page, expression: string): Promise<T> {
-  return page.evaluate(expression) as Promise<T>;
-}
 
-/** Inputs, selects and textareas without a non-empty <label> or aria-label(ledby); buttons without a name. */
-function unlabelled(page: Page): Promise<string[]> {
-  return inPage(
-    page,
-    `(() => {
-      const named = (el) => {
-        if ([...(el.labels ?? [])].some((l) => l.textContent.trim())) return true;
-        if ((el.getAttribute("aria-label") ?? "").trim()) return true;
-        return (el.getAttribute("aria-labelledby") ?? "").split(/\\s+/).some((id) => id && (document.getElementById(id)?.textContent ?? "").trim());
-      };
-      const fields = [...document.querySelectorAll("input, select, textarea")].filter((el) => !named(el));
-      const buttons = [...document.querySelectorAll("button")].filter((b) => !b.textContent.trim() && !named(b));
-      return [...fields, ...buttons].map((el) => el.outerHTML.slice(0, 160));
-    })()`,
-  );
-}
 
 const card = (page: Page, n: number) => page.locator("#question-list > li").nth(n - 1);
 

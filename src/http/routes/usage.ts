@@ -17,6 +17,20 @@ function parseTime(name: string, text: string | undefined): number | undefined {
   return ms;
 }
 
+/** The store query of GET …/usage's query string (limit, from, to, outcome, cursor), or a 422 naming the field. */
+export function usageQuery(q: UsageListQuery): UsageQuery {
+  const limit = q.limit === undefined ? DEFAULT_PAGE : Number(q.limit);
+  if (limit < 1 || limit > 200) throw new HttpError("invalid_query", undefined, [{ field: "query.limit", message: "must be from 1 to 200" }]);
+  const query: UsageQuery = { limit };
+  const fromMs = parseTime("from", q.from);
+  const toMs = parseTime("to", q.to);
+  if (fromMs !== undefined) query.fromMs = fromMs;
+  if (toMs !== undefined) query.toMs = toMs;
+  if (q.outcome) query.outcome = q.outcome;
+  if (q.cursor) query.cursor = q.cursor;
+  return query;
+}
+
 /** The organization's usage history; every lookup is scoped to the key's organization. */
 export function usageRoutes(app: FastifyInstance, deps: { store: Store; rateLimit: onRequestHookHandler }) {
   const auth = [authenticate(deps.store, { rejectPaused: false }), deps.rateLimit];
@@ -51,17 +65,7 @@ export function usageRoutes(app: FastifyInstance, deps: { store: Store; rateLimi
       },
     },
     async (request) => {
-      const q = request.query;
-      const limit = q.limit === undefined ? DEFAULT_PAGE : Number(q.limit);
-      if (limit < 1 || limit > 200) throw new HttpError("invalid_query", undefined, [{ field: "query.limit", message: "must be from 1 to 200" }]);
-      const query: UsageQuery = { limit };
-      const fromMs = parseTime("from", q.from);
-      const toMs = parseTime("to", q.to);
-      if (fromMs !== undefined) query.fromMs = fromMs;
-      if (toMs !== undefined) query.toMs = toMs;
-      if (q.outcome) query.outcome = q.outcome;
-      if (q.cursor) query.cursor = q.cursor;
-      const page = await deps.store.listUsage(authOf(request).org.id, query);
+      const page = await deps.store.listUsage(authOf(request).org.id, usageQuery(request.query));
       return { data: page.records.map(usageRecordJson), next_cursor: page.nextCursor };
     },
   );

@@ -1,9 +1,9 @@
 import { checkAmount, checkCount, checkDay, checkEpochMs, checkHttpStatus, checkPreviewOrg, checkText } from "../input-checks.ts";
 import { StoreInputError } from "../store-errors.ts";
-import { type BookkeepingStore, USAGE_OUTCOMES, type UsageQuery } from "../store.ts";
+import { type Balance, type BookkeepingStore, USAGE_OUTCOMES, type UsageQuery } from "../store.ts";
 import type { AdmitCommand, CompleteCommand } from "./commands.ts";
 import { batchProgram, grantProgram, sweepProgram } from "./programs.ts";
-import type { RunProgram } from "./rows.ts";
+import type { BookProgram, RunProgram } from "./rows.ts";
 
 /**
  * The writing half of BookkeepingStore for any adapter that can run a program in one transaction: the
@@ -23,12 +23,30 @@ export function bookkeepingWrites(run: RunProgram): Pick<BookkeepingStore, "comm
       return run(() => sweepProgram(input));
     },
     async grantCredits(input) {
-      checkText(input.orgId, "orgId");
-      checkAmount(input.amountMicrousd, "amountMicrousd", { positive: true });
-      checkEpochMs(input.nowMs, "nowMs");
-      return run(() => grantProgram({ orgId: input.orgId, amountMicrousd: input.amountMicrousd, nowMs: input.nowMs, note: input.note ?? null }));
+      checkGrant(input);
+      return run(grantOf(input));
     },
   };
+}
+
+export interface GrantInput {
+  orgId: string;
+  amountMicrousd: number;
+  nowMs: number;
+  note?: string;
+}
+
+/** The checks of a credit grant, the same for every adapter. */
+export function checkGrant(input: GrantInput): void {
+  checkText(input.orgId, "orgId");
+  checkAmount(input.amountMicrousd, "amountMicrousd", { positive: true });
+  checkEpochMs(input.nowMs, "nowMs");
+  if (input.note !== undefined && typeof input.note !== "string") throw new StoreInputError("note must be a string", "note");
+}
+
+/** The program of a (checked) grant, made anew for each attempt; for adapters that run it with more in its transaction. */
+export function grantOf(input: GrantInput): () => BookProgram<Balance> {
+  return () => grantProgram({ orgId: input.orgId, amountMicrousd: input.amountMicrousd, nowMs: input.nowMs, note: input.note ?? null });
 }
 
 function checkAdmit(a: AdmitCommand): void {

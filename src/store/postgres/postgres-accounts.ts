@@ -1,7 +1,25 @@
 import type pg from "pg";
-import { type AccountStore, type ApiKeyRecord, type Organization, StoreConflictError } from "../store.ts";
+import type { AuditActor, AuditPage, AuditQuery, OrganizationPage } from "../administration.ts";
+import {
+  AUDIT_COLUMNS,
+  type AuditRow,
+  audits,
+  checkAudit,
+  checkPageLimit,
+  checkPauseAudit,
+  decodeAuditCursor,
+  decodeOrganizationCursor,
+  encodeAuditCursor,
+  encodeOrganizationCursor,
+  pageOf,
+  toAuditEntry,
+} from "../admin-rows.ts";
+import type { AccountsPart } from "../compose-store.ts";
+import { type ApiKeyRecord, type Organization, StoreConflictError } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
-import { FOREIGN_KEY_VIOLATION, hasNul, isUniqueViolation, pgCode, withClient } from "./postgres-connection.ts";
+import { badCursor } from "../usage-cursor.ts";
+import { type Client, FOREIGN_KEY_VIOLATION, hasNul, isUniqueViolation, pgCode, transaction, withClient } from "./postgres-connection.ts";
+import { insertAudit } from "./postgres-audit.ts";
 import { perTurnLookup } from "../per-turn-lookup.ts";
 
 interface OrgRow {
@@ -37,18 +55,30 @@ function toApiKey(row: KeyRow): ApiKeyRecord {
   return { id: row.id, orgId: row.org_id, name: row.name, hash: row.hash, createdAtMs: row.created_at_ms, revokedAtMs: row.revoked_at_ms };
 }
 
-
-/** Organizations and API keys in PostgreSQL: one autocommit statement each. */
-export class PostgresAccounts implements AccountStore {
+/**
+ * Organizations, API keys and the audit log in PostgreSQL: one autocommit statement each, or, for a change with its
+ * audit entry, one transaction.
+ */
+export class PostgresAccounts implements AccountsPart {
   constructor(private readonly pool: pg.Pool) {}
 
   #query<R extends pg.QueryResultRow>(sql: string, params: unknown[]): Promise<pg.QueryResult<R>> {
     return withClient(this.pool, (c) => c.query<R>(sql, params));
   }
 
-  async createOrganization(input: { id: string; name: string; nowMs: number }): Promise<Organization> {
+  /** `fn` in one transaction when the change is audited (both commit together), else with autocommit. */
+  #write<T>(audited: boolean, fn: (c: Client) => Promise<T>): Promise<T> {
+    return audited ? transaction(this.pool, fn) : withClient(this.pool, fn);
+  }
+
+  async createOrganization(input: { id: string; name: string; nowMs: number; audit?: AuditActor }): Promise<Organization> {
+    const { audit } = input;
+    checkAudit(audit);
     try {
-      await this.#query("INSERT INTO organizations (id, name, paused, created_at_ms) VALUES ($1, $2, false, $3)", [input.id, input.name, input.nowMs]);
+      await this.#write(audit !== undefined, async (c) => {
+        await c.query("INSERT INTO organizations (id, name, paused, created_at_ms) VALUES ($1, $2, false, $3)", [input.id, input.name, input.nowMs]);
+        if (audit) await insertAudit(c, audits.organizationCreated(input, audit, input.nowMs));
+      });
     } catch (err) {
       if (isUniqueViolation(err, "organizations_name_key")) {
         throw new StoreConflictError(`An organization named ${JSON.stringify(input.name)} already exists`);
@@ -76,20 +106,35 @@ export class PostgresAccounts implements AccountStore {
     return (await this.#query<{ n: number }>("SELECT count(*) AS n FROM organizations", [])).rows[0]?.n ?? 0;
   }
 
-  async setOrganizationPaused(orgId: string, paused: boolean): Promise<boolean> {
+  /**
+   * True when the organization exists, whether or not its state changed; audited only when it changed. Concurrent
+   * calls with one state change it once: the second UPDATE waits for the first's row lock, then finds nothing to change.
+   */
+  async setOrganizationPaused(orgId: string, paused: boolean, audit?: { actor: AuditActor; nowMs: number }): Promise<boolean> {
+    checkPauseAudit(audit);
     if (hasNul(orgId)) return false;
-    return (await this.#query("UPDATE organizations SET paused = $1 WHERE id = $2", [paused, orgId])).rowCount === 1;
+    return this.#write(audit !== undefined, async (c) => {
+      const changed = (await c.query("UPDATE organizations SET paused = $1 WHERE id = $2 AND paused <> $1", [paused, orgId])).rowCount === 1;
+      if (!changed) return (await c.query("SELECT 1 FROM organizations WHERE id = $1", [orgId])).rowCount === 1;
+      if (audit) await insertAudit(c, audits.pauseChanged(orgId, paused, audit.actor, audit.nowMs));
+      return true;
+    });
   }
 
-  async createApiKey(input: { id: string; orgId: string; name: string | null; hash: string; nowMs: number }): Promise<ApiKeyRecord> {
+  async createApiKey(input: { id: string; orgId: string; name: string | null; hash: string; nowMs: number; audit?: AuditActor }): Promise<ApiKeyRecord> {
+    const { audit } = input;
+    checkAudit(audit);
     try {
-      await this.#query("INSERT INTO api_keys (id, org_id, name, hash, created_at_ms, revoked_at_ms) VALUES ($1, $2, $3, $4, $5, NULL)", [
-        input.id,
-        input.orgId,
-        input.name ?? null,
-        input.hash,
-        input.nowMs,
-      ]);
+      await this.#write(audit !== undefined, async (c) => {
+        await c.query("INSERT INTO api_keys (id, org_id, name, hash, created_at_ms, revoked_at_ms) VALUES ($1, $2, $3, $4, $5, NULL)", [
+          input.id,
+          input.orgId,
+          input.name ?? null,
+          input.hash,
+          input.nowMs,
+        ]);
+        if (audit) await insertAudit(c, audits.keyCreated({ id: input.id, orgId: input.orgId, name: input.name ?? null }, audit, input.nowMs));
+      });
     } catch (err) {
       if (pgCode(err) === FOREIGN_KEY_VIOLATION) throw new StoreInputError(`No organization with id ${JSON.stringify(input.orgId)}`, "orgId");
       if (isUniqueViolation(err)) {
@@ -127,8 +172,49 @@ export class PostgresAccounts implements AccountStore {
     return (await this.#query<KeyRow>(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE org_id = $1 ORDER BY created_at_ms, id`, [orgId])).rows.map(toApiKey);
   }
 
-  async revokeApiKey(keyId: string, nowMs: number): Promise<boolean> {
+  async revokeApiKey(keyId: string, nowMs: number, audit?: AuditActor): Promise<boolean> {
+    checkAudit(audit);
     if (hasNul(keyId)) return false;
-    return (await this.#query("UPDATE api_keys SET revoked_at_ms = $1 WHERE id = $2 AND revoked_at_ms IS NULL", [nowMs, keyId])).rowCount === 1;
+    return this.#write(audit !== undefined, async (c) => {
+      const revoked = (
+        await c.query<{ org_id: string; name: string | null }>(
+          "UPDATE api_keys SET revoked_at_ms = $1 WHERE id = $2 AND revoked_at_ms IS NULL RETURNING org_id, name",
+          [nowMs, keyId],
+        )
+      ).rows[0];
+      if (!revoked) return false;
+      if (audit) await insertAudit(c, audits.keyRevoked({ id: keyId, orgId: revoked.org_id, name: revoked.name }, audit, nowMs));
+      return true;
+    });
+  }
+
+  async listOrganizationsPage(query: { cursor?: string; limit: number }): Promise<OrganizationPage> {
+    checkPageLimit(query.limit);
+    const after = query.cursor === undefined ? undefined : decodeOrganizationCursor(query.cursor);
+    // No stored id holds U+0000, so no page of ours can end at one: not a cursor we gave out.
+    if (after && hasNul(after.id)) throw badCursor();
+    const rows = after
+      ? await this.#query<OrgRow>(`SELECT ${ORG_COLUMNS} FROM organizations WHERE (created_at_ms, id) > ($1, $2) ORDER BY created_at_ms, id LIMIT $3`, [
+          after.createdAtMs,
+          after.id,
+          query.limit + 1,
+        ])
+      : await this.#query<OrgRow>(`SELECT ${ORG_COLUMNS} FROM organizations ORDER BY created_at_ms, id LIMIT $1`, [query.limit + 1]);
+    const page = pageOf(rows.rows, query.limit, toOrganization, encodeOrganizationCursor);
+    return { organizations: page.items, nextCursor: page.nextCursor };
+  }
+
+  async listAudit(query: AuditQuery): Promise<AuditPage> {
+    checkPageLimit(query.limit);
+    const before = query.cursor === undefined ? undefined : decodeAuditCursor(query.cursor);
+    if (query.orgId !== undefined && hasNul(query.orgId)) return { entries: [], nextCursor: null };
+    const params: unknown[] = [];
+    const where: string[] = [];
+    if (query.orgId !== undefined) where.push(`org_id = $${params.push(query.orgId)}`);
+    if (before !== undefined) where.push(`id < $${params.push(before)}`);
+    const limit = `$${params.push(query.limit + 1)}`;
+    const sql = `SELECT ${AUDIT_COLUMNS} FROM admin_audit ${where.length > 0 ? `WHERE ${where.join(" AND ")} ` : ""}ORDER BY id DESC LIMIT ${limit}`;
+    const page = pageOf((await this.#query<AuditRow>(sql, params)).rows, query.limit, toAuditEntry, (last) => encodeAuditCursor(last.id));
+    return { entries: page.items, nextCursor: page.nextCursor };
   }
 }

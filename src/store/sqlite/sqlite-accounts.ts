@@ -1,6 +1,26 @@
 import type Database from "better-sqlite3";
 import type { Statement } from "better-sqlite3";
-import { type AccountStore, type ApiKeyRecord, type Organization, StoreConflictError } from "../store.ts";
+import type { AuditActor, AuditPage, AuditQuery, OrganizationPage } from "../administration.ts";
+import {
+  AUDIT_COLUMNS,
+  AUDIT_INSERT,
+  AUDIT_PARAM_COUNT,
+  type AuditRecord,
+  type AuditRow,
+  auditParams,
+  audits,
+  checkAudit,
+  checkPageLimit,
+  checkPauseAudit,
+  decodeAuditCursor,
+  decodeOrganizationCursor,
+  encodeAuditCursor,
+  encodeOrganizationCursor,
+  pageOf,
+  toAuditEntry,
+} from "../admin-rows.ts";
+import type { AccountsPart } from "../compose-store.ts";
+import { type ApiKeyRecord, type Organization, StoreConflictError } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
 import { perTurnLookup } from "../per-turn-lookup.ts";
 import { isConstraint, UNIQUE_CODES } from "./sqlite-errors.ts";
@@ -39,31 +59,45 @@ function toApiKey(row: KeyRow): ApiKeyRecord {
 }
 
 /**
- * Organizations and API keys in SQLite. Each write is one statement; `write` runs it (the store passes a wrapper
- * that waits asynchronously while another process holds the write lock).
+ * Organizations, API keys and the audit log in SQLite. Each write is one BEGIN IMMEDIATE transaction (the change and
+ * its audit entry, when audited); `write` runs it (the store passes a wrapper that waits asynchronously while another
+ * process holds the write lock).
  */
-export class SqliteAccounts implements AccountStore {
+export class SqliteAccounts implements AccountsPart {
+  readonly #db: Database.Database;
   readonly #insertOrg: Statement<[string, string, number]>;
   readonly #orgById: Statement<[string], OrgRow>;
   readonly #orgByName: Statement<[string], OrgRow>;
   readonly #listOrgs: Statement<[], OrgRow>;
+  readonly #orgsFirst: Statement<[number], OrgRow>;
+  readonly #orgsAfter: Statement<[number, string, number], OrgRow>;
   readonly #countOrgs: Statement<[], { n: number }>;
-  readonly #setPaused: Statement<[number, string]>;
+  readonly #setPaused: Statement<[number, string, number]>;
   readonly #insertKey: Statement<[string, string, string | null, string, number]>;
   readonly #keyWithOrg: Statement<[string], KeyWithOrgRow>;
   readonly #listKeys: Statement<[string], KeyRow>;
-  readonly #revokeKey: Statement<[number, string]>;
+  readonly #revokeKey: Statement<[number, string], { org_id: string; name: string | null }>;
+  readonly #insertAudit: Statement<unknown[]>;
+  /** The audit pages: [all, one organization] × [first page, after a cursor]. */
+  readonly #auditAll: Statement<[number], AuditRow>;
+  readonly #auditAllAfter: Statement<[number, number], AuditRow>;
+  readonly #auditOrg: Statement<[string, number], AuditRow>;
+  readonly #auditOrgAfter: Statement<[string, number, number], AuditRow>;
 
   constructor(
     db: Database.Database,
     private readonly write: <T>(fn: () => T) => Promise<T>,
   ) {
+    this.#db = db;
     this.#insertOrg = db.prepare("INSERT INTO organizations (id, name, paused, created_at_ms) VALUES (?, ?, 0, ?)");
     this.#orgById = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations WHERE id = ?`);
     this.#orgByName = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations WHERE name = ?`);
     this.#listOrgs = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations ORDER BY created_at_ms, id`);
+    this.#orgsFirst = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations ORDER BY created_at_ms, id LIMIT ?`);
+    this.#orgsAfter = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations WHERE (created_at_ms, id) > (?, ?) ORDER BY created_at_ms, id LIMIT ?`);
     this.#countOrgs = db.prepare("SELECT count(*) AS n FROM organizations");
-    this.#setPaused = db.prepare("UPDATE organizations SET paused = ? WHERE id = ?");
+    // Only a change of state counts (and is audited).
+    this.#setPaused = db.prepare("UPDATE organizations SET paused = ? WHERE id = ? AND paused <> ?");
     this.#insertKey = db.prepare(`INSERT INTO api_keys (id, org_id, name, hash, created_at_ms, revoked_at_ms) VALUES (?, ?, ?, ?, ?, NULL)`);
     this.#keyWithOrg = db.prepare(
       "SELECT k.id, k.org_id, k.name, k.hash, k.created_at_ms, k.revoked_at_ms, " +
@@ -71,12 +105,32 @@ export class SqliteAccounts implements AccountStore {
         "FROM api_keys k JOIN organizations o ON o.id = k.org_id WHERE k.id = ?",
     );
     this.#listKeys = db.prepare(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE org_id = ? ORDER BY created_at_ms, id`);
-    this.#revokeKey = db.prepare("UPDATE api_keys SET revoked_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL");
+    this.#revokeKey = db.prepare("UPDATE api_keys SET revoked_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL RETURNING org_id, name");
+    this.#insertAudit = db.prepare(`${AUDIT_INSERT} VALUES (${Array(AUDIT_PARAM_COUNT).fill("?").join(", ")})`);
+    const audit = <P extends unknown[]>(where: string) => db.prepare<P, AuditRow>(`SELECT ${AUDIT_COLUMNS} FROM admin_audit ${where} ORDER BY id DESC LIMIT ?`);
+    this.#auditAll = audit("");
+    this.#auditAllAfter = audit("WHERE id < ?");
+    this.#auditOrg = audit("WHERE org_id = ?");
+    this.#auditOrgAfter = audit("WHERE org_id = ? AND id < ?");
   }
 
-  async createOrganization(input: { id: string; name: string; nowMs: number }): Promise<Organization> {
+  /** `fn` in one BEGIN IMMEDIATE transaction, through `write`. */
+  #transaction<T>(fn: () => T): Promise<T> {
+    return this.write(() => this.#db.transaction(fn).immediate());
+  }
+
+  #record(entry: AuditRecord): void {
+    this.#insertAudit.run(...auditParams(entry));
+  }
+
+  async createOrganization(input: { id: string; name: string; nowMs: number; audit?: AuditActor }): Promise<Organization> {
+    const { audit } = input;
+    checkAudit(audit);
     try {
-      await this.write(() => this.#insertOrg.run(input.id, input.name, input.nowMs));
+      await this.#transaction(() => {
+        this.#insertOrg.run(input.id, input.name, input.nowMs);
+        if (audit) this.#record(audits.organizationCreated(input, audit, input.nowMs));
+      });
     } catch (err) {
       if (isConstraint(err, "SQLITE_CONSTRAINT_UNIQUE") && err.message.includes("organizations.name")) {
         throw new StoreConflictError(`An organization named ${JSON.stringify(input.name)} already exists`);
@@ -100,13 +154,25 @@ export class SqliteAccounts implements AccountStore {
     return this.#countOrgs.get()?.n ?? 0;
   }
 
-  async setOrganizationPaused(orgId: string, paused: boolean): Promise<boolean> {
-    return (await this.write(() => this.#setPaused.run(paused ? 1 : 0, orgId))).changes > 0;
+  /** True when the organization exists, whether or not its state changed; audited only when it changed. */
+  async setOrganizationPaused(orgId: string, paused: boolean, audit?: { actor: AuditActor; nowMs: number }): Promise<boolean> {
+    checkPauseAudit(audit);
+    const flag = paused ? 1 : 0;
+    return this.#transaction(() => {
+      if (this.#setPaused.run(flag, orgId, flag).changes === 0) return this.#orgById.get(orgId) !== undefined;
+      if (audit) this.#record(audits.pauseChanged(orgId, paused, audit.actor, audit.nowMs));
+      return true;
+    });
   }
 
-  async createApiKey(input: { id: string; orgId: string; name: string | null; hash: string; nowMs: number }): Promise<ApiKeyRecord> {
+  async createApiKey(input: { id: string; orgId: string; name: string | null; hash: string; nowMs: number; audit?: AuditActor }): Promise<ApiKeyRecord> {
+    const { audit } = input;
+    checkAudit(audit);
     try {
-      await this.write(() => this.#insertKey.run(input.id, input.orgId, input.name ?? null, input.hash, input.nowMs));
+      await this.#transaction(() => {
+        this.#insertKey.run(input.id, input.orgId, input.name ?? null, input.hash, input.nowMs);
+        if (audit) this.#record(audits.keyCreated({ id: input.id, orgId: input.orgId, name: input.name ?? null }, audit, input.nowMs));
+      });
     } catch (err) {
       if (isConstraint(err, "SQLITE_CONSTRAINT_FOREIGNKEY")) {
         throw new StoreInputError(`No organization with id ${JSON.stringify(input.orgId)}`, "orgId");
@@ -144,7 +210,34 @@ export class SqliteAccounts implements AccountStore {
     return this.#listKeys.all(orgId).map(toApiKey);
   }
 
-  async revokeApiKey(keyId: string, nowMs: number): Promise<boolean> {
-    return (await this.write(() => this.#revokeKey.run(nowMs, keyId))).changes > 0;
+  async revokeApiKey(keyId: string, nowMs: number, audit?: AuditActor): Promise<boolean> {
+    checkAudit(audit);
+    return this.#transaction(() => {
+      const revoked = this.#revokeKey.get(nowMs, keyId);
+      if (!revoked) return false;
+      if (audit) this.#record(audits.keyRevoked({ id: keyId, orgId: revoked.org_id, name: revoked.name }, audit, nowMs));
+      return true;
+    });
+  }
+
+  async listOrganizationsPage(query: { cursor?: string; limit: number }): Promise<OrganizationPage> {
+    checkPageLimit(query.limit);
+    const after = query.cursor === undefined ? undefined : decodeOrganizationCursor(query.cursor);
+    const rows = after ? this.#orgsAfter.all(after.createdAtMs, after.id, query.limit + 1) : this.#orgsFirst.all(query.limit + 1);
+    const page = pageOf(rows, query.limit, toOrganization, encodeOrganizationCursor);
+    return { organizations: page.items, nextCursor: page.nextCursor };
+  }
+
+  async listAudit(query: AuditQuery): Promise<AuditPage> {
+    checkPageLimit(query.limit);
+    const before = query.cursor === undefined ? undefined : decodeAuditCursor(query.cursor);
+    const n = query.limit + 1;
+    const { orgId } = query;
+    const rows =
+      orgId === undefined
+        ? before === undefined ? this.#auditAll.all(n) : this.#auditAllAfter.all(before, n)
+        : before === undefined ? this.#auditOrg.all(orgId, n) : this.#auditOrgAfter.all(orgId, before, n);
+    const page = pageOf(rows, query.limit, toAuditEntry, (last) => encodeAuditCursor(last.id));
+    return { entries: page.items, nextCursor: page.nextCursor };
   }
 }

@@ -1,7 +1,27 @@
 import type Database from "better-sqlite3";
 import type { Statement } from "better-sqlite3";
-import { bookkeepingWrites, checkUsageQuery } from "../bookkeeping/books.ts";
+import type { AuditActor, GrantOnceResult, UsageTotals } from "../administration.ts";
+import {
+  type AdminIdempotencyRow,
+  AUDIT_INSERT,
+  AUDIT_PARAM_COUNT,
+  auditParams,
+  audits,
+  checkAudit,
+  checkGrantOnce,
+  checkUsageTotalsQuery,
+  DAY_MS,
+  type GrantOnceInput,
+  idempotencyParams,
+  storedAnswer,
+  sumColumns,
+  type SumsRow,
+  toSums,
+  type UsageTotalsQuery,
+} from "../admin-rows.ts";
+import { bookkeepingWrites, checkGrant, checkUsageQuery, type GrantInput, grantOf } from "../bookkeeping/books.ts";
 import { type BookProgram, runSync } from "../bookkeeping/rows.ts";
+import type { BooksPart } from "../compose-store.ts";
 import { LEDGER_COLUMNS, type LedgerRow, RESERVATION_COLUMNS, type ReservationRow, toLedgerEntry, toReservation, ZERO_BALANCE } from "../credit-rows.ts";
 import { checkCount, checkDay, checkEpochMs, checkPreviewOrg, GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
 import type { Balance, BookkeepingStore, LedgerEntry, PurgeResult, Reservation, SweepResult, UsagePage, UsageQuery, UsageRecord } from "../store.ts";
@@ -41,12 +61,20 @@ export function usageListQuery(orgId: string, query: UsageQuery): { sql: string;
   return { sql, params };
 }
 
+/** The usage totals statements: per day or per organization, of every organization or one. */
+function totalsQuery(by: "day" | "org", oneOrg: boolean): string {
+  const where = `created_at_ms >= ? AND created_at_ms < ?${oneOrg ? " AND org_id = ?" : ""}`;
+  return by === "day"
+    ? `SELECT (created_at_ms / ${DAY_MS}) * ${DAY_MS} AS day_start_ms, ${sumColumns()} FROM usage_records WHERE ${where} GROUP BY day_start_ms ORDER BY day_start_ms`
+    : `SELECT org_id, ${sumColumns()} FROM usage_records WHERE ${where} GROUP BY org_id ORDER BY sum_cost DESC, requests DESC, org_id`;
+}
+
 /**
  * The books in SQLite. Every write is one BEGIN IMMEDIATE transaction; `commitBatch` fails at once with
  * SQLITE_BUSY while another process holds the write lock (the group committer waits and retries it without
  * blocking the event loop), the other writes go through `write`, which waits the same way.
  */
-export class SqliteBooks implements BookkeepingStore {
+export class SqliteBooks implements BooksPart {
   readonly #db: Database.Database;
   readonly #rows: SqliteBookRows;
   readonly #balance: Statement<[string], Balance>;
@@ -57,6 +85,11 @@ export class SqliteBooks implements BookkeepingStore {
   readonly #listUsage = new Map<string, Statement<unknown[], UsageRow>>();
   readonly #purgeIdempotency: Statement<[number, number]>;
   readonly #purgeCounters: Statement<[string, number]>;
+  readonly #purgeAdminIdempotency: Statement<[number, number]>;
+  readonly #insertAudit: Statement<unknown[]>;
+  readonly #adminIdempotency: Statement<[string], AdminIdempotencyRow>;
+  readonly #putAdminIdempotency: Statement<unknown[]>;
+  readonly #totals: Database.Transaction<(query: UsageTotalsQuery) => UsageTotals>;
   readonly #previewUsage: Database.Transaction<(orgId: string, day: string) => { org: number; global: number }>;
   readonly #writes: Pick<BookkeepingStore, "commitBatch" | "sweep" | "grantCredits">;
 
@@ -75,26 +108,65 @@ export class SqliteBooks implements BookkeepingStore {
       "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE expires_at_ms <= ? LIMIT ?)",
     );
     this.#purgeCounters = db.prepare("DELETE FROM preview_counters WHERE rowid IN (SELECT rowid FROM preview_counters WHERE day < ? LIMIT ?)");
+    this.#purgeAdminIdempotency = db.prepare(
+      "DELETE FROM admin_idempotency WHERE key IN (SELECT key FROM admin_idempotency WHERE expires_at_ms <= ? LIMIT ?)",
+    );
+    this.#insertAudit = db.prepare(`${AUDIT_INSERT} VALUES (${Array(AUDIT_PARAM_COUNT).fill("?").join(", ")})`);
+    this.#adminIdempotency = db.prepare("SELECT request_hash, response, expires_at_ms FROM admin_idempotency WHERE key = ?");
+    // An expired entry is replaced.
+    this.#putAdminIdempotency = db.prepare(
+      "INSERT OR REPLACE INTO admin_idempotency (key, request_hash, response, created_at_ms, expires_at_ms) VALUES (?, ?, ?, ?, ?)",
+    );
+    const totals = {
+      days: db.prepare<unknown[], SumsRow & { day_start_ms: number }>(totalsQuery("day", false)),
+      orgDays: db.prepare<unknown[], SumsRow & { day_start_ms: number }>(totalsQuery("day", true)),
+      orgs: db.prepare<unknown[], SumsRow & { org_id: string }>(totalsQuery("org", false)),
+      oneOrg: db.prepare<unknown[], SumsRow & { org_id: string }>(totalsQuery("org", true)),
+    };
+    // Both lists from one snapshot.
+    this.#totals = db.transaction((q: UsageTotalsQuery) => {
+      const params = q.orgId === undefined ? [q.fromMs, q.toMs] : [q.fromMs, q.toMs, q.orgId];
+      const one = q.orgId !== undefined;
+      return {
+        days: (one ? totals.orgDays : totals.days).all(...params).map((r) => ({ dayStartMs: r.day_start_ms, ...toSums(r) })),
+        organizations: (one ? totals.oneOrg : totals.orgs).all(...params).map((r) => ({ orgId: r.org_id, ...toSums(r) })),
+      };
+    });
     this.#previewUsage = db.transaction((orgId: string, day: string) => ({
       org: this.#counter.get(orgId, day)?.count ?? 0,
       global: this.#counter.get(GLOBAL_PREVIEW_SCOPE, day)?.count ?? 0,
     }));
-    const failFast = bookkeepingWrites(async (program) => this.#runNow(program()));
-    const patient = bookkeepingWrites((program) => this.write(() => this.#runNow(program())));
+    const failFast = bookkeepingWrites(async (program) => this.#runNow(() => this.#run(program())));
+    const patient = bookkeepingWrites((program) => this.write(() => this.#runNow(() => this.#run(program()))));
     this.#writes = { commitBatch: failFast.commitBatch, sweep: patient.sweep, grantCredits: patient.grantCredits };
   }
 
-  /** One program in one BEGIN IMMEDIATE transaction, synchronously: no other statement can interleave. */
-  #runNow<T>(program: BookProgram<T>): T {
+  /**
+   * `fn` (a program, and what goes with it) in one BEGIN IMMEDIATE transaction, synchronously: no other statement
+   * can interleave.
+   */
+  #runNow<T>(fn: () => T): T {
     this.#db.exec("BEGIN IMMEDIATE");
     try {
-      const result = runSync(program, (q) => this.#rows.read(q), (w) => this.#rows.write(w));
+      const result = fn();
       this.#db.exec("COMMIT");
       return result;
     } catch (err) {
       if (this.#db.inTransaction) this.#db.exec("ROLLBACK");
       throw err;
     }
+  }
+
+  /** Drives a program; the caller holds the transaction. */
+  #run<T>(program: BookProgram<T>): T {
+    return runSync(program, (q) => this.#rows.read(q), (w) => this.#rows.write(w));
+  }
+
+  /** The grant program and its audit entry; the caller holds the transaction. */
+  #grantAudited(input: GrantInput, actor: AuditActor): Balance {
+    const balance = this.#run(grantOf(input)());
+    this.#insertAudit.run(...auditParams(audits.creditsGranted(input, actor)));
+    return balance;
   }
 
   commitBatch(batch: Parameters<BookkeepingStore["commitBatch"]>[0]) {
@@ -105,8 +177,26 @@ export class SqliteBooks implements BookkeepingStore {
     return this.#writes.sweep(input);
   }
 
-  grantCredits(input: { orgId: string; amountMicrousd: number; nowMs: number; note?: string }): Promise<Balance> {
-    return this.#writes.grantCredits(input);
+  async grantCredits(input: GrantInput & { audit?: AuditActor }): Promise<Balance> {
+    const { audit } = input;
+    if (audit === undefined) return this.#writes.grantCredits(input);
+    checkGrant(input);
+    checkAudit(audit);
+    return this.write(() => this.#runNow(() => this.#grantAudited(input, audit)));
+  }
+
+  /** Calls with one key are serialized by the write lock: the first grants, the others find its entry. */
+  async grantCreditsOnce(input: GrantOnceInput): Promise<GrantOnceResult> {
+    checkGrantOnce(input);
+    return this.write(() =>
+      this.#runNow((): GrantOnceResult => {
+        const stored = storedAnswer(this.#adminIdempotency.get(input.idempotency.key), input.idempotency.requestHash, input.nowMs);
+        if (stored) return stored;
+        const balance = this.#grantAudited(input, input.audit);
+        this.#putAdminIdempotency.run(...idempotencyParams(input, balance));
+        return { kind: "granted", balance };
+      }),
+    );
   }
 
   async purge(input: { nowMs: number; keepFromDay: string; limit: number }): Promise<PurgeResult> {
@@ -114,9 +204,15 @@ export class SqliteBooks implements BookkeepingStore {
     checkDay(input.keepFromDay, "keepFromDay");
     checkCount(input.limit, "limit");
     return this.write(() => ({
-      idempotencyKeys: this.#purgeIdempotency.run(input.nowMs, input.limit).changes,
+      idempotencyKeys:
+        this.#purgeIdempotency.run(input.nowMs, input.limit).changes + this.#purgeAdminIdempotency.run(input.nowMs, input.limit).changes,
       previewCounters: this.#purgeCounters.run(input.keepFromDay, input.limit).changes,
     }));
+  }
+
+  async usageTotals(query: UsageTotalsQuery): Promise<UsageTotals> {
+    checkUsageTotalsQuery(query);
+    return this.#totals.deferred(query);
   }
 
   async getBalance(orgId: string): Promise<Balance> {

@@ -1,0 +1,60 @@
+import type { AdminApiKey, AdminBalance, AdminOrganization, AuditEntryJson } from "../contract/admin.ts";
+import { formatUsd } from "../gateway/money.ts";
+import type { AuditEntry } from "../store/administration.ts";
+import type { Balance } from "../store/store.ts";
+import type { ApiKeyInfo, OrganizationStatus } from "./operations.ts";
+
+const iso = (ms: number) => new Date(ms).toISOString();
+
+/** Credits as the admin API and `tds credits … --json` show them: each amount in integer microUSD and as a decimal USD string. */
+export function balanceJson(orgId: string, balance: Balance): AdminBalance {
+  return {
+    org_id: orgId,
+    available_microusd: balance.available,
+    available_usd: formatUsd(balance.available),
+    reserved_microusd: balance.reserved,
+    reserved_usd: formatUsd(balance.reserved),
+    spent_microusd: balance.spent,
+    spent_usd: formatUsd(balance.spent),
+    granted_microusd: balance.granted,
+    granted_usd: formatUsd(balance.granted),
+  };
+}
+
+/** A key as listed: never the hash, never the key. */
+export function apiKeyJson(key: ApiKeyInfo): AdminApiKey {
+  return { id: key.id, org_id: key.orgId, name: key.name, created_at: iso(key.createdAtMs), revoked_at: key.revokedAtMs === null ? null : iso(key.revokedAtMs) };
+}
+
+export function adminOrganizationJson(s: OrganizationStatus): AdminOrganization {
+  return {
+    id: s.org.id,
+    name: s.org.name,
+    paused: s.org.paused,
+    created_at: iso(s.org.createdAtMs),
+    balance: balanceJson(s.org.id, s.balance),
+    preview: {
+      date: s.preview.day,
+      used: s.preview.used,
+      limit: s.preview.limit,
+      remaining: Math.max(0, s.preview.limit - s.preview.used),
+      resets_at: iso(s.preview.resetsAtMs),
+    },
+    keys: { active: s.keys.active, revoked: s.keys.revoked },
+  };
+}
+
+export function auditEntryJson(e: AuditEntry & { orgName: string | null }): AuditEntryJson {
+  return {
+    id: e.id,
+    at: iso(e.atMs),
+    action: e.action,
+    org_id: e.orgId,
+    org_name: e.orgName,
+    target: e.targetId,
+    source: e.source,
+    client: e.client,
+    remote_address: e.remoteAddress,
+    details: e.details,
+  };
+}

@@ -1,0 +1,55 @@
+import type { AuditEntry, UsageSums, UsageTotals } from "../store/administration.ts";
+import type { ApiKeyRecord, Balance, Organization, UsagePage, UsageQuery, UsageRecord } from "../store/store.ts";
+
+/** An API key as administration shows it: never the hash, never the key. */
+export type ApiKeyInfo = Omit<ApiKeyRecord, "hash">;
+
+/** An organization with where it stands: credits, today's preview use, keys. */
+export interface OrganizationStatus {
+  org: Organization;
+  balance: Balance;
+  preview: { day: string; used: number; limit: number; resetsAtMs: number };
+  keys: { active: number; revoked: number };
+}
+
+/**
+ * What an operator can do: the admin API serves it over HTTP, and the `tds` CLI runs it either on the database
+ * (`StoreAdministration`) or through the admin API. Organizations are named by `ref`: an id (org_…) or the unique
+ * name. Failures the caller can act on are AdminErrors.
+ */
+export interface AdminOperations {
+  createOrganization(name: string): Promise<Organization>;
+  listOrganizations(page: { cursor?: string; limit: number }): Promise<{ organizations: Organization[]; nextCursor: string | null }>;
+  organization(ref: string): Promise<OrganizationStatus>;
+  /** `changed` is false when it already was in that state (nothing recorded). */
+  setPaused(ref: string, paused: boolean): Promise<{ org: Organization; changed: boolean }>;
+  /** `raw` is the key itself, to be shown once. */
+  createKey(ref: string, name: string | null): Promise<{ org: Organization; key: ApiKeyInfo; raw: string }>;
+  listKeys(ref: string): Promise<{ org: Organization; keys: ApiKeyInfo[] }>;
+  key(keyId: string): Promise<{ org: Organization; key: ApiKeyInfo }>;
+  /** `revoked` is false when it already was revoked (nothing recorded). */
+  revokeKey(keyId: string): Promise<{ org: Organization; key: ApiKeyInfo; revoked: boolean }>;
+  /** With an idempotency key, a retry of the same grant is applied once (`replayed`: this call granted nothing). */
+  grantCredits(ref: string, grant: { amountMicrousd: number; note?: string; idempotencyKey?: string }): Promise<{ org: Organization; balance: Balance; replayed: boolean }>;
+  usage(ref: string, query: UsageQuery): Promise<{ org: Organization; page: UsagePage }>;
+  usageRecord(ref: string, requestId: string): Promise<{ org: Organization; record: UsageRecord | null }>;
+  /** Totals of the last `days` UTC days (today included), every organization. */
+  usageSummary(days: number): Promise<UsageSummary>;
+  /** Newest first; each entry with its organization's current name (null if it cannot be found). */
+  audit(query: { org?: string; cursor?: string; limit: number }): Promise<NamedAuditPage>;
+}
+
+export interface NamedAuditPage {
+  entries: Array<AuditEntry & { orgName: string | null }>;
+  nextCursor: string | null;
+}
+
+/** Usage of every organization over [fromMs, toMs): per UTC day and per organization (with its name). */
+export interface UsageSummary {
+  fromMs: number;
+  toMs: number;
+  days: UsageTotals["days"];
+  organizations: Array<{ orgId: string; name: string } & UsageSums>;
+}
+
+export const DAY_MS = 86_400_000;

@@ -1,0 +1,162 @@
+import { createHash } from "node:crypto";
+import { generateApiKey, newOrganizationId } from "../gateway/api-keys.ts";
+import { msUntilUtcMidnight, utcDay } from "../gateway/utc-day.ts";
+import type { AuditActor } from "../store/administration.ts";
+import { StoreConflictError, type ApiKeyRecord, type Organization, type Store, type UsageQuery } from "../store/store.ts";
+import { AdminError } from "./admin-error.ts";
+import { checkName, looksLikeOrganizationId } from "./names.ts";
+import { type AdminOperations, type ApiKeyInfo, DAY_MS, type NamedAuditPage, type OrganizationStatus, type UsageSummary } from "./operations.ts";
+
+export interface StoreAdministrationDeps {
+  store: Store;
+  /** Today's preview limit per organization (shown with its use). */
+  previewRequestLimit: number;
+  nowMs(): number;
+  /** Who is acting: recorded with every change. */
+  actor: AuditActor;
+}
+
+function keyInfo(key: ApiKeyRecord): ApiKeyInfo {
+  const { hash: _hash, ...info } = key;
+  return info;
+}
+
+/** A name from a request, or an `invalid` AdminError naming the field. */
+export function validName(field: string, label: string, raw: string): string {
+  const checked = checkName(raw);
+  if ("problem" in checked) throw new AdminError("invalid", `${label} ${checked.problem}`, field, checked.problem);
+  return checked.name;
+}
+
+/** Administration on the database: each change and its audit entry commit together. */
+export class StoreAdministration implements AdminOperations {
+  constructor(private readonly deps: StoreAdministrationDeps) {}
+
+  private get store(): Store {
+    return this.deps.store;
+  }
+
+  private async find(ref: string): Promise<Organization> {
+    const org = await this.store.findOrganization(ref);
+    if (!org) throw new AdminError("not_found", `No organization with id or name ${JSON.stringify(ref)}.`);
+    return org;
+  }
+
+  async createOrganization(rawName: string): Promise<Organization> {
+    const name = validName("name", "The organization name", rawName);
+    if (looksLikeOrganizationId(name)) {
+      throw new AdminError("invalid", "The organization name must not look like an organization id (org_ and 12 characters)", "name", "must not look like an organization id (org_ and 12 characters)");
+    }
+    try {
+      return await this.store.createOrganization({ id: newOrganizationId(), name, nowMs: this.deps.nowMs(), audit: this.deps.actor });
+    } catch (err) {
+      if (err instanceof StoreConflictError) throw new AdminError("name_taken", `An organization named ${JSON.stringify(name)} already exists.`);
+      throw err;
+    }
+  }
+
+  async listOrganizations(page: { cursor?: string; limit: number }) {
+    return this.store.listOrganizationsPage(page);
+  }
+
+  async organization(ref: string): Promise<OrganizationStatus> {
+    return this.status(await this.find(ref));
+  }
+
+  /** Credits, today's preview use and key counts of one organization. */
+  async status(org: Organization): Promise<OrganizationStatus> {
+    const now = this.deps.nowMs();
+    const day = utcDay(now);
+    const [balance, preview, keys] = await Promise.all([this.store.getBalance(org.id), this.store.previewUsage(org.id, day), this.store.listApiKeys(org.id)]);
+    const revoked = keys.filter((k) => k.revokedAtMs !== null).length;
+    return {
+      org,
+      balance,
+      preview: { day, used: preview.org, limit: this.deps.previewRequestLimit, resetsAtMs: now + msUntilUtcMidnight(now) },
+      keys: { active: keys.length - revoked, revoked },
+    };
+  }
+
+  async setPaused(ref: string, paused: boolean) {
+    const org = await this.find(ref);
+    if (org.paused === paused) return { org, changed: false };
+    if (!(await this.store.setOrganizationPaused(org.id, paused, { actor: this.deps.actor, nowMs: this.deps.nowMs() }))) {
+      throw new AdminError("not_found", `No organization with id or name ${JSON.stringify(ref)}.`);
+    }
+    return { org: { ...org, paused }, changed: true };
+  }
+
+  async createKey(ref: string, rawName: string | null) {
+    const name = rawName === null ? null : validName("name", "The key name", rawName);
+    const org = await this.find(ref);
+    // Only the hash is stored; the raw key exists in this process until it is answered or printed.
+    const generated = generateApiKey();
+    const key = await this.store.createApiKey({ id: generated.id, orgId: org.id, name, hash: generated.hash, nowMs: this.deps.nowMs(), audit: this.deps.actor });
+    return { org, key: keyInfo(key), raw: generated.raw };
+  }
+
+  async listKeys(ref: string) {
+    const org = await this.find(ref);
+    return { org, keys: (await this.store.listApiKeys(org.id)).map(keyInfo) };
+  }
+
+  async key(keyId: string) {
+    const found = await this.store.findApiKey(keyId);
+    if (!found) throw new AdminError("not_found", `No API key with id ${JSON.stringify(keyId)}.`);
+    return { org: found.org, key: keyInfo(found.key) };
+  }
+
+  async revokeKey(keyId: string) {
+    const found = await this.store.findApiKey(keyId);
+    if (!found) throw new AdminError("not_found", `No API key with id ${JSON.stringify(keyId)}.`);
+    const revoked = await this.store.revokeApiKey(found.key.id, this.deps.nowMs(), this.deps.actor);
+    const after = (await this.store.findApiKey(found.key.id))?.key ?? found.key;
+    return { org: found.org, key: keyInfo(after), revoked };
+  }
+
+  async grantCredits(ref: string, grant: { amountMicrousd: number; note?: string; idempotencyKey?: string }) {
+    if (!Number.isSafeInteger(grant.amountMicrousd) || grant.amountMicrousd <= 0) {
+      throw new AdminError("invalid", "The amount must be more than 0", "amount_usd", "must be more than 0");
+    }
+    const note = grant.note === undefined ? undefined : validName("note", "The note", grant.note);
+    const org = await this.find(ref);
+    const input = { orgId: org.id, amountMicrousd: grant.amountMicrousd, nowMs: this.deps.nowMs(), audit: this.deps.actor, ...(note === undefined ? {} : { note }) };
+    if (grant.idempotencyKey === undefined) return { org, balance: await this.store.grantCredits(input), replayed: false };
+    // The request a key stands for: the organization, the amount and the note.
+    const requestHash = createHash("sha256").update(JSON.stringify([org.id, grant.amountMicrousd, note ?? null])).digest("hex");
+    const result = await this.store.grantCreditsOnce({ ...input, idempotency: { key: grant.idempotencyKey, requestHash } });
+    if (result.kind === "mismatch") {
+      throw new AdminError("idempotency_key_reused", "This Idempotency-Key was already used with a different grant (organization, amount or note).");
+    }
+    return { org, balance: result.balance, replayed: result.kind === "replayed" };
+  }
+
+  async usage(ref: string, query: UsageQuery) {
+    const org = await this.find(ref);
+    return { org, page: await this.store.listUsage(org.id, query) };
+  }
+
+  async usageRecord(ref: string, requestId: string) {
+    const org = await this.find(ref);
+    return { org, record: await this.store.getUsage(org.id, requestId) };
+  }
+
+  async usageSummary(days: number): Promise<UsageSummary> {
+    const now = this.deps.nowMs();
+    const toMs = now + msUntilUtcMidnight(now);
+    const fromMs = toMs - days * DAY_MS;
+    const totals = await this.store.usageTotals({ fromMs, toMs });
+    const organizations = await Promise.all(
+      totals.organizations.map(async (o) => ({ ...o, name: (await this.store.findOrganization(o.orgId))?.name ?? o.orgId })),
+    );
+    return { fromMs, toMs, days: totals.days, organizations };
+  }
+
+  async audit(query: { org?: string; cursor?: string; limit: number }): Promise<NamedAuditPage> {
+    const orgId = query.org === undefined ? undefined : (await this.find(query.org)).id;
+    const page = await this.store.listAudit({ limit: query.limit, ...(orgId ? { orgId } : {}), ...(query.cursor ? { cursor: query.cursor } : {}) });
+    const names = new Map<string, string | null>();
+    for (const id of new Set(page.entries.map((e) => e.orgId))) names.set(id, (await this.store.findOrganization(id))?.name ?? null);
+    return { entries: page.entries.map((e) => ({ ...e, orgName: names.get(e.orgId) ?? null })), nextCursor: page.nextCursor };
+  }
+}

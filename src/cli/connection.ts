@@ -1,0 +1,109 @@
+import type { AdminOperations } from "../admin/operations.ts";
+import type { Store } from "../store/store.ts";
+import { CliError, UsageError } from "./command.ts";
+
+/** Where the CLI works: on the database directly, or through a gateway's admin API. */
+export type Transport =
+  /** `databaseUrl`: from --database; without it, the server's configuration says. */
+  | { kind: "database"; databaseUrl?: string }
+  /** `via`: what selected the admin API, for messages. */
+  | { kind: "http"; url: string; token: string; via: "--url" | "TDS_URL" };
+
+const EXAMPLE_URL = "http://127.0.0.1:8080";
+
+function gatewayUrl(via: string, text: string): string {
+  let url: URL;
+  try {
+    url = new URL(text.trim());
+  } catch {
+    throw new UsageError(`${via} must be the gateway's URL, such as ${EXAMPLE_URL}; got ${JSON.stringify(text)}`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw new UsageError(`${via} must be an http:// or https:// URL, such as ${EXAMPLE_URL}`);
+  if (url.username !== "" || url.password !== "") throw new UsageError(`${via} must not contain credentials; the admin token is taken from TDS_ADMIN_TOKEN`);
+  if (url.search !== "" || url.hash !== "") throw new UsageError(`${via} must not have a query or a fragment`);
+  return `${url.origin}${url.pathname.replace(/\/+$/, "")}`;
+}
+
+/**
+ * The admin API with --url or TDS_URL (and the token from TDS_ADMIN_TOKEN, never a flag: it would show in `ps`);
+ * else the database. --database wins over TDS_URL, as it wins over TDS_DATABASE_URL; with --url it is a usage error.
+ */
+export function chooseTransport(options: { url?: string; database?: string }, env: Record<string, string | undefined>): Transport {
+  if (options.url !== undefined && options.database !== undefined) {
+    throw new UsageError("--url and --database do not go together: --url works through the gateway's admin API, --database on the database directly");
+  }
+  if (options.database !== undefined) {
+    if (options.database.trim() === "") throw new UsageError("--database needs a database URL");
+    return { kind: "database", databaseUrl: options.database };
+  }
+  const fromEnv = env.TDS_URL?.trim() === "" ? undefined : env.TDS_URL;
+  const via = options.url !== undefined ? "--url" : fromEnv !== undefined ? "TDS_URL" : null;
+  if (via === null) return { kind: "database" };
+  const text = options.url ?? fromEnv!;
+  if (text.trim() === "") throw new UsageError(`--url needs the gateway's URL, such as ${EXAMPLE_URL}`);
+  const url = gatewayUrl(via, text);
+  const token = env.TDS_ADMIN_TOKEN ?? "";
+  if (token === "") {
+    throw new UsageError(`${via} works through the gateway's admin API, which needs its admin token: set TDS_ADMIN_TOKEN in the environment (it is never a command-line option)`);
+  }
+  if (/[\s\p{Cc}]/u.test(token)) throw new UsageError("TDS_ADMIN_TOKEN must not contain whitespace or control characters");
+  return { kind: "http", url, token, via };
+}
+
+/** A run's administration, opened on first use and closed once the command is done. */
+export interface Connection {
+  admin(): Promise<AdminOperations>;
+  /** The database; null over the admin API. */
+  store(): Promise<Store | null>;
+  close(): Promise<void>;
+}
+
+export function connect(transport: Transport, env: Record<string, string | undefined>, nowMs: () => number): Connection {
+  return transport.kind === "http" ? connectHttp(transport) : connectDatabase(transport.databaseUrl, env, nowMs);
+}
+
+function connectHttp(transport: Extract<Transport, { kind: "http" }>): Connection {
+  let admin: Promise<AdminOperations> | null = null;
+  return {
+    admin: () => {
+      // Loaded on first use, so help and usage errors stay fast (the client compiles the contract's schemas).
+      admin ??= import("./http-administration.ts").then(({ HttpAdministration }) => new HttpAdministration({ url: transport.url, token: transport.token }));
+      return admin;
+    },
+    store: async () => null,
+    close: async () => {},
+  };
+}
+
+function connectDatabase(databaseUrl: string | undefined, env: Record<string, string | undefined>, nowMs: () => number): Connection {
+  let opened: Promise<{ store: Store; admin: AdminOperations }> | null = null;
+  const open = async () => {
+    // Loaded on first use, so help and usage errors stay fast (config compiles its schema at import).
+    const { ConfigError, DEFAULT_LIMITS, loadConfig } = await import("../config.ts");
+    const { openStore } = await import("../store/open-store.ts");
+    const { StoreAdministration } = await import("../admin/store-administration.ts");
+    let url = databaseUrl;
+    let previewRequestLimit = DEFAULT_LIMITS.previewRequestLimit;
+    try {
+      const config = loadConfig(env);
+      url ??= config.databaseUrl;
+      previewRequestLimit = config.limits.previewRequestLimit;
+    } catch (err) {
+      // With --database the configuration only supplies the preview limit (shown by tds org show).
+      if (url === undefined) {
+        if (err instanceof ConfigError) throw new CliError(`${err.message}\n(or pass --database URL)`);
+        throw err;
+      }
+    }
+    const store = await openStore(url);
+    const admin = new StoreAdministration({ store, previewRequestLimit, nowMs, actor: { source: "cli", client: null, remoteAddress: null } });
+    return { store, admin };
+  };
+  return {
+    admin: async () => (await (opened ??= open())).admin,
+    store: async () => (await (opened ??= open())).store,
+    close: async () => {
+      if (opened) await (await opened.catch(() => null))?.store.close();
+    },
+  };
+}
