@@ -1,5 +1,6 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import type { Config } from "./config.ts";
+import { SERVICE_VERSION } from "./version.ts";
 import { compileSchema } from "./contract/validation.ts";
 import { type Clock, systemClock } from "./gateway/clock.ts";
 import { AdmissionPolicy } from "./gateway/admission.ts";
@@ -17,9 +18,11 @@ import { serviceConfigRoutes } from "./http/routes/service-config.ts";
 import { usageRoutes } from "./http/routes/usage.ts";
 import { organizationRoutes } from "./http/routes/organization.ts";
 import { consoleRoutes } from "./http/routes/console.ts";
+import { apiDocsRoutes } from "./http/routes/api-docs.ts";
 import { MemoryRateLimiter } from "./limits/memory-rate-limiter.ts";
 import type { RateLimiter } from "./limits/rate-limiter.ts";
 import { Metrics, metricsObserver } from "./observability/metrics.ts";
+import { LOG_REDACTION } from "./observability/logging.ts";
 import { metricsRoutes } from "./http/routes/metrics.ts";
 import { healthRoutes } from "./http/routes/health.ts";
 import { adminRoutes } from "./http/routes/admin.ts";
@@ -62,7 +65,6 @@ export interface AppDeps {
   loggerInstance?: FastifyBaseLogger;
 }
 
-export const SERVICE_VERSION = "0.1.0";
 /** The whole request (headers and body) must arrive within this. */
 export const REQUEST_TIMEOUT_MS = 30_000;
 /** The request line and headers must arrive within this. */
@@ -76,6 +78,8 @@ declare module "fastify" {
     sweepBooks(): Promise<SweepResult>;
     /** Runs the purge now (tests, operations). */
     purgeBooks(): Promise<PurgeResult>;
+    /** The models offered, their routers and the default model. */
+    modelRegistry: ModelRegistry;
   }
 }
 
@@ -88,10 +92,7 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     ...(deps.loggerInstance
       ? { loggerInstance: deps.loggerInstance }
       : {
-          logger: deps.logger ?? {
-            level: config.logLevel,
-            redact: { paths: ["req.headers.authorization", "req.headers.cookie"], censor: "[redacted]" },
-          },
+          logger: deps.logger ?? { level: config.logLevel, redact: LOG_REDACTION },
         }),
     genReqId: newRequestId,
     logController: new LogController({ requestIdLogLabel: "request_id" }),
@@ -214,15 +215,17 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   });
   app.decorate("sweepBooks", () => jobs.sweepNow());
   app.decorate("purgeBooks", () => jobs.purgeNow());
+  app.decorate("modelRegistry", registry);
 
   metricsRoutes(app, { metrics, token: config.metricsToken });
-  healthRoutes(app, { store, registry });
+  healthRoutes(app, { store, registry, engines: deps.engines });
   decisionRoutes(app, { store, pipeline, maxRequestBytes: config.limits.maxRequestBytes, inFlight, rateLimit: decisionLimit });
   modelRoutes(app, { store, registry });
   usageRoutes(app, { store, rateLimit: readLimit });
-  serviceConfigRoutes(app, config);
+  serviceConfigRoutes(app, config, registry);
   organizationRoutes(app, { config, store, clock, rateLimit: readLimit });
   adminRoutes(app, { config, store, clock });
   consoleRoutes(app);
+  apiDocsRoutes(app);
   return app;
 }

@@ -2,6 +2,7 @@ import { dirname, join, resolve } from "node:path";
 import { generateApiKey, newOrganizationId } from "./gateway/api-keys.ts";
 import { type PendingPrivateFile, preparePrivateFile } from "./private-files.ts";
 import type { Store } from "./store/store.ts";
+import { StartupFailure } from "./startup/failures.ts";
 
 export const DEFAULT_ORGANIZATION_NAME = "default";
 export const BOOTSTRAP_KEY_FILE_NAME = "bootstrap-key.txt";
@@ -52,8 +53,8 @@ export async function bootstrapAndDeliver(store: Store, delivery: KeyDelivery): 
     try {
       pending = preparePrivateFile(delivery.keyFile);
     } catch (err) {
-      throw new Error(
-        `cannot write the first API key to ${delivery.keyFile} (${(err as Error).message}); nothing was created. ` +
+      throw new StartupFailure(
+        `Cannot write the first API key to ${delivery.keyFile} (${(err as Error).message}); nothing was created. ` +
           `Set TDS_BOOTSTRAP_KEY_FILE to a path this user can write, or run in a terminal`,
       );
     }
@@ -80,8 +81,8 @@ export async function bootstrapAndDeliver(store: Store, delivery: KeyDelivery): 
     pending.commit(`${created.rawKey}\n`);
   } catch (err) {
     await store.revokeApiKey(created.keyId, delivery.nowMs());
-    throw new Error(
-      `cannot write the first API key to ${pending.path} (${(err as Error).message}); the key was revoked. ` +
+    throw new StartupFailure(
+      `Cannot write the first API key to ${pending.path} (${(err as Error).message}); the key was revoked. ` +
         `Create one with: npx tds key create --org ${DEFAULT_ORGANIZATION_NAME}`,
     );
   }

@@ -23,6 +23,8 @@ export interface EmbeddedModelSettings {
   poolSize?: number;
   queueLimit?: number;
   batchSize?: number;
+  /** "auto": a GPU build of llama.cpp when one loads (its package must be installed), else the CPU; default false (CPU). */
+  gpu?: "auto" | false;
   /** The setting that names `source`, for messages ("TDS_MODEL_PATH", or the config file's entry). */
   sourceSetting?: string;
 }
@@ -109,6 +111,7 @@ function engineSettings(d: FileModel | FileDeployment, sourceSetting: string): E
     ...(d.pool_size ? { poolSize: d.pool_size } : {}),
     ...(d.queue_limit !== undefined ? { queueLimit: d.queue_limit } : {}),
     ...(d.batch_size ? { batchSize: d.batch_size } : {}),
+    ...(d.gpu !== undefined ? { gpu: d.gpu } : {}),
     sourceSetting,
   };
 }
@@ -203,15 +206,18 @@ export function parseModelConfig(env: Env, file: ConfigFile, problems: string[])
 
   const modelPath = envString(env, "TDS_MODEL_PATH");
   const embeddedName = envString(env, "TDS_MODEL_NAME");
+  const gpuText = envString(env, "TDS_MODEL_GPU");
+  if (gpuText !== undefined && gpuText !== "auto" && gpuText !== "off") problems.push(`TDS_MODEL_GPU must be "auto" or "off" (got ${JSON.stringify(gpuText)})`);
+  const gpu = gpuText === "auto" ? { gpu: "auto" as const } : {};
   if (modelPath !== undefined) {
     const name = embeddedName ?? embeddedModelName(modelPath);
     if (!models.some((m) => m.name === name)) {
-      models.push({ name, deployments: [engineDeployment(name, { source: modelPath, sourceSetting: "TDS_MODEL_PATH" })], aliases: [] });
+      models.push({ name, deployments: [engineDeployment(name, { source: modelPath, sourceSetting: "TDS_MODEL_PATH", ...gpu })], aliases: [] });
     }
   } else if (modelServices.length === 0 && models.length === 0) {
     // Nothing configured at all: the in-process engine with its default model, fetched on first start.
     const name = embeddedName ?? DEFAULT_EMBEDDED_MODEL.name;
-    models.push({ name, deployments: [engineDeployment(name, { source: DEFAULT_EMBEDDED_MODEL.source, sourceSetting: "TDS_MODEL_PATH" })], aliases: [] });
+    models.push({ name, deployments: [engineDeployment(name, { source: DEFAULT_EMBEDDED_MODEL.source, sourceSetting: "TDS_MODEL_PATH", ...gpu })], aliases: [] });
   }
   return { modelServices, models };
 }

@@ -8,6 +8,7 @@ import { type ConfiguredModel, parseModelConfig, type ServiceConfig } from "./co
 import { keyIdOf } from "./gateway/api-keys.ts";
 import { ROUTER_DEFAULTS } from "./models/routing/router.ts";
 import { octal, readableByOthers } from "./private-files.ts";
+import { databaseUrlProblem } from "./store/database-url.ts";
 
 export const DEFAULT_DATABASE_URL = "sqlite:./data/tds.sqlite";
 
@@ -66,8 +67,15 @@ export interface Config {
   bootstrapKeyFile: string | null;
   /** The TDS_CONFIG file and the secret settings it holds (their names, never their values). */
   configFile: { path: string; secrets: string[] } | null;
-  logLevel: string;
+  logLevel: LogLevel;
+  /** null: pretty on a terminal, JSON otherwise. */
+  logFormat: LogFormat | null;
 }
+
+export const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+export const LOG_FORMATS = ["pretty", "json"] as const;
+export type LogFormat = (typeof LOG_FORMATS)[number];
 
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {
@@ -87,7 +95,8 @@ export const DEFAULT_LIMITS: Limits = {
 };
 
 type Env = Record<string, string | undefined>;
-const validateFile = compileSchema<ConfigFile>(ConfigFile);
+/** Compiled on first use: most starts and CLI runs have no config file, and compiling costs tens of milliseconds. */
+let fileValidator: ReturnType<typeof compileSchema<ConfigFile>> | null = null;
 
 function readConfigFile(path: string, problems: string[]): ConfigFile {
   let parsed: unknown;
@@ -97,6 +106,7 @@ function readConfigFile(path: string, problems: string[]): ConfigFile {
     problems.push(`TDS_CONFIG: cannot read ${path} as JSON (${(err as Error).message})`);
     return {};
   }
+  const validateFile = (fileValidator ??= compileSchema<ConfigFile>(ConfigFile));
   if (!validateFile(parsed)) {
     for (const e of toFieldErrors(validateFile.errors ?? [])) problems.push(`TDS_CONFIG ${path}: ${e.field} ${e.message}`);
     return {};
@@ -114,6 +124,13 @@ function envInt(env: Env, name: string, min: number, max: number, problems: stri
     return undefined;
   }
   return value;
+}
+
+function oneOf<T extends string>(name: string, value: string | undefined, allowed: readonly T[], problems: string[]): T | undefined {
+  if (value === undefined) return undefined;
+  if ((allowed as readonly string[]).includes(value)) return value as T;
+  problems.push(`${name} must be one of ${allowed.join(", ")} (got ${JSON.stringify(value)})`);
+  return undefined;
 }
 
 function envString(env: Env, name: string): string | undefined {
@@ -276,8 +293,11 @@ export function loadConfig(env: Env = process.env): Config {
     bootstrap: bootstrapText === undefined ? (file.bootstrap ?? true) : bootstrapText === "true" || bootstrapText === "1",
     bootstrapKeyFile: envString(env, "TDS_BOOTSTRAP_KEY_FILE") ?? file.bootstrap_key_file ?? null,
     configFile: configPath ? { path: resolve(configPath), secrets: secretsIn(file) } : null,
-    logLevel: envString(env, "LOG_LEVEL") ?? file.log_level ?? "info",
+    logLevel: oneOf("LOG_LEVEL", envString(env, "LOG_LEVEL") ?? file.log_level ?? "info", LOG_LEVELS, problems) ?? "info",
+    logFormat: oneOf("TDS_LOG_FORMAT", envString(env, "TDS_LOG_FORMAT") ?? file.log_format, LOG_FORMATS, problems) ?? null,
   };
+  const databaseProblem = databaseUrlProblem(config.databaseUrl);
+  if (databaseProblem !== null) problems.push(`TDS_DATABASE_URL ${JSON.stringify(config.databaseUrl)} ${databaseProblem}`);
   if (config.redisUrl !== null && !/^rediss?:\/\//.test(config.redisUrl)) {
     problems.push(`TDS_REDIS_URL must be a redis:// or rediss:// URL (got ${JSON.stringify(config.redisUrl)})`);
   }

@@ -1,18 +1,41 @@
 import { buildApp } from "./app.ts";
 import { bootstrapAndDeliver, bootstrapKeyFilePath } from "./bootstrap.ts";
-import { ConfigError, configFileWarning, loadConfig, servingProblems } from "./config.ts";
+import { type Config, ConfigError, configFileWarning, loadConfig, servingProblems } from "./config.ts";
 import { systemClock } from "./gateway/clock.ts";
 import { MemoryRateLimiter } from "./limits/memory-rate-limiter.ts";
 import type { RateLimiter } from "./limits/rate-limiter.ts";
 import { createRedisRateLimiter } from "./limits/redis-rate-limiter.ts";
+import { engineKey } from "./config-models.ts";
+import { engineStatusOf } from "./models/llama/engine-status.ts";
+import type { ModelService } from "./models/model-service.ts";
 import { openEngines, openModelServices } from "./models/open-model-service.ts";
+import { createLogger } from "./observability/logging.ts";
 import { Metrics } from "./observability/metrics.ts";
+import { databaseFailure, listenFailure, StartupFailure } from "./startup/failures.ts";
+import { startupSummary } from "./startup/summary.ts";
 import { openStore } from "./store/open-store.ts";
 import { SERVING_SQLITE } from "./store/sqlite/sqlite-store.ts";
-import pino from "pino";
+import { SERVICE_NAME, SERVICE_VERSION } from "./version.ts";
 
 /** The process exits by then even if something hangs; in-flight decisions get 10 s of it (buildApp's grace). */
 const SHUTDOWN_DEADLINE_MS = 15_000;
+/** How long the start-up summary waits for the model services to list their models. */
+const LIST_WAIT_MS = 2000;
+
+const USAGE = `Usage: ${SERVICE_NAME} [--version] [--help]
+
+Starts the Typed Decision Service. Every setting comes from the environment (or the JSON file named by
+TDS_CONFIG); .env.example lists them all with their defaults.
+`;
+
+/** The names of the models the model services list, for the summary; null when none answers in time. */
+async function listedModels(config: Config, services: ReadonlyMap<string, ModelService>): Promise<string[] | null> {
+  const unbound = config.modelServices.filter((s) => !config.models.some((m) => m.deployments.some((d) => d.service === s.name)));
+  if (unbound.length === 0) return [];
+  const lists = await Promise.allSettled(unbound.map((s) => services.get(s.name)!.listModels({ timeoutMs: LIST_WAIT_MS })));
+  const answered = lists.flatMap((l) => (l.status === "fulfilled" ? [l.value.map((m) => m.name)] : []));
+  return answered.length === 0 ? null : [...new Set(answered.flat())];
+}
 
 async function main(): Promise<void> {
   let config;
@@ -28,7 +51,7 @@ async function main(): Promise<void> {
     throw err;
   }
 
-  const log = pino({ level: config.logLevel, redact: { paths: ["req.headers.authorization", "req.headers.cookie"], censor: "[redacted]" } });
+  const log = createLogger(config);
   const configWarning = configFileWarning(config.configFile);
   if (configWarning) log.warn({ component: "config" }, configWarning);
   const metrics = new Metrics({ processMetrics: true });
@@ -39,6 +62,8 @@ async function main(): Promise<void> {
       onCheckpointError: (message) => storeLog.warn(`SQLite WAL checkpoint failed (the WAL file grows until it succeeds): ${message}`),
       onWarning: (message) => storeLog.warn(message),
     },
+  }).catch((err: unknown) => {
+    throw databaseFailure(err, config.databaseUrl);
   });
   const modelServices = openModelServices(config);
   const engineLog = log.child({ component: "embedded-engine" });
@@ -70,11 +95,17 @@ async function main(): Promise<void> {
       nowMs: Date.now,
     });
   }
-  if (modelServices.size === 0 && engines.size === 0) {
-    app.log.warn("No model service configured: set TDS_MODEL_SERVICE_URL (a System One server) or TDS_MODEL_PATH (a GGUF model). /v1/systemone and /v1/models answer 503 until then.");
-  }
 
-  await app.listen({ host: config.host, port: config.port });
+  const url = await app.listen({ host: config.host, port: config.port }).catch((err: unknown) => {
+    throw listenFailure(err, config.host, config.port);
+  });
+  const [listed, defaultModel] = await Promise.all([listedModels(config, modelServices), app.modelRegistry.defaultModel()]);
+  const engineState = (model: string, index: number) => {
+    const engine = engines.get(engineKey(model, index));
+    return engine ? (engineStatusOf(engine)?.state ?? null) : null;
+  };
+  const summary = startupSummary({ config, url, listed, defaultModel, engineState });
+  log.info({ startup: summary.fields }, summary.text);
 
   let closing = false;
   const shutdown = async (signal: string) => {
@@ -96,7 +127,19 @@ async function main(): Promise<void> {
   process.on("SIGTERM", () => void shutdown("SIGTERM"));
 }
 
-main().catch((err) => {
-  process.stderr.write(`Failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-  process.exit(1);
-});
+const args = process.argv.slice(2);
+if (args.includes("--version") || args.includes("-v")) {
+  process.stdout.write(`${SERVICE_NAME} ${SERVICE_VERSION}\n`);
+} else if (args.includes("--help") || args.includes("-h")) {
+  process.stdout.write(USAGE);
+} else if (args.length > 0) {
+  process.stderr.write(`Unknown argument ${JSON.stringify(args[0])}.\n\n${USAGE}`);
+  process.exitCode = 2;
+} else {
+  main().catch((err: unknown) => {
+    // A failure that names its setting is one line; anything else is a bug worth its stack.
+    const text = err instanceof StartupFailure ? err.message : `Failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`;
+    process.stderr.write(`${text}\n`);
+    process.exit(1);
+  });
+}

@@ -175,3 +175,21 @@ describe("routing settings", () => {
     assert.deepEqual(problems, ["routing.cooldown_max_ms (1000) must not be shorter than routing.cooldown_initial_ms (5000)"]);
   });
 });
+
+describe("the in-process engine's GPU setting", () => {
+  test("TDS_MODEL_GPU=auto reaches the TDS_MODEL_PATH model and the default model; off or unset keeps the CPU", () => {
+    const path = loadConfig({ TDS_MODEL_PATH: "/models/x.gguf", TDS_MODEL_GPU: "auto" });
+    assert.equal(path.models[0]!.deployments[0]!.llama!.gpu, "auto");
+    assert.equal(loadConfig({ TDS_MODEL_GPU: "auto" }).models[0]!.deployments[0]!.llama!.gpu, "auto");
+    assert.equal(loadConfig({ TDS_MODEL_PATH: "/models/x.gguf", TDS_MODEL_GPU: "off" }).models[0]!.deployments[0]!.llama!.gpu, undefined);
+    assert.equal(loadConfig({ TDS_MODEL_PATH: "/models/x.gguf" }).models[0]!.deployments[0]!.llama!.gpu, undefined);
+  });
+
+  test("the config file's gpu on an engine model and on a deployment; anything else is named", () => {
+    const config = withFile({ models: [{ name: "a", engine: "llama", source: "/a.gguf", gpu: "auto" }, { name: "b", deployments: [{ engine: "llama", source: "/b.gguf", gpu: false }] }] });
+    assert.equal(config.models[0]!.deployments[0]!.llama!.gpu, "auto");
+    assert.equal(config.models[1]!.deployments[0]!.llama!.gpu, false);
+    assert.match(problemsOf({}, { TDS_MODEL_GPU: "cuda" }).join("\n"), /TDS_MODEL_GPU must be "auto" or "off"/);
+    assert.match(problemsOf({ models: [{ name: "a", engine: "llama", source: "/a.gguf", gpu: "cuda" }] }).join("\n"), /gpu/);
+  });
+});

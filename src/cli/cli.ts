@@ -5,16 +5,18 @@ import { CliError, UsageError, type Command, type CommandGroup, type CommandInpu
 import { chooseTransport, connect, type Connection } from "./connection.ts";
 import { creditCommands } from "./credit-commands.ts";
 import { keyCommands } from "./key-commands.ts";
+import { initCommands } from "./init-command.ts";
 import { migrateCommands } from "./migrate-command.ts";
 import { orgCommands } from "./org-commands.ts";
 import { createOutput, quoted, type TextSink } from "./output.ts";
 import { usageCommands } from "./usage-commands.ts";
+import { SERVICE_NAME, SERVICE_VERSION } from "../version.ts";
 
 /**
  * Every command group, in help order. A new group is a new file and one line here.
  * A group whose only command has the empty name is itself the command: `tds usage --org ORG`.
  */
-export const COMMAND_GROUPS: CommandGroup[] = [orgCommands, keyCommands, creditCommands, usageCommands, auditCommands, migrateCommands];
+export const COMMAND_GROUPS: CommandGroup[] = [initCommands, orgCommands, keyCommands, creditCommands, usageCommands, auditCommands, migrateCommands];
 
 /** The command of a group that is itself a command (its only command, named ""), else null. */
 function groupCommand(group: CommandGroup): Command | null {
@@ -34,7 +36,7 @@ const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
     valueName: "URL",
     description: "Work through the admin API of the gateway at URL (default: TDS_URL), such as http://127.0.0.1:8080",
   },
-  help: { type: "boolean", short: "h", description: "Show help" },
+  help: { type: "boolean", short: "h", description: "Show help (tds --version: the version)" },
 };
 
 export interface CliIo {
@@ -71,6 +73,7 @@ const GLOBAL_VALUE_OPTIONS = new Set(Object.entries(GLOBAL_OPTIONS).filter(([, o
 const FOOTER = [
   "ORG is an organization id (org_...) or its unique name.",
   "Without --url the CLI works on the server's database (TDS_DATABASE_URL); pending migrations are applied when it is opened.",
+  "It never creates a database: tds init does (the server also creates its SQLite file on its first start).",
   "With --url URL (or TDS_URL) it works through that gateway's admin API, with the admin token from the environment",
   "variable TDS_ADMIN_TOKEN (never an option: it would show in ps). tds migrate works on the database only.",
   "Every change is recorded in the audit log (tds audit).",
@@ -185,6 +188,10 @@ function parseCommandArgs(command: Command, args: string[]): ParsedArgs {
 /** Runs one `tds` invocation and returns its exit code. Never calls process.exit. */
 export async function runCli(argv: string[], io: CliIo): Promise<number> {
   const print = (sink: TextSink, text: string) => sink.write(text.endsWith("\n") ? text : `${text}\n`);
+  if (argv.length === 1 && (argv[0] === "--version" || argv[0] === "-v")) {
+    print(io.stdout, `tds (${SERVICE_NAME}) ${SERVICE_VERSION}`);
+    return 0;
+  }
   const { words, rest } = splitWords(argv);
   const wantsHelp = rest.includes("--help") || rest.includes("-h");
 
@@ -265,7 +272,12 @@ async function runCommand(group: CommandGroup, command: Command, rest: string[],
     }
     const out = createOutput(io.stdout, io.stderr, parsed.json);
     const nowMs = io.nowMs ?? Date.now;
-    const opened = connect(transport, io.env, nowMs);
+    const opened = connect(transport, {
+      env: io.env,
+      nowMs,
+      create: command.createsDatabase === true,
+      onImplicitDatabase: (description) => print(io.stderr, `Using the ${description}.`),
+    });
     connection = opened;
     await command.run({ out, nowMs, admin: () => opened.admin(), store: () => opened.store() }, parsed.input);
     return 0;

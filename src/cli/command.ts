@@ -46,6 +46,8 @@ export interface Command {
   summary: string;
   /** Works on the database only (tds migrate): with --url or TDS_URL it is a usage error. */
   databaseOnly?: boolean;
+  /** May create a new SQLite database (tds init); every other command needs an existing one. */
+  createsDatabase?: boolean;
   /** Appended to a "not found" failure, such as "See: tds org list" (the default). */
   notFoundHint?: string;
   run(ctx: CommandContext, input: CommandInput): Promise<void>;

@@ -58,8 +58,17 @@ export interface Connection {
   close(): Promise<void>;
 }
 
-export function connect(transport: Transport, env: Record<string, string | undefined>, nowMs: () => number): Connection {
-  return transport.kind === "http" ? connectHttp(transport) : connectDatabase(transport.databaseUrl, env, nowMs);
+export interface ConnectOptions {
+  env: Record<string, string | undefined>;
+  nowMs: () => number;
+  /** `tds init` only: a missing SQLite file is created; every other command refuses to create one. */
+  create?: boolean;
+  /** Told which database was opened when nobody chose it (the default or the TDS_CONFIG file), for a notice. */
+  onImplicitDatabase?: (description: string) => void;
+}
+
+export function connect(transport: Transport, options: ConnectOptions): Connection {
+  return transport.kind === "http" ? connectHttp(transport) : connectDatabase(transport.databaseUrl, options);
 }
 
 function connectHttp(transport: Extract<Transport, { kind: "http" }>): Connection {
@@ -75,12 +84,14 @@ function connectHttp(transport: Extract<Transport, { kind: "http" }>): Connectio
   };
 }
 
-function connectDatabase(databaseUrl: string | undefined, env: Record<string, string | undefined>, nowMs: () => number): Connection {
+function connectDatabase(databaseUrl: string | undefined, options: ConnectOptions): Connection {
+  const { env, nowMs } = options;
   let opened: Promise<{ store: Store; admin: AdminOperations }> | null = null;
   const open = async () => {
     // Loaded on first use, so help and usage errors stay fast (config compiles its schema at import).
     const { ConfigError, DEFAULT_LIMITS, loadConfig } = await import("../config.ts");
-    const { openStore } = await import("../store/open-store.ts");
+    const { DatabaseMissingError, openStore } = await import("../store/open-store.ts");
+    const { describeDatabase } = await import("../store/database-url.ts");
     const { StoreAdministration } = await import("../admin/store-administration.ts");
     let url = databaseUrl;
     let previewRequestLimit = DEFAULT_LIMITS.previewRequestLimit;
@@ -95,7 +106,21 @@ function connectDatabase(databaseUrl: string | undefined, env: Record<string, st
         throw err;
       }
     }
-    const store = await openStore(url);
+    const chosenBy = databaseUrl !== undefined ? "--database" : env.TDS_DATABASE_URL?.trim() ? "TDS_DATABASE_URL" : env.TDS_CONFIG?.trim() ? "TDS_CONFIG" : null;
+    let store: Store;
+    try {
+      store = await openStore(url, { mustExist: options.create !== true });
+    } catch (err) {
+      if (!(err instanceof DatabaseMissingError)) throw err;
+      throw new CliError(
+        `No database at ${err.path} (${chosenBy ?? "the default database URL"}); the CLI never creates one. ` +
+          "Run it in the gateway's folder, point --database or TDS_DATABASE_URL at the gateway's database, or create a new one with: tds init",
+      );
+    }
+    if (chosenBy !== "--database" && chosenBy !== "TDS_DATABASE_URL") {
+      const { kind, location } = describeDatabase(url);
+      options.onImplicitDatabase?.(`${kind} database ${location} (${chosenBy === null ? "the default" : "from the TDS_CONFIG file"}; --database or TDS_DATABASE_URL choose another)`);
+    }
     const admin = new StoreAdministration({ store, previewRequestLimit, nowMs, actor: { source: "cli", client: null, remoteAddress: null } });
     return { store, admin };
   };

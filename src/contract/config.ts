@@ -49,6 +49,7 @@ export const ConfigFile = Type.Object(
             pool_size: Type.Optional(PositiveInt),
             queue_limit: Type.Optional(Type.Integer({ minimum: 0 })),
             batch_size: Type.Optional(PositiveInt),
+            gpu: Type.Optional(Type.Union([Type.Literal("auto"), Type.Literal(false)], { description: "llama: \"auto\" uses a GPU build when one loads; false (default) the CPU" })),
             aliases: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 100 }))),
             context: Type.Optional(ModelContext),
             price_per_million_input_usd: Type.Optional(DecimalUsd),
@@ -66,6 +67,7 @@ export const ConfigFile = Type.Object(
                     pool_size: Type.Optional(PositiveInt),
                     queue_limit: Type.Optional(Type.Integer({ minimum: 0 })),
                     batch_size: Type.Optional(PositiveInt),
+                    gpu: Type.Optional(Type.Union([Type.Literal("auto"), Type.Literal(false)])),
                     weight: Type.Optional(Type.Number({ exclusiveMinimum: 0, maximum: 1000 })),
                     max_concurrency: Type.Optional(PositiveInt),
                     fallback: Type.Optional(Type.Boolean({ description: "Used only while no other deployment of the model is healthy" })),
@@ -131,6 +133,7 @@ export const ConfigFile = Type.Object(
     log_level: Type.Optional(
       Type.Union(["fatal", "error", "warn", "info", "debug", "trace", "silent"].map((l) => Type.Literal(l))),
     ),
+    log_format: Type.Optional(Type.Union([Type.Literal("pretty"), Type.Literal("json")], { description: "Default: pretty on a terminal, JSON otherwise" })),
   },
   { additionalProperties: false, title: "ConfigFile" },
 );

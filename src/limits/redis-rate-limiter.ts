@@ -163,7 +163,7 @@ export function createRedisRateLimiter(options: RedisRateLimiterOptions): RedisR
         outageStartedAt = performance.now();
         logger?.warn(
           { err: err ?? lastError, redis: target, commandTimeoutMs },
-          "Redis rate limiter unreachable: falling back to the local limiter, which limits each gateway instance separately until Redis answers again",
+          "Redis rate limiter unreachable (TDS_REDIS_URL): falling back to the local limiter, which limits each gateway instance separately until Redis answers again",
         );
       } else {
         logger?.info(

@@ -1,6 +1,8 @@
 import type { Config } from "../config.ts";
 import { engineKey } from "../config-models.ts";
 import type { ModelService } from "./model-service.ts";
+import { absentEngine, ENGINE_NOT_INSTALLED, isEnginePackageMissing } from "./llama/engine-absent.ts";
+import type { RetryBackoff } from "./llama/retry.ts";
 import { createSystemOneHttpService } from "./systemone-http/systemone-http-service.ts";
 
 /** One System One HTTP client per configured model service, by name (shared by every model it serves). */
@@ -16,20 +18,37 @@ export interface EngineLogger {
   error(msg: string): void;
 }
 
+export interface OpenEnginesOptions {
+  /** Loads the engine's module (a test stands in for an install without node-llama-cpp). */
+  importEngine?: () => Promise<Pick<typeof import("./llama/llama-service.ts"), "createLlamaService">>;
+  /** Waits between attempts to load a model that failed to load (default 1 s doubling up to 60 s). */
+  retry?: RetryBackoff;
+}
+
 /**
  * One in-process llama.cpp engine per engine deployment, by engineKey(model, index). Each starts loading
  * (and, for a hub reference, downloading) in the background; node-llama-cpp is imported only when
- * such a deployment is configured.
+ * such a deployment is configured. Without node-llama-cpp installed (an optional dependency), each such
+ * deployment is an engine that answers every call with how to install it, and one warning is logged.
  */
-export async function openEngines(config: Config, logger: EngineLogger): Promise<Map<string, ModelService>> {
+export async function openEngines(config: Config, logger: EngineLogger, options: OpenEnginesOptions = {}): Promise<Map<string, ModelService>> {
   const engines = new Map<string, ModelService>();
   const embedded = config.models.flatMap((m) => m.deployments.flatMap((d, i) => (d.llama ? [{ m, s: d.llama, key: engineKey(m.name, i) }] : [])));
   if (embedded.length === 0) return engines;
-  const { createLlamaService } = await import("./llama/llama-service.ts");
+  const importEngine = options.importEngine ?? (() => import("./llama/llama-service.ts"));
+  let engine: Awaited<ReturnType<typeof importEngine>>;
+  try {
+    engine = await importEngine();
+  } catch (err) {
+    if (!isEnginePackageMissing(err)) throw err;
+    logger.warn(`${ENGINE_NOT_INSTALLED} The models on it answer 503: ${embedded.map(({ m }) => JSON.stringify(m.name)).join(", ")}.`);
+    for (const { key } of embedded) engines.set(key, absentEngine());
+    return engines;
+  }
   for (const { m, s, key } of embedded) {
     engines.set(
       key,
-      createLlamaService({
+      engine.createLlamaService({
         name: m.name,
         source: s.source,
         cacheDir: config.modelCacheDir,
@@ -39,8 +58,10 @@ export async function openEngines(config: Config, logger: EngineLogger): Promise
         ...(s.poolSize ? { poolSize: s.poolSize } : {}),
         ...(s.queueLimit !== undefined ? { queueLimit: s.queueLimit } : {}),
         ...(s.batchSize ? { batchSize: s.batchSize } : {}),
+        ...(s.gpu ? { gpu: s.gpu } : {}),
         ...(m.context?.max_state ? { maxState: m.context.max_state } : {}),
         ...(m.context?.max_branch ? { maxBranch: m.context.max_branch } : {}),
+        ...(options.retry ? { retry: options.retry } : {}),
         logger,
       }),
     );

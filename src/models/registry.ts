@@ -112,14 +112,33 @@ export class ModelRegistry {
     return [...this.configured.map((m) => m.router), ...[...this.discoveredRouters.values()].map((d) => d.router)];
   }
 
+  /**
+   * The models offered with their context. A model whose context cannot be had now (an engine still loading, or not
+   * installed) is listed by name only while another model answers; when none answers, the first failure is the answer.
+   */
   async list(): Promise<ModelEntry[]> {
     const offered = await this.offered();
-    return Promise.all(
-      offered.map(async (m) => {
-        const context = m.context ?? (await this.publishedContext(m.router));
-        return context ? { name: m.name, context: { ...context } } : { name: m.name };
-      }),
-    );
+    const settled = await Promise.allSettled(offered.map(async (m) => m.context ?? (await this.publishedContext(m.router))));
+    if (settled.length > 0 && settled.every((r) => r.status === "rejected")) throw (settled[0] as PromiseRejectedResult).reason;
+    return offered.map((m, i) => {
+      const result = settled[i]!;
+      const context = result.status === "fulfilled" ? result.value : undefined;
+      return context ? { name: m.name, context: { ...context } } : { name: m.name };
+    });
+  }
+
+  /**
+   * The model a request without `model` gets: the configured default, else the first model offered (the first a
+   * model service lists when none is configured); null when nothing is offered or the services cannot be reached.
+   */
+  async defaultModel(): Promise<string | null> {
+    if (this.config.defaultModel !== null) return this.config.defaultModel;
+    if (!this.isConfigured) return null;
+    try {
+      return (await this.offered())[0]?.name ?? null;
+    } catch {
+      return null;
+    }
   }
 
   /** Resolves a requested name (null/undefined = default) to a model, or throws GatewayError. */

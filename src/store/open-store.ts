@@ -1,40 +1,16 @@
 import { existsSync } from "node:fs";
-import { fileURLToPath } from "node:url";
+import { resolve } from "node:path";
 import Database from "better-sqlite3";
+import { ACCEPTED_DATABASE_URLS, describeDatabase, isPostgresUrl, sqlitePathOf } from "./database-url.ts";
 import type { Store } from "./store.ts";
-import { openPostgresStore } from "./postgres/postgres-store.ts";
 import { openSqliteStore, type SqliteStoreOptions } from "./sqlite/sqlite-store.ts";
 
-const ACCEPTED_FORMS =
-  "sqlite:PATH (relative to the current directory, e.g. sqlite:./data/tds.sqlite), sqlite::memory:, " +
-  "file:PATH or file:///absolute/path, a bare path ending in .sqlite or .db, " +
-  "or postgres://USER:PASSWORD@HOST:PORT/DATABASE (also postgresql://)";
-
-/**
- * Where a SQLite database URL points: a file path (relative paths stay relative to the current
- * directory) or `:memory:`; null when the URL is not a SQLite URL.
- */
-export function sqlitePathOf(databaseUrl: string): string | null {
-  const url = databaseUrl.trim();
-  let path: string | null = null;
-  if (/^sqlite:/i.test(url)) {
-    path = url.slice("sqlite:".length);
-    // sqlite:///abs/path and sqlite://./rel/path: an empty authority, as in URL syntax.
-    if (path.startsWith("//")) path = path.slice(2);
-  } else if (/^file:/i.test(url)) {
-    // file:///abs/path is a file URL (percent-decoded); file:./rel/path or file:rel is a plain path.
-    path = url.slice("file:".length).startsWith("//") ? fileURLToPath(url) : url.slice("file:".length);
-  } else if (!/^[a-z][a-z0-9+.-]*:\/\//i.test(url) && /\.(sqlite|db)$/i.test(url)) {
-    path = url;
+/** A SQLite file that does not exist, opened by a tool that must not create one (the CLI: only `tds init` creates). */
+export class DatabaseMissingError extends Error {
+  constructor(readonly path: string) {
+    super(`There is no SQLite database at ${path}`);
+    this.name = "DatabaseMissingError";
   }
-  if (path === null) return null;
-  if (path === "") throw new Error(`The database URL ${JSON.stringify(databaseUrl)} has no path; accepted forms: ${ACCEPTED_FORMS}`);
-  return path;
-}
-
-/** True for a PostgreSQL database URL (`postgres://…` or `postgresql://…`). */
-export function isPostgresUrl(databaseUrl: string): boolean {
-  return /^postgres(ql)?:\/\//i.test(databaseUrl.trim());
 }
 
 export interface MigrationRecord {
@@ -45,6 +21,8 @@ export interface MigrationRecord {
 /** What opening a store did to its schema (for `tds migrate`). */
 export interface MigrationReport {
   dialect: Store["dialect"];
+  /** Which database, for people: its kind and where it is, without a password. */
+  database: string;
   /** The migrations applied while opening, in order; empty when the schema was up to date. */
   applied: MigrationRecord[];
   /** Every migration recorded in the database afterwards, in version order. */
@@ -62,29 +40,38 @@ export function migrationReportOf(store: Store): MigrationReport | null {
  * Opens the store a database URL names and applies its pending migrations:
  * `postgres://` / `postgresql://` → PostgreSQL (openPostgresStore; the URL may carry `pool_size` and
  * `statement_timeout_ms`, see postgres-connection.ts), anything sqlitePathOf accepts → SQLite (with `options.sqlite`;
- * a serving gateway passes SERVING_SQLITE, tools keep SQLite's own busy wait).
+ * a serving gateway passes SERVING_SQLITE, tools keep SQLite's own busy wait). With `mustExist` a missing SQLite
+ * file is a DatabaseMissingError instead of a new database.
  */
-export async function openStore(databaseUrl: string, options: { sqlite?: SqliteStoreOptions } = {}): Promise<Store> {
+export async function openStore(databaseUrl: string, options: { sqlite?: SqliteStoreOptions; mustExist?: boolean } = {}): Promise<Store> {
   if (isPostgresUrl(databaseUrl)) {
+    // Loaded only for PostgreSQL, so that SQLite starts and CLI runs do not pay for the pg driver.
+    const { openPostgresStore } = await import("./postgres/postgres-store.ts");
     const store = await openPostgresStore(databaseUrl.trim());
-    reports.set(store, { dialect: "postgres", applied: store.migrations.applied, current: store.migrations.current });
+    reports.set(store, { dialect: "postgres", database: describedDatabase(databaseUrl), applied: store.migrations.applied, current: store.migrations.current });
     return store;
   }
   const path = sqlitePathOf(databaseUrl);
   if (path === null) {
-    throw new Error(`Unsupported database URL ${JSON.stringify(databaseUrl)}; accepted forms: ${ACCEPTED_FORMS}`);
+    throw new Error(`Unsupported database URL ${JSON.stringify(databaseUrl)}; accepted forms: ${ACCEPTED_DATABASE_URLS}`);
   }
+  if (options.mustExist && path !== ":memory:" && !existsSync(path)) throw new DatabaseMissingError(resolve(path));
   const before = sqliteMigrationsOf(path);
   const store = openSqliteStore(path, options.sqlite);
   try {
     const current = store.db.prepare<[], MigrationRecord>("SELECT version, name FROM schema_migrations ORDER BY version").all();
     const known = new Set(before.map((m) => m.version));
-    reports.set(store, { dialect: "sqlite", applied: current.filter((m) => !known.has(m.version)), current });
+    reports.set(store, { dialect: "sqlite", database: describedDatabase(databaseUrl), applied: current.filter((m) => !known.has(m.version)), current });
   } catch (err) {
     await store.close();
     throw err;
   }
   return store;
+}
+
+function describedDatabase(databaseUrl: string): string {
+  const { kind, location } = describeDatabase(databaseUrl);
+  return `${kind} database ${location}`;
 }
 
 /**

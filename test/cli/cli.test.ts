@@ -3,7 +3,7 @@ import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { after, describe, it } from "node:test";
+import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
 import { runCli } from "../../src/cli/cli.ts";
@@ -99,6 +99,17 @@ describe("tds CLI", () => {
       assert.equal(run.stdout, "", `tds ${args.join(" ")} prints nothing on stdout`);
       assert.match(run.stderr, /Usage: tds/, `tds ${args.join(" ")}`);
     }
+  });
+
+  it("never creates the database: a command on a missing one exits 1 naming it; tds init creates it", async () => {
+    const missing = await tds(["org", "list"]);
+    assert.equal(missing.code, 1);
+    assert.match(missing.stderr, new RegExp(`^tds: No database at ${DB_FILE} \\(TDS_DATABASE_URL\\); the CLI never creates one\\..*tds init`));
+    assert.deepEqual(readdirSync(dir).filter((f) => f === "db"), [], "nothing was created");
+    const init = json<{ created: boolean; database: string; schema_version: number }>(await tds(["init", "--json"]));
+    assert.deepEqual({ created: init.created, database: init.database }, { created: true, database: `SQLite database ${DB_FILE}` });
+    assert.ok(init.schema_version >= 6);
+    assert.equal(json<{ created: boolean }>(await tds(["init", "--json"])).created, false, "idempotent");
   });
 
   it("creates organizations and prints each as one JSON document", async () => {
@@ -249,6 +260,7 @@ describe("tds CLI", () => {
 
   it("--database overrides TDS_DATABASE_URL; a bad URL exits 1", async () => {
     const other = join(dir, "other", "x.sqlite");
+    assert.equal((await tds(["--database", `sqlite:${other}`, "init"], { TDS_DATABASE_URL: "mysql://nowhere/db" })).code, 0);
     const created = json(await tds(["--database", `sqlite:${other}`, "org", "create", "Elsewhere", "--json"], { TDS_DATABASE_URL: "mysql://nowhere/db" }));
     assert.equal(created.name, "Elsewhere");
     const list = json<unknown[]>(await tds(["org", "list", "--json", `--database=${other}`]));
@@ -302,6 +314,7 @@ describe("tds credits and tds usage", () => {
     transcript.push(stdout, stderr);
     return { code, stdout, stderr };
   }
+  before(async () => assert.equal((await run(["init"])).code, 0));
 
   const T0 = Date.UTC(2026, 0, 1);
   const record = (requestId: string, orgId: string, overrides: Partial<SeedRecord> = {}) => paidSeedRecord(requestId, orgId, T0, overrides);

@@ -48,6 +48,17 @@ describe("GET /v1/models, GET /api/config, GET /openapi.json", () => {
     assert.ok(!JSON.stringify(body).includes(gw.fake!.url), "the upstream URL is not published");
   });
 
+  test("with an external model service and no configured default, default_model is the first model it lists", async () => {
+    const body = await json(await fetch(`${gw.url}/api/config`));
+    assert.equal(body.default_model, "fake-small");
+    const down = await startGateway({ fake: false, env: { TDS_MODEL_SERVICE_URL: "http://127.0.0.1:9" } });
+    try {
+      assert.equal((await json(await fetch(`${down.url}/api/config`))).default_model, null, "null while the service cannot be reached");
+    } finally {
+      await down.close();
+    }
+  });
+
   test("/openapi.json documents the endpoints with the validation schemas", async () => {
     const res = await fetch(`${gw.url}/openapi.json`);
     assert.equal(res.status, 200);

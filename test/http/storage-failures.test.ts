@@ -9,7 +9,7 @@ import { generateApiKey, newOrganizationId } from "../../src/gateway/api-keys.ts
 import { openSqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
 import { startFakeModelServer } from "../fixtures/fake-model-server.ts";
 import { startGatewayProcess } from "../support/gateway-process.ts";
-import { sqlitePathOf } from "../../src/store/open-store.ts";
+import { sqlitePathOf } from "../../src/store/database-url.ts";
 import { errorBody } from "../support/contract-check.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
 

@@ -37,8 +37,50 @@ function assertNoPath(text: string): void {
   assert.doesNotMatch(text, /\.gguf\b/, "no file name");
 }
 
+/** One attempt per test: the next would start after the test is over (close() ends the wait). */
+const ONE_ATTEMPT = { retry: { initialMs: 60_000, maxMs: 60_000 } };
+
+async function statusOnce(service: LlamaService, state: string): Promise<void> {
+  while (service.status().state !== state) await new Promise((r) => setTimeout(r, 5));
+}
+
 /**
- * Asserts a service that cannot load: state "failed", one clear error logged (with the path and the underlying
+ * Asserts a service whose model cannot be had yet: state "retrying" after the first attempt, one warning logged (with
+ * the path, the underlying error and the next attempt), not_ready everywhere with a detail that names the problem and
+ * the setting but no path; close() ends the wait for the next attempt.
+ */
+async function expectRetrying(
+  service: LlamaService,
+  logger: ReturnType<typeof recordingLogger>,
+  shown: RegExp,
+  logged: RegExp,
+  hint = sourceHint("TDS_MODEL_PATH"),
+): Promise<void> {
+  const started = Date.now();
+  await statusOnce(service, "retrying");
+  const status = service.status();
+  assert.match(status.lastError ?? "", shown);
+  assert.equal(status.failedAttempts, 1);
+  assert.ok(Math.abs((status.nextAttemptAtMs ?? 0) - (started + 60_000)) < 10_000, `next attempt in 60 s: ${status.nextAttemptAtMs}`);
+  assert.match(status.detail ?? "", /^the model "tiny" is still loading: attempt 1 failed \(/);
+  assert.ok(status.detail?.includes(`(${status.lastError}), the next starts at ${new Date(status.nextAttemptAtMs ?? 0).toISOString()}; ${hint} ${SEE_THE_LOG}`), status.detail);
+  assertNoPath(status.detail ?? "");
+  assert.deepEqual(logger.lines.map((l) => l.level), ["warn"], JSON.stringify(logger.lines));
+  assert.match(logger.lines[0]?.msg ?? "", logged);
+  assert.match(logger.lines[0]?.msg ?? "", /^the model "tiny" failed to load \(attempt 1\): .*; retrying in 60 s, at \d{4}-/);
+  const e1 = await expectKind(service.decide(call, OPTS), "not_ready");
+  assert.equal(e1.message, status.detail);
+  const e2 = await expectKind(service.listModels(OPTS), "not_ready");
+  assert.equal(e2.message, status.detail);
+  assert.equal(logger.lines.length, 1, "failures are logged once, not per call");
+  const closing = Date.now();
+  await service.close();
+  assert.ok(Date.now() - closing < 1000, "close() does not wait for the next attempt");
+  await expectKind(service.ready(), "not_ready", /closed while loading/);
+}
+
+/**
+ * Asserts a service that cannot load and is not retried: state "failed", one clear error logged (with the path and the underlying
  * error), not_ready everywhere with a detail that names the problem and the setting but no path, no crash.
  */
 async function expectFailed(
@@ -91,34 +133,49 @@ describe("embedded engine: loading and failures", () => {
     await service.close();
   });
 
-  test("a path with no file fails with one clear message", async () => {
+  test('gpu "auto": the best build the install has (the CPU one here: the GPU packages are overridden to empty ones)', async () => {
     const logger = recordingLogger();
-    const service = tinyService(join(models.dir, "missing.gguf"), { logger });
-    await expectFailed(service, logger, /failed to load: no model file at the configured path;/, /failed to load: no model file at .*missing\.gguf/);
+    const service = tinyService(models.model("tiny"), { logger, gpu: "auto" });
+    await service.ready();
+    assert.ok(checkAnswers(questions, (await service.decide(call, OPTS)).answers).ok);
+    assert.ok(logger.lines.some((l) => l.level === "info" && / on (the CPU|cuda|vulkan|metal), /.test(l.msg)), JSON.stringify(logger.lines));
+    await service.close();
   });
 
-  test("a file that is not GGUF fails with one clear message", async () => {
+  test("a path with no file: retried, with one clear message per attempt", async () => {
+    const logger = recordingLogger();
+    const service = tinyService(join(models.dir, "missing.gguf"), { logger, ...ONE_ATTEMPT });
+    await expectRetrying(service, logger, /^no model file at the configured path$/, /failed to load \(attempt 1\): no model file at .*missing\.gguf/);
+  });
+
+  test("a file that is not GGUF: retried (it may be being replaced)", async () => {
     const path = join(models.dir, "garbage.gguf");
     writeFileSync(path, Buffer.from("this is not a model at all, just some text that goes on for a while".repeat(50)));
     const logger = recordingLogger();
-    await expectFailed(tinyService(path, { logger }), logger, /failed to load: the model file is not a usable GGUF model;/, /garbage\.gguf is not a usable GGUF model/);
+    await expectRetrying(tinyService(path, { logger, ...ONE_ATTEMPT }), logger, /^the model file is not a usable GGUF model$/, /garbage\.gguf is not a usable GGUF model/);
   });
 
-  test("a truncated GGUF file fails with one clear message", async () => {
+  test("a truncated GGUF file: retried (it may be being written)", async () => {
     const whole = readFileSync(models.model("tiny"));
     const path = join(models.dir, "truncated.gguf");
     writeFileSync(path, whole.subarray(0, Math.floor(whole.length * 0.6)));
     const logger = recordingLogger();
-    await expectFailed(tinyService(path, { logger }), logger, /failed to load: the model file is not a usable GGUF model;/, /truncated\.gguf is not a usable GGUF model/);
+    await expectRetrying(tinyService(path, { logger, ...ONE_ATTEMPT }), logger, /^the model file is not a usable GGUF model$/, /truncated\.gguf is not a usable GGUF model/);
   });
 
-  test("limits that leave no room for a state fail with one clear message", async () => {
+  test("limits that leave no room for a state fail with one clear message, and are not retried", async () => {
     const logger = recordingLogger();
     const reason = /leave no room for a state: max_branch is 60 tokens/;
-    await expectFailed(tinyService(models.model("tiny"), { logger, maxBranch: 60 }), logger, reason, reason, "raise the model's context.max_branch or context_size in the config file (TDS_CONFIG)");
+    const service = tinyService(models.model("tiny"), { logger, maxBranch: 60, retry: { initialMs: 1, maxMs: 1 } });
+    await expectKind(service.ready(), "not_ready");
+    await new Promise((r) => setTimeout(r, 50)); // time for a few retries, were there any
+    assert.equal(service.status().state, "failed");
+    assert.equal(service.status().failedAttempts, undefined);
+    assert.deepEqual(logger.lines.map((l) => l.level), ["error"]);
+    await expectFailed(service, logger, reason, reason, "raise the model's context.max_branch or context_size in the config file (TDS_CONFIG)");
   });
 
-  test("an unreachable model hub fails with one clear message", async () => {
+  test("an unreachable model hub: retried, with one clear message per attempt", async () => {
     const port = await new Promise<number>((resolve) => {
       const s = createServer();
       s.listen(0, "127.0.0.1", () => {
@@ -133,17 +190,18 @@ describe("embedded engine: loading and failures", () => {
       cacheDir: join(models.dir, "cache-offline"),
       hubEndpoint: `http://127.0.0.1:${port}/`,
       logger,
+      ...ONE_ATTEMPT,
     });
-    await expectFailed(service, logger, /cannot download hf:acme\/Tiny-GGUF:Q8_0: the model hub cannot be reached;/, /cannot download hf:acme\/Tiny-GGUF:Q8_0 into .*cache-offline/);
+    await expectRetrying(service, logger, /^cannot download hf:acme\/Tiny-GGUF:Q8_0: the model hub cannot be reached$/, /cannot download hf:acme\/Tiny-GGUF:Q8_0 into .*cache-offline/);
   });
 
   test("a model listed in the config file: the detail names its source setting there", async () => {
     const file = join(models.dir, "engine-config.json");
-    writeFileSync(file, JSON.stringify({ models: [{ name: "local", engine: "llama", source: join(models.dir, "absent.gguf"), threads: 1 }] }));
+    writeFileSync(file, JSON.stringify({ models: [{ name: "tiny", engine: "llama", source: join(models.dir, "absent.gguf"), threads: 1 }] }));
     const logger = recordingLogger();
-    const engines = await openEngines(loadConfig({ TDS_CONFIG: file }), logger);
-    const service = engines.get(engineKey("local", 0)) as LlamaService;
-    await expectFailed(service, logger, /no model file at the configured path/, /absent\.gguf/, sourceHint('models[].source of "local" in the config file (TDS_CONFIG)'));
+    const engines = await openEngines(loadConfig({ TDS_CONFIG: file }), logger, ONE_ATTEMPT);
+    const service = engines.get(engineKey("tiny", 0)) as LlamaService;
+    await expectRetrying(service, logger, /^no model file at the configured path$/, /absent\.gguf/, sourceHint('models[].source of "tiny" in the config file (TDS_CONFIG)'));
   });
 });
 
@@ -225,11 +283,11 @@ describe("embedded engine: model sources", () => {
     const blocker = join(models.dir, "not-a-folder");
     writeFileSync(blocker, "a file where the cache folder should be");
     const logger = recordingLogger();
-    const service = createLlamaService({ name: "tiny", source: "hf:acme/Tiny-GGUF:Q8_0", cacheDir: join(blocker, "cache"), hubEndpoint: hub.url, logger, threads: 1 });
-    await expectFailed(
+    const service = createLlamaService({ name: "tiny", source: "hf:acme/Tiny-GGUF:Q8_0", cacheDir: join(blocker, "cache"), hubEndpoint: hub.url, logger, threads: 1, ...ONE_ATTEMPT });
+    await expectRetrying(
       service,
       logger,
-      /cannot download hf:acme\/Tiny-GGUF:Q8_0: the model cache folder cannot be written;/,
+      /^cannot download hf:acme\/Tiny-GGUF:Q8_0: the model cache folder cannot be written$/,
       /not-a-folder/,
       `set TDS_MODEL_CACHE_DIR to a writable folder with room for the model, or ${sourceHint()}`,
     );

@@ -1,8 +1,11 @@
 import assert from "node:assert/strict";
+import { copyFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
 import { generateApiKey, newOrganizationId } from "../../src/gateway/api-keys.ts";
+import { ENGINE_NOT_INSTALLED } from "../../src/models/llama/engine-absent.ts";
 import { openStore } from "../../src/store/open-store.ts";
 import { makeModelDir, type ModelDir } from "../fixtures/gguf/tiny-model.ts";
 import { json } from "../support/contract-check.ts";
@@ -57,10 +60,10 @@ describe("the embedded engine configured by TDS_MODEL_PATH, in a real server pro
     }
   });
 
-  test("a model that cannot be had: the server still starts, logs one clear message and answers 503 naming the setting, never the path", async () => {
+  test("a model file that is not there yet: the server starts, answers 503 naming the setting (never the path), retries and serves it once it appears", async () => {
     const db = `sqlite:${join(models.dir, "missing.sqlite")}`;
     const key = await keyFor(db);
-    const missing = join(models.dir, "no-such-model.gguf");
+    const missing = join(models.dir, "later-model.gguf");
     const gw = await startGatewayProcess({ TDS_DATABASE_URL: db, TDS_MODEL_PATH: missing, TDS_MODEL_NAME: "local-engine" });
     started.push(gw);
     const auth = { authorization: `Bearer ${key}` };
@@ -72,15 +75,13 @@ describe("the embedded engine configured by TDS_MODEL_PATH, in a real server pro
       const text = await res.text();
       bodies.push(text);
       detail = JSON.parse(text).detail;
-      if (/failed to load/.test(detail)) break;
-      await new Promise((r) => setTimeout(r, 100));
+      if (/attempt 1 failed/.test(detail)) break;
+      await new Promise((r) => setTimeout(r, 20));
     }
-    assert.match(detail, /failed to load: no model file at the configured path; set TDS_MODEL_PATH to a local GGUF file/);
-    const decision = await fetch(`${gw.url}/v1/systemone`, {
-      method: "POST",
-      headers: { ...auth, "content-type": "application/json" },
-      body: JSON.stringify(sampleRequest()),
-    });
+    assert.match(detail, /is still loading: attempt 1 failed \(no model file at the configured path\), the next starts at .*; set TDS_MODEL_PATH to a local GGUF file/);
+    const decide = () =>
+      fetch(`${gw.url}/v1/systemone`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: JSON.stringify(sampleRequest()) });
+    const decision = await decide();
     assert.equal(decision.status, 503);
     const decisionText = await decision.text();
     bodies.push(decisionText);
@@ -89,13 +90,50 @@ describe("the embedded engine configured by TDS_MODEL_PATH, in a real server pro
     assert.equal(ready.status, 503);
     const readyText = await ready.text();
     bodies.push(readyText);
-    assert.match(readyText, /no model file at the configured path/);
+    const engine = JSON.parse(readyText).models["local-engine"].engine;
+    assert.equal(engine.state, "retrying");
+    assert.equal(engine.last_error, "no model file at the configured path");
     for (const body of bodies) {
-      for (const shown of [models.dir, tmpdir(), "no-such-model", ".gguf"]) assert.ok(!body.includes(shown), `an API body shows ${shown}: ${body}`);
+      for (const shown of [models.dir, tmpdir(), "later-model", ".gguf"]) assert.ok(!body.includes(shown), `an API body shows ${shown}: ${body}`);
     }
-    const errors = gw.lines.filter((l) => l.includes('"level":50') && l.includes("failed to load"));
-    assert.equal(errors.length, 1, "one clear message in the log");
-    assert.ok(errors[0]!.includes(missing), "the log names the path");
+    const failures = gw.lines.filter((l) => l.includes("failed to load (attempt 1)"));
+    assert.equal(failures.length, 1, "each failure is logged once");
+    assert.ok(failures[0]!.includes('"level":40') && failures[0]!.includes(missing) && /retrying in 1 s, at /.test(failures[0]!), failures[0]);
+
+    // The file appears: the next attempt (1 s after the first failure by default) loads it.
+    copyFileSync(models.model("tiny"), missing);
+    let status = 0;
+    for (let i = 0; i < 100 && status !== 200; i++) {
+      const res = await decide();
+      status = res.status;
+      await res.arrayBuffer();
+      if (status !== 200) await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.equal(status, 200);
+    assert.ok(gw.lines.some((l) => l.includes('"level":30') && /model \\"local-engine\\" ready after \d attempts/.test(l)), "a line when it loads");
+    assert.equal(gw.lines.filter((l) => l.includes('"level":50')).length, 0, "no error lines");
     assert.equal(gw.child.exitCode, null, "never crashes");
+  });
+
+  test("without node-llama-cpp installed: the server starts with one warning, the engine's model answers 503 with how to add it", async () => {
+    const db = `sqlite:${join(models.dir, "absent.sqlite")}`;
+    const key = await keyFor(db);
+    const hook = fileURLToPath(new URL("./fixtures/without-node-llama-cpp.mjs", import.meta.url));
+    const gw = await startGatewayProcess({ TDS_DATABASE_URL: db, TDS_MODEL_PATH: models.model("tiny"), TDS_MODEL_NAME: "local-engine", NODE_OPTIONS: `--import=${hook}` });
+    started.push(gw);
+    const res = await fetch(`${gw.url}/v1/systemone`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+      body: JSON.stringify(sampleRequest()),
+    });
+    const body = await json(res);
+    assert.equal(res.status, 503, JSON.stringify(body));
+    assert.equal(body.detail, ENGINE_NOT_INSTALLED);
+    const ready = await json(await fetch(`${gw.url}/readyz`));
+    assert.equal(ready.models["local-engine"].engine.state, "not_installed");
+    const warnings = gw.lines.filter((l) => l.includes("The embedded engine is not installed"));
+    assert.equal(warnings.length, 1);
+    assert.ok(warnings[0]!.includes('"level":40'), warnings[0]);
+    assert.equal(gw.child.exitCode, null);
   });
 });

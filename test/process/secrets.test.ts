@@ -156,7 +156,7 @@ describe("secrets at start, in real gateway processes", { timeout: 120_000 }, ()
     const db = join(dir, "data-blocked", "tds.sqlite");
     const run = start({ TDS_DATABASE_URL: `sqlite:${db}`, TDS_BOOTSTRAP: "true", TDS_BOOTSTRAP_KEY_FILE: join(blocker, "key.txt") });
     assert.equal(await run.exited, 1);
-    assert.match(run.output(), /cannot write the first API key to .*blocker\/key\.txt .*nothing was created/);
+    assert.match(run.output(), /Cannot write the first API key to .*blocker\/key\.txt .*nothing was created/);
     assert.doesNotMatch(run.output(), KEY_SHAPE);
     // Nothing was created: the next start (with a usable path) bootstraps.
     const keyFile = join(dir, "data-blocked", "key.txt");

@@ -19,7 +19,9 @@ import { after, describe, it } from "node:test";
 import pg from "pg";
 import { runCli } from "../../src/cli/cli.ts";
 import { hashApiKey } from "../../src/gateway/api-keys.ts";
-import { isPostgresUrl, migrationReportOf, openStore } from "../../src/store/open-store.ts";
+import Database from "better-sqlite3";
+import { isPostgresUrl } from "../../src/store/database-url.ts";
+import { migrationReportOf, openStore } from "../../src/store/open-store.ts";
 import { connectionSettings, parseBigint } from "../../src/store/postgres/postgres-connection.ts";
 import { MIGRATION_LOCK_KEY, POSTGRES_MIGRATIONS_DIR, readPostgresMigrations } from "../../src/store/postgres/postgres-migrations.ts";
 import { openPostgresStore, type PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres/postgres-store.ts";
@@ -1186,10 +1188,14 @@ function definePostgresTests(): void {
       assert.match(applied.stdout, new RegExp(`^Applied ${MIGRATION_COUNT} migrations to the PostgreSQL database:\\n  001_initial\\n`));
     });
 
-    it("tds migrate works on SQLite too", async () => {
+    it("tds migrate works on SQLite too (on an existing file: only tds init creates one)", async () => {
       const dir = mkdtempSync(join(tmpdir(), "tds-migrate-"));
       tempDirs.push(dir);
       const url = `sqlite:${join(dir, "tds.sqlite")}`;
+      const missing = await tds(["migrate", "--database", url]);
+      assert.equal(missing.code, 1);
+      assert.match(missing.stderr, /No database at .*tds init/);
+      new Database(join(dir, "tds.sqlite")).close();
       const first = JSON.parse((await tds(["migrate", "--database", url, "--json"])).stdout) as { dialect: string; applied: unknown[]; schema_version: number };
       assert.equal(first.dialect, "sqlite");
       assert.equal(first.applied.length, first.schema_version);

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { readFile, realpath, stat } from "node:fs/promises";
 import { extname, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { FastifyInstance, FastifyReply } from "fastify";
+import type { FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import { sendError } from "../error-handler.ts";
 
 /** The console's static files: plain HTML, CSS and browser ES modules, no build step. */
@@ -75,23 +75,17 @@ async function resolveAsset(root: string, realRoot: string, rest: string): Promi
 }
 
 /**
- * GET / → the console; GET /console/* → its static files with their content type, an ETag and
- * `Cache-Control: no-cache` (files are not fingerprinted, so browsers revalidate and get 304s),
- * and a strict Content-Security-Policy. The routes are left out of /openapi.json.
+ * A handler that serves the file at a path below `rootDir` (as resolveAsset allows) with its content type, an ETag and
+ * `Cache-Control: no-cache` (files are not fingerprinted, so browsers revalidate and get 304s) and the security
+ * headers; anything else is a 404 with `notFoundDetail`.
  */
-export function consoleRoutes(app: FastifyInstance, deps: { root?: string } = {}) {
-  const root = resolve(deps.root ?? DEFAULT_WEB_ROOT);
+export function staticFileHandler(rootDir: string, notFoundDetail: string) {
+  const root = resolve(rootDir);
   let realRoot: Promise<string> | null = null;
-  const hidden = { schema: { hide: true } };
-
-  // Relative locations, so the console also works when a proxy mounts the gateway under a path prefix.
-  app.get("/", hidden, async (_request, reply) => reply.redirect("console/", 302));
-  app.get("/console", hidden, async (_request, reply) => reply.redirect("console/", 301));
-
-  app.get<{ Params: { "*": string } }>("/console/*", hidden, async (request, reply) => {
+  return async (request: FastifyRequest, reply: FastifyReply, rest: string) => {
     realRoot ??= realpath(root).catch(() => root);
-    const file = await resolveAsset(root, await realRoot, request.params["*"] ?? "");
-    if (!file) return sendError(reply, "route_not_found", { detail: "No such console file." });
+    const file = await resolveAsset(root, await realRoot, rest);
+    if (!file) return sendError(reply, "route_not_found", { detail: notFoundDetail });
     const [body, info] = await Promise.all([readFile(file), stat(file)]);
     const etag = `"${createHash("sha256").update(body).digest("base64url").slice(0, 27)}"`;
     securityHeaders(reply)
@@ -103,5 +97,20 @@ export function consoleRoutes(app: FastifyInstance, deps: { root?: string } = {}
       return reply.code(304).send();
     }
     return reply.type(CONTENT_TYPES[extname(file).toLowerCase()]!).send(body);
-  });
+  };
+}
+
+/**
+ * GET / → the console; GET /console/* → its static files (see staticFileHandler) with a strict
+ * Content-Security-Policy. The routes are left out of /openapi.json.
+ */
+export function consoleRoutes(app: FastifyInstance, deps: { root?: string } = {}) {
+  const serve = staticFileHandler(deps.root ?? DEFAULT_WEB_ROOT, "No such console file.");
+  const hidden = { schema: { hide: true } };
+
+  // Relative locations, so the console also works when a proxy mounts the gateway under a path prefix.
+  app.get("/", hidden, async (_request, reply) => reply.redirect("console/", 302));
+  app.get("/console", hidden, async (_request, reply) => reply.redirect("console/", 301));
+
+  app.get<{ Params: { "*": string } }>("/console/*", hidden, (request, reply) => serve(request, reply, request.params["*"] ?? ""));
 }

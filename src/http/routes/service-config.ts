@@ -1,15 +1,19 @@
 import type { FastifyInstance } from "fastify";
 import type { Config } from "../../config.ts";
 import { ServiceConfigResponse } from "../../contract/config.ts";
+import type { ModelRegistry } from "../../models/registry.ts";
 import { PROMPT_OVERHEAD_TOKENS, QUESTION_OVERHEAD_TOKENS } from "../../gateway/token-bound.ts";
 
-/** GET /api/config needs no key: it holds no secrets and the Playground reads it before sign-in. */
-export function serviceConfigRoutes(app: FastifyInstance, config: Config) {
+/**
+ * GET /api/config needs no key: it holds no secrets and the Playground reads it before sign-in. `default_model` is the
+ * configured default or, with none, the first model the model services offer (null while none can be reached).
+ */
+export function serviceConfigRoutes(app: FastifyInstance, config: Config, registry: Pick<ModelRegistry, "defaultModel">) {
   const body = describeConfig(config);
   app.get(
     "/api/config",
     { schema: { summary: "Service mode, pricing and gateway limits", response: { 200: ServiceConfigResponse } } },
-    async () => body,
+    async () => ({ ...body, default_model: await registry.defaultModel() }),
   );
 }
 

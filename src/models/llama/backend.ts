@@ -1,29 +1,31 @@
 import { getLlama, LlamaLogLevel, type Llama } from "node-llama-cpp";
 
 /**
- * The llama.cpp backend, loaded lazily and once per process: the prebuilt CPU binary of
- * `@node-llama-cpp/linux-x64` (or the platform's), never a GPU build, never a download or a build from
- * source (`build: "never"`): if the prebuilt binary cannot load, this fails at once instead of trying
- * to fetch and compile llama.cpp, which cannot work offline.
+ * The llama.cpp backend, loaded lazily and once per process and GPU setting, never downloaded or built from
+ * source (`build: "never"`): if no prebuilt binary loads, this fails at once instead of trying to fetch and
+ * compile llama.cpp, which cannot work offline.
+ * - `false`: the platform's prebuilt CPU binary (`@node-llama-cpp/linux-x64`, `linux-arm64`, `mac-x64`, …).
+ * - `"auto"`: the best GPU binary installed and usable here (CUDA, Vulkan, Metal), else the CPU one. On
+ *   Apple Silicon the only prebuilt binary is the Metal one, so the engine runs there only with "auto".
  *
  * llama.cpp's own log lines (warnings and errors) go to the listeners registered with
  * `onBackendLog` (the services' loggers); the last few are kept so a failed model load can say why.
  */
+export type GpuSetting = "auto" | false;
+
 export type BackendLogListener = (level: "warn" | "error", message: string) => void;
 
 const listeners = new Set<BackendLogListener>();
 const recent: string[] = [];
 const RECENT_LINES = 20;
-let backend: Promise<Llama> | null = null;
+const backends = new Map<GpuSetting, Promise<Llama>>();
 
-export function getBackend(): Promise<Llama> {
-  backend ??= getLlama({
-    gpu: false,
-    build: "never",
-    progressLogs: false,
-    logLevel: LlamaLogLevel.warn,
-    logger: onLog,
-  });
+export function getBackend(gpu: GpuSetting = false): Promise<Llama> {
+  let backend = backends.get(gpu);
+  if (!backend) {
+    backend = getLlama({ gpu, build: "never", progressLogs: false, logLevel: LlamaLogLevel.warn, logger: onLog });
+    backends.set(gpu, backend);
+  }
   return backend;
 }
 

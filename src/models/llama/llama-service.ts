@@ -10,12 +10,14 @@ import {
   ModelServiceError,
   type UpstreamModel,
 } from "../model-service.ts";
-import { backendErrorsSince, backendLogMark, getBackend, onBackendLog } from "./backend.ts";
+import { backendErrorsSince, backendLogMark, getBackend, type GpuSetting, onBackendLog } from "./backend.ts";
 import { ChatPrompt, commonPrefixLength, lastPieceKey, memoTokenizer } from "./chat-prompt.ts";
+import type { EngineStatus } from "./engine-status.ts";
 import { type LabelKind, type LabelSet, NoUsableLabelsError, pickLabels } from "./labels.ts";
 import { DEFAULT_MODEL_CACHE_DIR, ModelSourceError, modelSourceKind, publicSourceName, resolveModelSource } from "./model-source.ts";
 import { Deadline, SlotPool } from "./pool.ts";
 import { renderQuestionText, renderSystemText } from "./prompt.ts";
+import { DEFAULT_RETRY_BACKOFF, pause, retryDelayMs, type RetryBackoff } from "./retry.ts";
 import { buildAnswer, renormalise, restrictAndRenormalise, uniform } from "./scoring.ts";
 
 export interface LlamaLogger {
@@ -50,15 +52,13 @@ export interface LlamaServiceOptions {
   logger?: LlamaLogger;
   /** Model hub base URL (mirrors, tests). Default: node-llama-cpp's (`HF_ENDPOINT`, else the public hub). */
   hubEndpoint?: string;
+  /** Waits between load attempts after a failure that can heal. Default 1 s, doubling up to 60 s. */
+  retry?: RetryBackoff;
+  /** "auto": the best GPU build the install has, with as many layers on the GPU as fit; false (default): CPU only. */
+  gpu?: GpuSetting;
 }
 
-export interface LlamaServiceStatus {
-  state: "loading" | "ready" | "failed";
-  /** What is happening (loading) or what went wrong and what to do (failed); never a file-system path (shown to API clients). */
-  detail?: string;
-  /** 0 … 1 while loading: the download's, then the model load's progress. */
-  progress?: number;
-}
+export type LlamaServiceStatus = EngineStatus;
 
 /** The exact tokens the engine evaluates for a call (for tests and debugging). */
 export interface RenderedDecision {
@@ -86,7 +86,7 @@ export interface LlamaService extends ModelService {
   status(): LlamaServiceStatus;
   /** Contexts in use, contexts in all, and requests waiting for one (zeros until the model is ready). */
   load(): { busy: number; size: number; waiting: number };
-  /** Resolves when the model is ready; rejects with a `not_ready` ModelServiceError when loading failed. */
+  /** Resolves when the model is ready (after any retries); rejects with a `not_ready` ModelServiceError when loading failed for good or the service was closed. */
   ready(): Promise<void>;
   /** The prompt and label tokens of a call, as `decide` would evaluate them (limits are checked too). */
   render(call: ModelCall): Promise<RenderedDecision>;
@@ -108,12 +108,16 @@ export function sourceHint(sourceSetting = "TDS_MODEL_PATH"): string {
 /** Said after every failure shown to API clients: the paths and the underlying errors are only logged. */
 export const SEE_THE_LOG = "(details in the server log)";
 
-/** A loading failure: `message` (paths, the underlying error) is logged; `publicReason` and `hint` are shown to API clients. */
+/**
+ * A loading failure: `message` (paths, the underlying error) is logged; `publicReason` and `hint` are shown to API
+ * clients. One that `canHeal` (the model file or its download) is retried; the others wait for a restart.
+ */
 class LoadFailure extends Error {
   constructor(
     message: string,
     readonly publicReason: string,
     readonly hint: string,
+    readonly canHeal: boolean,
   ) {
     super(message);
     this.name = "LoadFailure";
@@ -138,6 +142,8 @@ interface Engine {
   maxState: number;
   maxBranch: number;
   contexts: LlamaContext[];
+  /** The GPU type the backend uses, or false for the CPU. */
+  gpu: string | false;
 }
 
 interface Plan {
@@ -162,9 +168,11 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
     if (options[key] !== undefined) positiveInteger(key, options[key] as number);
   }
 
-  let status: LlamaServiceStatus = { state: "loading", detail: "starting", progress: 0 };
+  const backoff = options.retry ?? DEFAULT_RETRY_BACKOFF;
+  let status: EngineStatus = { state: "loading", detail: "starting", progress: 0 };
+  /** Since the first failed attempt: what the loading status carries on. */
+  let lastFailure: Pick<EngineStatus, "lastError" | "failedAttempts"> = {};
   let engine: Engine | null = null;
-  let failure: string | null = null;
   let closed = false;
   const closing = new AbortController();
   const inflight = new Set<Promise<unknown>>();
@@ -177,34 +185,62 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
     else logger.error(`llama.cpp: ${message}`);
   });
 
-  const loading = load().then(
-    (e) => {
+  const loading = loadUntilReady();
+
+  /** Attempts to load until the model is ready, a failure cannot heal, or the service is closed. */
+  async function loadUntilReady(): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      let e: Engine;
+      try {
+        e = await load();
+      } catch (err) {
+        if (closed) break;
+        const f = asLoadFailure(err);
+        if (!f.canHeal) {
+          status = { state: "failed", detail: `the model "${name}" failed to load: ${f.publicReason}; ${f.hint} ${SEE_THE_LOG}` };
+          logger.error(`the model "${name}" failed to load: ${f.message}; ${f.hint}`);
+          return;
+        }
+        const waitMs = retryDelayMs(attempt, backoff);
+        const at = Date.now() + waitMs;
+        lastFailure = { lastError: f.publicReason, failedAttempts: attempt };
+        status = {
+          state: "retrying",
+          detail: `the model "${name}" is still loading: attempt ${attempt} failed (${f.publicReason}), the next starts at ${new Date(at).toISOString()}; ${f.hint} ${SEE_THE_LOG}`,
+          ...lastFailure,
+          nextAttemptAtMs: at,
+        };
+        logger.warn(`the model "${name}" failed to load (attempt ${attempt}): ${f.message}; retrying in ${duration(waitMs)}, at ${new Date(at).toISOString()}`);
+        await pause(waitMs, closing.signal);
+        if (closed) break;
+        continue;
+      }
       if (closed) {
         void disposeEngine(e);
-        return;
+        break;
       }
       engine = e;
       status = { state: "ready" };
       logger.info(
-        `model "${name}" ready: ${e.model.typeDescription}, context ${e.contexts[0]?.contextSize} tokens × ${poolSize}, ` +
-          `max_state ${e.maxState}, max_branch ${e.maxBranch}, chat template ${e.prompt.wrapperName}`,
+        `model "${name}" ready${attempt > 1 ? ` after ${attempt} attempts` : ""}: ${e.model.typeDescription} on ${e.gpu === false ? "the CPU" : e.gpu}, ` +
+          `context ${e.contexts[0]?.contextSize} tokens × ${poolSize}, max_state ${e.maxState}, max_branch ${e.maxBranch}, chat template ${e.prompt.wrapperName}`,
       );
-    },
-    (err: unknown) => {
-      const f = asLoadFailure(err);
-      failure = closed ? "the model service was closed while loading" : `the model "${name}" failed to load: ${f.publicReason}; ${f.hint} ${SEE_THE_LOG}`;
-      status = { state: "failed", detail: failure };
-      if (!closed) logger.error(`the model "${name}" failed to load: ${f.message}; ${f.hint}`);
-    },
-  );
+      return;
+    }
+    status = { state: "failed", detail: "the model service was closed while loading" };
+  }
+
+  function loadingStatus(detail: string, progress: number): EngineStatus {
+    return { state: "loading", detail, progress, ...lastFailure };
+  }
 
   function asLoadFailure(err: unknown): LoadFailure {
     if (err instanceof LoadFailure) return err;
     if (err instanceof ModelSourceError) {
       const cacheHint = `set TDS_MODEL_CACHE_DIR to a writable folder with room for the model, or ${hint}`;
-      return new LoadFailure(err.message, err.publicMessage, /cache folder/.test(err.publicMessage) ? cacheHint : hint);
+      return new LoadFailure(err.message, err.publicMessage, /cache folder/.test(err.publicMessage) ? cacheHint : hint, true);
     }
-    return new LoadFailure(err instanceof Error ? err.message : String(err), "an unexpected error", hint);
+    return new LoadFailure(err instanceof Error ? err.message : String(err), "an unexpected error", hint, false);
   }
 
   async function load(): Promise<Engine> {
@@ -216,7 +252,7 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
       ...(options.hubEndpoint ? { hubEndpoint: options.hubEndpoint } : {}),
       onProgress: ({ downloadedBytes, totalBytes }) => {
         const fraction = totalBytes > 0 ? downloadedBytes / totalBytes : 0;
-        status = { state: "loading", detail: `downloading ${shownSource}`, progress: fraction };
+        status = loadingStatus(`downloading ${shownSource}`, fraction);
         const step = Math.floor(fraction * 10);
         if (step !== lastLogged) {
           lastLogged = step;
@@ -225,13 +261,14 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
       },
     });
     if (kind !== "file") logger.info(`model file ${path}`);
-    status = { state: "loading", detail: "loading the model file", progress: 0 };
+    status = loadingStatus("loading the model file", 0);
 
-    const llama = await getBackend().catch((err: unknown) => {
+    const llama = await getBackend(options.gpu ?? false).catch((err: unknown) => {
       throw new LoadFailure(
         `the llama.cpp backend cannot be loaded (${err instanceof Error ? err.message : String(err)})`,
         "the llama.cpp backend cannot be loaded on this machine",
         "set TDS_MODEL_SERVICE_URL to a System One server",
+        false,
       );
     });
     const mark = backendLogMark();
@@ -239,29 +276,29 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
     try {
       model = await llama.loadModel({
         modelPath: path,
-        gpuLayers: 0,
+        gpuLayers: llama.gpu === false ? 0 : "auto",
         loadSignal: closing.signal,
         onLoadProgress: (p) => {
-          status = { state: "loading", detail: "loading the model file", progress: p };
+          status = loadingStatus("loading the model file", p);
         },
       });
     } catch (err) {
       const native = backendErrorsSince(mark);
       const why = [err instanceof Error ? err.message : String(err), ...native.slice(-2)].join(" — ");
-      throw new LoadFailure(`${path} is not a usable GGUF model (${why})`, "the model file is not a usable GGUF model", hint);
+      throw new LoadFailure(`${path} is not a usable GGUF model (${why})`, "the model file is not a usable GGUF model", hint, true);
     }
     try {
-      return await prepare(model);
+      return await prepare(model, llama.gpu);
     } catch (err) {
       await model.dispose().catch(() => {});
       throw err;
     }
   }
 
-  async function prepare(model: LlamaModel): Promise<Engine> {
+  async function prepare(model: LlamaModel, gpu: string | false): Promise<Engine> {
     if (String(model.vocabularyType) === "none") {
       const reason = "the model has no vocabulary (it cannot be prompted)";
-      throw new LoadFailure(reason, reason, hint);
+      throw new LoadFailure(reason, reason, hint, false);
     }
     const prompt = new ChatPrompt(model, (m) => logger.warn(m));
     const contextSize = options.contextSize ?? Math.min(model.trainContextSize || DEFAULT_CONTEXT_SIZE, DEFAULT_CONTEXT_SIZE);
@@ -287,6 +324,7 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
         `cannot create a ${contextSize}-token context (${err instanceof Error ? err.message : String(err)})`,
         `cannot create a ${contextSize}-token context`,
         "lower the model's context_size or pool_size in the config file (TDS_CONFIG)",
+        false,
       );
     }
     const actual = contexts[0]?.contextSize ?? contextSize;
@@ -297,10 +335,10 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
       const reason =
         `the limits leave no room for a state: max_branch is ${maxBranch} tokens (context ${actual}), ` +
         `and ${QUESTION_RESERVE_TOKENS} tokens are kept for a question`;
-      throw new LoadFailure(reason, reason, "raise the model's context.max_branch or context_size in the config file (TDS_CONFIG)");
+      throw new LoadFailure(reason, reason, "raise the model's context.max_branch or context_size in the config file (TDS_CONFIG)", false);
     }
     const slots = contexts.map((context) => ({ context, sequence: context.getSequence() }));
-    return { model, prompt, pool: new SlotPool(slots, queueLimit), maxState, maxBranch, contexts };
+    return { model, prompt, pool: new SlotPool(slots, queueLimit), maxState, maxBranch, contexts, gpu };
   }
 
   async function disposeEngine(e: Engine): Promise<void> {
@@ -311,9 +349,10 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
   function requireEngine(): Engine {
     if (closed) throw new ModelServiceError("unavailable", "the embedded model service is closed");
     if (engine) return engine;
-    if (failure !== null) throw new ModelServiceError("not_ready", failure);
+    if (status.state !== "loading") throw new ModelServiceError("not_ready", status.detail ?? "the model is not loaded");
     const pct = Math.floor((status.progress ?? 0) * 100);
-    throw new ModelServiceError("not_ready", `the model is still loading (${pct}%)${status.detail ? `: ${status.detail}` : ""}`);
+    const last = status.lastError ? `; attempt ${status.failedAttempts} failed (${status.lastError})` : "";
+    throw new ModelServiceError("not_ready", `the model is still loading (${pct}%)${status.detail ? `: ${status.detail}` : ""}${last}`);
   }
 
   /** Renders and tokenizes every question; rejects over-long states and branches before any evaluation. */
@@ -479,7 +518,7 @@ export function createLlamaService(options: LlamaServiceOptions): LlamaService {
     async ready() {
       await loading;
       if (engine) return;
-      throw new ModelServiceError("not_ready", failure ?? "the embedded model service is closed");
+      throw new ModelServiceError("not_ready", status.detail ?? "the embedded model service is closed");
     },
 
     async listModels(): Promise<UpstreamModel[]> {
@@ -594,6 +633,10 @@ function asServiceError(err: unknown): ModelServiceError {
 
 function positiveInteger(name: string, value: number): void {
   if (!Number.isInteger(value) || value < 1) throw new TypeError(`${name} must be an integer >= 1`);
+}
+
+function duration(ms: number): string {
+  return ms < 1000 ? `${ms} ms` : `${ms / 1000} s`;
 }
 
 function mb(bytes: number): string {

@@ -89,7 +89,7 @@ function downloadProblem(reason: string): string {
   if (/\b(ENOSPC)\b|no space left/i.test(reason)) return "no space is left in the model cache folder";
   if (/\b(EACCES|EPERM|EROFS|ENOTDIR)\b|permission denied|read-only file system/i.test(reason)) return "the model cache folder cannot be written";
   if (/\b(401|403)\b|unauthori[sz]ed|forbidden/i.test(reason)) return "the hub refused access (a gated model needs HF_TOKEN)";
-  if (/\b404\b|not found/i.test(reason)) return "the hub has no such model file";
+  if (/\b404\b|not found|does not exist/i.test(reason)) return "the hub has no such model file";
   if (/fetch failed|\b(ECONNREFUSED|ECONNRESET|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH)\b|socket|network|timed? ?out/i.test(reason)) {
     return "the model hub cannot be reached";
   }

@@ -1,0 +1,7 @@
+import { readFileSync } from "node:fs";
+
+/** The package's name and version, read once from package.json (one level above src/ and dist/ alike). */
+const pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { name: string; version: string };
+
+export const SERVICE_NAME: string = pkg.name;
+export const SERVICE_VERSION: string = pkg.version;
