@@ -22,7 +22,11 @@ interface Sample {
 function measure(args: string[], env: Record<string, string>): Sample {
   const started = process.hrtime.bigint();
   // GNU time prints the child's user and system seconds on stderr (the last line, after the command's own).
-  const result = spawnSync("/usr/bin/time", ["-f", "%U %S", process.execPath, ...args], { cwd: ROOT, encoding: "utf8", env: { PATH: process.env.PATH ?? "", ...env } });
+  const result = spawnSync("/usr/bin/time", ["-f", "%U %S", process.execPath, ...args], {
+    cwd: ROOT,
+    encoding: "utf8",
+    env: { PATH: process.env.PATH ?? "", ...env },
+  });
   const wall = Number(process.hrtime.bigint() - started) / 1e9;
   if (result.status !== 0) throw new Error(`${args.join(" ")} failed: ${result.stderr}`);
   const [user, system] = result.stderr.trim().split("\n").at(-1)!.split(" ").map(Number);
@@ -59,9 +63,12 @@ async function main(): Promise<void> {
   console.log(`tds org list, ${RUNS} runs each (seconds)`);
   console.log("| command | wall median | wall min | wall max | CPU median |");
   console.log("| --- | --- | --- | --- | --- |");
-  for (const [label, r] of Object.entries(results)) console.log(`| ${label} | ${r.median.toFixed(3)} | ${r.min.toFixed(3)} | ${r.max.toFixed(3)} | ${r.cpu.toFixed(3)} |`);
+  for (const [label, r] of Object.entries(results))
+    console.log(`| ${label} | ${r.median.toFixed(3)} | ${r.min.toFixed(3)} | ${r.max.toFixed(3)} | ${r.cpu.toFixed(3)} |`);
   const [compiled, sources] = Object.values(results) as [ReturnType<typeof summary>, ReturnType<typeof summary>];
-  console.log(`compiled ÷ sources (wall median): ${(compiled.median / sources.median).toFixed(2)}; target ≤ ${TARGET_SECONDS} s: ${compiled.median <= TARGET_SECONDS ? "met" : "MISSED"}`);
+  console.log(
+    `compiled ÷ sources (wall median): ${(compiled.median / sources.median).toFixed(2)}; target ≤ ${TARGET_SECONDS} s: ${compiled.median <= TARGET_SECONDS ? "met" : "MISSED"}`,
+  );
 }
 
 await main();

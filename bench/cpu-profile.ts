@@ -22,7 +22,8 @@ function shortUrl(url: string): string {
 /** What a file belongs to: the project's own source, a package, Node's internals, or V8's pseudo-nodes. */
 function category(url: string, name: string): string {
   if (url === "") return name.startsWith("(") ? name : "(native)";
-  if (url.startsWith("node:")) return `node:${url.slice(5).split("/")[0] === "internal" ? url.slice(5).split("/").slice(0, 2).join("/") : url.slice(5)}`;
+  if (url.startsWith("node:"))
+    return `node:${url.slice(5).split("/")[0] === "internal" ? url.slice(5).split("/").slice(0, 2).join("/") : url.slice(5)}`;
   const nm = url.lastIndexOf("/node_modules/");
   if (nm >= 0) {
     const rest = url.slice(nm + "/node_modules/".length).split("/");

@@ -13,10 +13,10 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
-import { REALISTIC_0_5B, writeTestGguf, type TestGgufOptions } from "../scripts/make-test-gguf.ts";
+import { REALISTIC_0_5B, type TestGgufOptions, writeTestGguf } from "../scripts/make-test-gguf.ts";
 import type { Question } from "../src/contract/decision.ts";
 import { checkAnswers } from "../src/gateway/answer-check.ts";
-import { createLlamaService } from "../src/models/llama/llama-service.ts";
+import { openLlamaService } from "../src/models/llama/llama-service.ts";
 import { SYSTEM_INSTRUCTIONS } from "../src/models/llama/prompt.ts";
 
 const args = process.argv.slice(2);
@@ -35,7 +35,11 @@ const STATE = {
 };
 
 const QUESTION_KINDS: Question[] = [
-  { type: "choice", instructions: "What is the ticket about?", criteria: { billing: "Payments and invoices", bug: "Something broken", other: null } },
+  {
+    type: "choice",
+    instructions: "What is the ticket about?",
+    criteria: { billing: "Payments and invoices", bug: "Something broken", other: null },
+  },
   { type: "score", instructions: "How urgent is it?", criteria: ["not urgent", "soon", "today", "now"] },
   { type: "noul", instructions: "Does the customer ask for a refund?" },
 ];
@@ -57,7 +61,7 @@ async function benchModel(label: string, options: TestGgufOptions, runs: number)
     const writeMs = performance.now() - t;
     const rssBefore = process.memoryUsage().rss;
     t = performance.now();
-    const service = createLlamaService({
+    const service = openLlamaService({
       name: label,
       source: info.path,
       threads: THREADS,
@@ -100,7 +104,9 @@ async function benchModel(label: string, options: TestGgufOptions, runs: number)
       `${(info.bytes / 1e6).toFixed(1)} MB file, ${(info.parameters / 1e6).toFixed(1)}M parameters, ${info.vocabSize} tokens; ` +
         `written in ${writeMs.toFixed(0)} ms, loaded in ${loadMs.toFixed(0)} ms (backend included on first load)`,
     );
-    console.log(`threads ${THREADS}, batch 512, context 4096, ${runs} runs per row (median); prompt of one question: ${promptTokens} tokens`);
+    console.log(
+      `threads ${THREADS}, batch 512, context 4096, ${runs} runs per row (median); prompt of one question: ${promptTokens} tokens`,
+    );
     console.log("| questions | input tokens | latency ms |");
     console.log("| ---: | ---: | ---: |");
     for (const r of rows) console.log(`| ${r.n} | ${r.input} | ${r.ms.toFixed(1)} |`);
@@ -121,7 +127,12 @@ async function benchModel(label: string, options: TestGgufOptions, runs: number)
  */
 const PROMPT_WORDS = [
   ...new Set(
-    [SYSTEM_INSTRUCTIONS, JSON.stringify(STATE), ...QUESTION_KINDS.map((q) => JSON.stringify(q)), "Type Instructions Options Levels lowest highest Reply means"]
+    [
+      SYSTEM_INSTRUCTIONS,
+      JSON.stringify(STATE),
+      ...QUESTION_KINDS.map((q) => JSON.stringify(q)),
+      "Type Instructions Options Levels lowest highest Reply means",
+    ]
       .join(" ")
       .match(/[A-Za-z]{3,}/g) ?? [],
   ),

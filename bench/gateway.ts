@@ -48,10 +48,10 @@ import { Pool } from "undici";
 import { createTestDatabase, TEST_POSTGRES_URL } from "../test/support/postgres-db.ts";
 import { freePort } from "../test/support/redis-server.ts";
 import { summarizeProfile } from "./cpu-profile.ts";
-import { addCpu, cpuSince, type CpuReading, postgresCpuSince, readCpu, readPostgresCpu } from "./proc-cpu.ts";
 import { perfAvailable, perfNodeArgs, perfRecord, perfSummary, removePerfMap } from "./perf-profile.ts";
+import { addCpu, type CpuReading, cpuSince, postgresCpuSince, readCpu, readPostgresCpu } from "./proc-cpu.ts";
 import { storeCosts } from "./store-costs.ts";
-import { OPEN_LIMITS, provisionOrg, realisticRequest, ROOT, startProcess, type Started } from "./support.ts";
+import { OPEN_LIMITS, provisionOrg, ROOT, realisticRequest, type Started, startProcess } from "./support.ts";
 
 const { values } = parseArgs({
   options: {
@@ -208,7 +208,15 @@ async function spawnGateway(env: Record<string, string>, options: { logFile?: st
   const out = options.logFile ? openSync(options.logFile, "w") : "ignore";
   const child: ChildProcess = spawn(process.execPath, [...(options.nodeArgs ?? []), "--import", "tsx", "src/server.ts"], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", HOST: "127.0.0.1", PORT: String(port), LOG_LEVEL: "warn", TDS_BOOTSTRAP: "false", ...env },
+    env: {
+      PATH: process.env.PATH ?? "",
+      HOME: process.env.HOME ?? "/tmp",
+      HOST: "127.0.0.1",
+      PORT: String(port),
+      LOG_LEVEL: "warn",
+      TDS_BOOTSTRAP: "false",
+      ...env,
+    },
     stdio: ["ignore", out, "inherit"],
   });
   if (typeof out === "number") closeSync(out);
@@ -316,7 +324,12 @@ async function postgresSettings(url: string): Promise<string> {
 }
 
 /** The gateway setups (c) to (f) and (c'), with their databases provisioned. */
-async function gatewaySetups(modelUrl: string, dir: string, cleanups: Array<() => Promise<void>>, notes: string[]): Promise<GatewaySetup[]> {
+async function gatewaySetups(
+  modelUrl: string,
+  dir: string,
+  cleanups: Array<() => Promise<void>>,
+  notes: string[],
+): Promise<GatewaySetup[]> {
   const base = { TDS_MODEL_SERVICE_URL: modelUrl, ...OPEN_LIMITS };
   const sqlite = async (id: string, name: string, mode: "preview" | "paid", extra: Record<string, string> = {}): Promise<GatewaySetup> => {
     const url = `sqlite:${join(dir, `${id.replace("'", "-info")}.sqlite`)}`;
@@ -330,10 +343,24 @@ async function gatewaySetups(modelUrl: string, dir: string, cleanups: Array<() =
     try {
       const db = await createTestDatabase("tds_bench_gw");
       cleanups.push(() => db.drop());
-      notes.push(`PostgreSQL: ${await postgresSettings(db.url)}; the bench runs VACUUM (ANALYZE) on its database before each run and each profile.`);
+      notes.push(
+        `PostgreSQL: ${await postgresSettings(db.url)}; the bench runs VACUUM (ANALYZE) on its database before each run and each profile.`,
+      );
       const env = (mode: string) => ({ ...base, TDS_DATABASE_URL: db.url, TDS_SERVICE_MODE: mode });
-      setups.push({ id: "e", name: "(e) gateway, preview, PostgreSQL", env: env("preview"), key: await provisionOrg(db.url), database: db.name });
-      setups.push({ id: "f", name: "(f) gateway, paid, PostgreSQL", env: env("paid"), key: await provisionOrg(db.url, PAID_GRANT), database: db.name });
+      setups.push({
+        id: "e",
+        name: "(e) gateway, preview, PostgreSQL",
+        env: env("preview"),
+        key: await provisionOrg(db.url),
+        database: db.name,
+      });
+      setups.push({
+        id: "f",
+        name: "(f) gateway, paid, PostgreSQL",
+        env: env("paid"),
+        key: await provisionOrg(db.url, PAID_GRANT),
+        database: db.name,
+      });
     } catch (err) {
       notes.push(`PostgreSQL setups skipped: ${(err as Error).message}`);
     }
@@ -552,7 +579,13 @@ function latencyTable(targets: Target[], runs: Run[]): string[] {
     const added50 = runs.map((r) => p(r, t.id, 50) - p(r, "b", 50));
     const added99 = runs.map((r) => p(r, t.id, 99) - p(r, "b", 99));
     lines.push(
-      `| ${t.name} | ${perRun(runs.map((r) => p(r, t.id, 50)), f2)} | ${perRun(runs.map((r) => p(r, t.id, 99)), f2)} | ` +
+      `| ${t.name} | ${perRun(
+        runs.map((r) => p(r, t.id, 50)),
+        f2,
+      )} | ${perRun(
+        runs.map((r) => p(r, t.id, 99)),
+        f2,
+      )} | ` +
         `${gw ? perRun(added50, signed) : "–"} | ${gw ? perRun(added99, signed) : "–"} | ${gw ? `**${signed(median(added99))}**` : "–"} | ` +
         `${gw ? verdict(median(added99) <= ADDED_P99_TARGET_MS) : "–"} |`,
     );
@@ -607,14 +640,20 @@ function infoVsWarn(runs: Run[], logFile: string | undefined): string | null {
 
 function printComparison(targets: Target[], runs: Run[], rss: Array<[string, number, number]>, logFile: string | undefined): void {
   const out = (lines: string[] | string) => console.log(Array.isArray(lines) ? lines.join("\n") : lines);
-  out(`\nGateway CPU per request ÷ the proxy's, saturating (${CONNECTIONS} connections), ${RUNS} runs; the ratio of each run, then their median\n`);
+  out(
+    `\nGateway CPU per request ÷ the proxy's, saturating (${CONNECTIONS} connections), ${RUNS} runs; the ratio of each run, then their median\n`,
+  );
   out(cpuTable(targets, runs, "saturated"));
   const pgSat = postgresTable(targets, runs, "saturated");
   if (pgSat.length) {
-    out(`\nPostgreSQL setups, saturating: per request, medians of the runs (PostgreSQL CPU: its backends of the bench database + its shared processes, /proc)\n`);
+    out(
+      `\nPostgreSQL setups, saturating: per request, medians of the runs (PostgreSQL CPU: its backends of the bench database + its shared processes, /proc)\n`,
+    );
     out(pgSat);
   }
-  out(`\nLatency at ${RATE} req/s evenly paced (${PACED_SECONDS} s per setup and run, one request every ${f2(1000 / RATE)} ms, open loop); added = gateway − proxy of the same run\n`);
+  out(
+    `\nLatency at ${RATE} req/s evenly paced (${PACED_SECONDS} s per setup and run, one request every ${f2(1000 / RATE)} ms, open loop); added = gateway − proxy of the same run\n`,
+  );
   out(latencyTable(targets, runs));
   out(`\nCPU per request at ${RATE} req/s evenly paced\n`);
   out(cpuTable(targets, runs, "paced"));
@@ -637,7 +676,11 @@ function printComparison(targets: Target[], runs: Run[], rss: Array<[string, num
 // ── the comparison ───────────────────────────────────────────────────────────────────────────
 
 async function comparison(model: Started, setups: GatewaySetup[], cleanups: Array<() => Promise<void>>): Promise<void> {
-  const proxy = await startProcess(["bench/passthrough-proxy.ts", "--upstream", model.url, "--port", "0"], {}, /listening on (http:\/\/127\.0\.0\.1:\d+)/);
+  const proxy = await startProcess(
+    ["bench/passthrough-proxy.ts", "--upstream", model.url, "--port", "0"],
+    {},
+    /listening on (http:\/\/127\.0\.0\.1:\d+)/,
+  );
   cleanups.push(() => proxy.stop());
   const targets: Target[] = [
     { id: "a", name: "(a) precomputed model server, direct", url: model.url, pid: model.child.pid!, kind: "model", paced: false },
@@ -647,7 +690,16 @@ async function comparison(model: Started, setups: GatewaySetup[], cleanups: Arra
     log(`starting ${s.name}`);
     const gw = await spawnGateway(s.env, s.logFile ? { logFile: s.logFile } : {});
     cleanups.push(() => gw.stop());
-    targets.push({ id: s.id, name: s.name, url: gw.url, key: s.key, pid: gw.pid, kind: "gateway", database: s.database, paced: s.id !== "c'" });
+    targets.push({
+      id: s.id,
+      name: s.name,
+      url: gw.url,
+      key: s.key,
+      pid: gw.pid,
+      kind: "gateway",
+      database: s.database,
+      paced: s.id !== "c'",
+    });
   }
   for (const t of targets) await checkAccepted(t.name, t);
 
@@ -742,7 +794,9 @@ function printMemory(series: MemorySample[], samples: Samples, cpuUs: number): v
     `\nGateway memory over a ${MEMORY_SECONDS}-second run at ${RATE} req/s evenly paced (a fresh paid SQLite gateway; VmRSS, RssAnon and ` +
       "RssFile + RssShmem from /proc/<pid>/status, V8 heap used from its GET /metrics, the size of the database's -wal file)\n",
   );
-  console.log("| when | RSS MB | anonymous MB | mapped files MB | V8 heap used MB | WAL file MB |\n| --- | ---: | ---: | ---: | ---: | ---: |");
+  console.log(
+    "| when | RSS MB | anonymous MB | mapped files MB | V8 heap used MB | WAL file MB |\n| --- | ---: | ---: | ---: | ---: | ---: |",
+  );
   for (const m of series.filter((m) => m.t % 15 === 0 || m.t > MEMORY_SECONDS)) {
     console.log(`| ${m.when} | ${f1(m.rss)} | ${f1(m.anon)} | ${f1(m.files)} | ${f1(m.heap)} | ${f1(m.walMb)} |`);
   }
@@ -808,7 +862,10 @@ async function perfRun(setup: GatewaySetup, dir: string): Promise<string> {
     log(`${setup.name} under perf: ${WARMUP_SECONDS} s warm-up + ${PROFILE_SECONDS} s at ${CONNECTIONS} connections`);
     await saturate(target, { connections: CONNECTIONS, seconds: WARMUP_SECONDS });
     const cpu0 = readCpu(gw.pid);
-    const [s] = await Promise.all([saturate(target, { connections: CONNECTIONS, seconds: PROFILE_SECONDS }), perfRecord(gw.pid, PROFILE_SECONDS, file)]);
+    const [s] = await Promise.all([
+      saturate(target, { connections: CONNECTIONS, seconds: PROFILE_SECONDS }),
+      perfRecord(gw.pid, PROFILE_SECONDS, file),
+    ]);
     const cpu = cpuSince(cpu0, readCpu(gw.pid));
     const line =
       `${f0(s.requests / s.seconds)} req/s, ${s.failures} failures, ${f1(cpu.ns / 1000 / s.requests)} µs CPU per request, ` +

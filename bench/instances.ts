@@ -9,7 +9,17 @@ import { cpus, tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { createTestDatabase } from "../test/support/postgres-db.ts";
-import { OPEN_LIMITS, TABLE_HEAD, load, provisionOrg, realisticRequest, row, startFakeModel, startGateway, type LoadResult } from "./support.ts";
+import {
+  type LoadResult,
+  load,
+  OPEN_LIMITS,
+  provisionOrg,
+  realisticRequest,
+  row,
+  startFakeModel,
+  startGateway,
+  TABLE_HEAD,
+} from "./support.ts";
 
 const { values } = parseArgs({ options: { seconds: { type: "string", default: "10" }, connections: { type: "string", default: "32" } } });
 const seconds = Number(values.seconds);
@@ -40,12 +50,19 @@ try {
 
     const pgRedis = await startGateway({ ...base, TDS_DATABASE_URL: db.url, TDS_REDIS_URL: redisUrl });
     await load({ url: pgRedis.url, path: "/v1/systemone", body, key: pgKey, connections, seconds: 2 });
-    results.push(["1 instance, PostgreSQL + Redis", await load({ url: pgRedis.url, path: "/v1/systemone", body, key: pgKey, connections, seconds })]);
+    results.push([
+      "1 instance, PostgreSQL + Redis",
+      await load({ url: pgRedis.url, path: "/v1/systemone", body, key: pgKey, connections, seconds }),
+    ]);
     await pgRedis.stop();
 
     const pair = await Promise.all([0, 1].map(() => startGateway({ ...base, TDS_DATABASE_URL: db.url, TDS_REDIS_URL: redisUrl })));
-    await Promise.all(pair.map((g) => load({ url: g.url, path: "/v1/systemone", body, key: pgKey, connections: connections / 2, seconds: 2 })));
-    const both = await Promise.all(pair.map((g) => load({ url: g.url, path: "/v1/systemone", body, key: pgKey, connections: connections / 2, seconds })));
+    await Promise.all(
+      pair.map((g) => load({ url: g.url, path: "/v1/systemone", body, key: pgKey, connections: connections / 2, seconds: 2 })),
+    );
+    const both = await Promise.all(
+      pair.map((g) => load({ url: g.url, path: "/v1/systemone", body, key: pgKey, connections: connections / 2, seconds })),
+    );
     results.push([
       "2 instances, PostgreSQL + Redis (sum; worst p50/p99)",
       {
@@ -66,7 +83,9 @@ try {
   rmSync(dir, { recursive: true, force: true });
 }
 
-console.log(`\n${cpus().length} cores (${cpus()[0]?.model ?? "?"}), Node ${process.version}, ${seconds} s per setup, ${connections} connections, preview mode, fake model answering at once\n`);
+console.log(
+  `\n${cpus().length} cores (${cpus()[0]?.model ?? "?"}), Node ${process.version}, ${seconds} s per setup, ${connections} connections, preview mode, fake model answering at once\n`,
+);
 console.log(TABLE_HEAD);
 for (const [name, r] of results) console.log(row(name, r));
 const first = results[0]![1].rps;

@@ -27,7 +27,7 @@ import { parseArgs } from "node:util";
 import { Agent, request } from "undici";
 import { DecisionRequest } from "../src/contract/decision.ts";
 import { compileSchema, summarizeFieldErrors } from "../src/contract/validation.ts";
-import { OPEN_LIMITS, provisionOrg, startGateway, startProcess, type Started } from "./support.ts";
+import { OPEN_LIMITS, provisionOrg, type Started, startGateway, startProcess } from "./support.ts";
 
 const { values } = parseArgs({
   options: {
@@ -69,33 +69,65 @@ interface Shape {
 }
 
 const SHAPES: Shape[] = [
-  { name: "many invalid questions {type:noul,criteria:1}", expect: 422, body: () => fit((n) => JSON.stringify({ state: 1, questions: questions(n, () => ({ type: "noul", criteria: 1 })) })) },
-  { name: "many valid questions (> max_questions)", expect: 422, body: () => fit((n) => JSON.stringify({ state: 1, questions: questions(n, () => ({ type: "noul" })) })) },
+  {
+    name: "many invalid questions {type:noul,criteria:1}",
+    expect: 422,
+    body: () => fit((n) => JSON.stringify({ state: 1, questions: questions(n, () => ({ type: "noul", criteria: 1 })) })),
+  },
+  {
+    name: "many valid questions (> max_questions)",
+    expect: 422,
+    body: () => fit((n) => JSON.stringify({ state: 1, questions: questions(n, () => ({ type: "noul" })) })),
+  },
   {
     name: "32 questions, each with many unknown fields",
     expect: 422,
-    body: () => fit((n) => JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "noul", ...many(n, (i) => [`k${i}`, 1]) })) })),
+    body: () =>
+      fit((n) => JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "noul", ...many(n, (i) => [`k${i}`, 1]) })) })),
   },
-  { name: "many unknown top-level fields", expect: 422, body: () => fit((n) => JSON.stringify({ state: 1, questions: { q: { type: "noul" } }, ...many(n, (i) => [`k${i}`, 1]) })) },
+  {
+    name: "many unknown top-level fields",
+    expect: 422,
+    body: () => fit((n) => JSON.stringify({ state: 1, questions: { q: { type: "noul" } }, ...many(n, (i) => [`k${i}`, 1]) })),
+  },
   {
     name: "noul criteria with many unknown keys",
     expect: 422,
-    body: () => fit((n) => JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "noul", criteria: many(n, (i) => [`k${i}`, 1]) })) })),
+    body: () =>
+      fit((n) => JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "noul", criteria: many(n, (i) => [`k${i}`, 1]) })) })),
   },
   {
     name: "32 x choice, 255 options with long names",
     expect: 200,
-    body: () => fit((n) => JSON.stringify({ state: 1, questions: questions(32, (q) => ({ type: "choice", criteria: many(255, (i) => [`${"option ".repeat(n)}${q}.${i}`, null]) })) })),
+    body: () =>
+      fit((n) =>
+        JSON.stringify({
+          state: 1,
+          questions: questions(32, (q) => ({ type: "choice", criteria: many(255, (i) => [`${"option ".repeat(n)}${q}.${i}`, null]) })),
+        }),
+      ),
   },
   {
     name: "32 x choice, 255 options, long descriptions",
     expect: 200,
-    body: () => fit((n) => JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "choice", criteria: many(255, (i) => [`o${i}`, "d".repeat(n)]) })) })),
+    body: () =>
+      fit((n) =>
+        JSON.stringify({
+          state: 1,
+          questions: questions(32, () => ({ type: "choice", criteria: many(255, (i) => [`o${i}`, "d".repeat(n)]) })),
+        }),
+      ),
   },
   {
     name: "32 x score, 255 levels",
     expect: 200,
-    body: () => fit((n) => JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "score", criteria: Array.from({ length: 255 }, (_, i) => `${"level ".repeat(n)}${i}`) })) })),
+    body: () =>
+      fit((n) =>
+        JSON.stringify({
+          state: 1,
+          questions: questions(32, () => ({ type: "score", criteria: Array.from({ length: 255 }, (_, i) => `${"level ".repeat(n)}${i}`) })),
+        }),
+      ),
   },
   {
     name: "32 questions, huge state/instructions/criteria",
@@ -115,7 +147,11 @@ const SHAPES: Shape[] = [
       ),
   },
   // The body object and the state array are two levels: 254 more reach the limit of 256 exactly.
-  { name: "state: many arrays nested to the 256-level limit", expect: 200, body: () => fit((n) => `{"state":[${Array.from({ length: n }, () => nest(254)).join(",")}],"questions":{"q":{"type":"noul"}}}`) },
+  {
+    name: "state: many arrays nested to the 256-level limit",
+    expect: 200,
+    body: () => fit((n) => `{"state":[${Array.from({ length: n }, () => nest(254)).join(",")}],"questions":{"q":{"type":"noul"}}}`),
+  },
   {
     name: "instructions/criteria values nested 250 deep",
     expect: 200,
@@ -124,23 +160,83 @@ const SHAPES: Shape[] = [
         (n) =>
           `{"state":${nest(255)},"questions":{${Array.from(
             { length: 32 },
-            (_, q) => `"q${q}":{"type":"choice","instructions":${nest(250)},"criteria":{${Array.from({ length: n }, (_, i) => `"o${i}":${nest(250)}`).join(",")}}}`,
+            (_, q) =>
+              `"q${q}":{"type":"choice","instructions":${nest(250)},"criteria":{${Array.from({ length: n }, (_, i) => `"o${i}":${nest(250)}`).join(",")}}}`,
           ).join(",")}}}`,
       ),
   },
-  { name: "state: many arrays, the last 257 levels deep", expect: 422, body: () => fit((n) => `{"state":[${Array.from({ length: n }, (_, i) => nest(i === n - 1 ? 255 : 254)).join(",")}],"questions":{"q":{"type":"noul"}}}`) },
+  {
+    name: "state: many arrays, the last 257 levels deep",
+    expect: 422,
+    body: () =>
+      fit(
+        (n) =>
+          `{"state":[${Array.from({ length: n }, (_, i) => nest(i === n - 1 ? 255 : 254)).join(",")}],"questions":{"q":{"type":"noul"}}}`,
+      ),
+  },
   { name: "state nested ~500,000 deep", expect: 422, body: () => fit((n) => `{"state":${nest(n)},"questions":{"q":{"type":"noul"}}}`) },
-  { name: "state: one object with very many keys", expect: 200, body: () => fit((n) => JSON.stringify({ state: many(n, (i) => [`k${i}`, i]), questions: { q: { type: "noul" } } })) },
-  { name: "state: one ~1 MiB string", expect: 200, body: () => fit((n) => JSON.stringify({ state: "x".repeat(n), questions: { q: { type: "noul" } } })) },
-  { name: "state: a string of escapes (\\u00e9 \\n \\\")", expect: 200, body: () => fit((n) => `{"state":"${"\\u00e9\\n\\\"".repeat(n)}","questions":{"q":{"type":"noul"}}}`) },
-  { name: "model: a ~1 MiB name", expect: 422, body: () => fit((n) => JSON.stringify({ state: 1, model: "m".repeat(n), questions: { q: { type: "noul" } } })) },
-  { name: "question id of ~1 MiB", expect: 422, body: () => fit((n) => JSON.stringify({ state: 1, questions: { ["x".repeat(n)]: { type: "noul" } } })) },
-  { name: "type tag of ~1 MiB", expect: 422, body: () => fit((n) => JSON.stringify({ state: 1, questions: { q: { type: "x".repeat(n) } } })) },
-  { name: "option name of ~1 MiB", expect: 200, body: () => fit((n) => JSON.stringify({ state: 1, questions: { q: { type: "choice", criteria: { ["o".repeat(n)]: null, b: null } } } })) },
-  { name: "state: many numbers", expect: 200, body: () => fit((n) => JSON.stringify({ state: Array.from({ length: n }, (_, i) => i * 1.25 - 7), questions: { q: { type: "noul" } } })) },
-  { name: "state: many 20-digit integers and 1e308s", expect: 200, body: () => fit((n) => `{"state":[${Array.from({ length: n }, (_, i) => (i % 2 ? "12345678901234567890" : "1.5e308")).join(",")}],"questions":{"q":{"type":"noul"}}}`) },
-  { name: "state: many empty arrays and objects", expect: 200, body: () => fit((n) => `{"state":[${Array.from({ length: n }, (_, i) => (i % 2 ? "[]" : "{}")).join(",")}],"questions":{"q":{"type":"noul"}}}`) },
-  { name: "whitespace around a small body", expect: 200, body: () => fit((n) => `${" ".repeat(n)}{"state":1,${"\n".repeat(n)}"questions":{"q":{"type":"noul"}}}${"\t".repeat(n)}`) },
+  {
+    name: "state: one object with very many keys",
+    expect: 200,
+    body: () => fit((n) => JSON.stringify({ state: many(n, (i) => [`k${i}`, i]), questions: { q: { type: "noul" } } })),
+  },
+  {
+    name: "state: one ~1 MiB string",
+    expect: 200,
+    body: () => fit((n) => JSON.stringify({ state: "x".repeat(n), questions: { q: { type: "noul" } } })),
+  },
+  {
+    name: 'state: a string of escapes (\\u00e9 \\n \\")',
+    expect: 200,
+    body: () => fit((n) => `{"state":"${'\\u00e9\\n\\"'.repeat(n)}","questions":{"q":{"type":"noul"}}}`),
+  },
+  {
+    name: "model: a ~1 MiB name",
+    expect: 422,
+    body: () => fit((n) => JSON.stringify({ state: 1, model: "m".repeat(n), questions: { q: { type: "noul" } } })),
+  },
+  {
+    name: "question id of ~1 MiB",
+    expect: 422,
+    body: () => fit((n) => JSON.stringify({ state: 1, questions: { ["x".repeat(n)]: { type: "noul" } } })),
+  },
+  {
+    name: "type tag of ~1 MiB",
+    expect: 422,
+    body: () => fit((n) => JSON.stringify({ state: 1, questions: { q: { type: "x".repeat(n) } } })),
+  },
+  {
+    name: "option name of ~1 MiB",
+    expect: 200,
+    body: () =>
+      fit((n) => JSON.stringify({ state: 1, questions: { q: { type: "choice", criteria: { ["o".repeat(n)]: null, b: null } } } })),
+  },
+  {
+    name: "state: many numbers",
+    expect: 200,
+    body: () =>
+      fit((n) => JSON.stringify({ state: Array.from({ length: n }, (_, i) => i * 1.25 - 7), questions: { q: { type: "noul" } } })),
+  },
+  {
+    name: "state: many 20-digit integers and 1e308s",
+    expect: 200,
+    body: () =>
+      fit(
+        (n) =>
+          `{"state":[${Array.from({ length: n }, (_, i) => (i % 2 ? "12345678901234567890" : "1.5e308")).join(",")}],"questions":{"q":{"type":"noul"}}}`,
+      ),
+  },
+  {
+    name: "state: many empty arrays and objects",
+    expect: 200,
+    body: () =>
+      fit((n) => `{"state":[${Array.from({ length: n }, (_, i) => (i % 2 ? "[]" : "{}")).join(",")}],"questions":{"q":{"type":"noul"}}}`),
+  },
+  {
+    name: "whitespace around a small body",
+    expect: 200,
+    body: () => fit((n) => `${" ".repeat(n)}{"state":1,${"\n".repeat(n)}"questions":{"q":{"type":"noul"}}}${"\t".repeat(n)}`),
+  },
 ];
 
 // ── measuring ────────────────────────────────────────────────────────────────────────────────
@@ -189,17 +285,50 @@ const log = (msg: string) => process.stderr.write(`${msg}\n`);
 // ── the schema check alone, at n, 2n, 4n ─────────────────────────────────────────────────────
 
 const SCALING: Array<{ name: string; make: (n: number) => string }> = [
-  { name: "n questions {type:noul,criteria:1}", make: (n) => JSON.stringify({ state: 1, questions: questions(n, () => ({ type: "noul", criteria: 1 })) }) },
+  {
+    name: "n questions {type:noul,criteria:1}",
+    make: (n) => JSON.stringify({ state: 1, questions: questions(n, () => ({ type: "noul", criteria: 1 })) }),
+  },
   { name: "n questions with a bad type tag", make: (n) => JSON.stringify({ state: 1, questions: questions(n, () => ({ type: "x" })) }) },
-  { name: "n unknown top-level fields", make: (n) => JSON.stringify({ state: 1, questions: { q: { type: "noul" } }, ...many(n, (i) => [`k${i}`, 1]) }) },
-  { name: "32 questions × n/32 unknown fields", make: (n) => JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "noul", ...many(n / 32, (i) => [`k${i}`, 1]) })) }) },
-  { name: "32 noul criteria × n/32 unknown keys", make: (n) => JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "noul", criteria: many(n / 32, (i) => [`k${i}`, 1]) })) }) },
-  { name: "one choice of n options", make: (n) => JSON.stringify({ state: 1, questions: { q: { type: "choice", criteria: many(n, (i) => [`o${i}`, 1]) } } }) },
-  { name: "32 × 255 options, names of n/2000 × 8 chars", make: (n) => JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "choice", criteria: many(255, (i) => [`${"option ".repeat(n / 2000)}${i}`, null]) })) }) },
+  {
+    name: "n unknown top-level fields",
+    make: (n) => JSON.stringify({ state: 1, questions: { q: { type: "noul" } }, ...many(n, (i) => [`k${i}`, 1]) }),
+  },
+  {
+    name: "32 questions × n/32 unknown fields",
+    make: (n) => JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "noul", ...many(n / 32, (i) => [`k${i}`, 1]) })) }),
+  },
+  {
+    name: "32 noul criteria × n/32 unknown keys",
+    make: (n) =>
+      JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "noul", criteria: many(n / 32, (i) => [`k${i}`, 1]) })) }),
+  },
+  {
+    name: "one choice of n options",
+    make: (n) => JSON.stringify({ state: 1, questions: { q: { type: "choice", criteria: many(n, (i) => [`o${i}`, 1]) } } }),
+  },
+  {
+    name: "32 × 255 options, names of n/2000 × 8 chars",
+    make: (n) =>
+      JSON.stringify({
+        state: 1,
+        questions: questions(32, () => ({ type: "choice", criteria: many(255, (i) => [`${"option ".repeat(n / 2000)}${i}`, null]) })),
+      }),
+  },
   { name: "state of n keys", make: (n) => JSON.stringify({ state: many(n, (i) => [`k${i}`, i]), questions: { q: { type: "noul" } } }) },
-  { name: "state/instructions/criteria: n/128 arrays 250 deep", make: (n) => `{"state":[${Array.from({ length: n / 256 }, () => nest(250)).join(",")}],"questions":{"q":{"type":"choice","instructions":[${Array.from({ length: n / 512 }, () => nest(250)).join(",")}],"criteria":{${Array.from({ length: 200 }, (_, i) => `"o${i}":[${Array.from({ length: n / 102_400 }, () => nest(250)).join(",")}]`).join(",")}}}}}` },
-  { name: "model name of 16n characters", make: (n) => JSON.stringify({ state: 1, model: "m".repeat(16 * n), questions: { q: { type: "noul" } } }) },
-  { name: "question id of 8n astral characters", make: (n) => JSON.stringify({ state: 1, questions: { ["😀".repeat(8 * n)]: { type: "noul" } } }) },
+  {
+    name: "state/instructions/criteria: n/128 arrays 250 deep",
+    make: (n) =>
+      `{"state":[${Array.from({ length: n / 256 }, () => nest(250)).join(",")}],"questions":{"q":{"type":"choice","instructions":[${Array.from({ length: n / 512 }, () => nest(250)).join(",")}],"criteria":{${Array.from({ length: 200 }, (_, i) => `"o${i}":[${Array.from({ length: n / 102_400 }, () => nest(250)).join(",")}]`).join(",")}}}}}`,
+  },
+  {
+    name: "model name of 16n characters",
+    make: (n) => JSON.stringify({ state: 1, model: "m".repeat(16 * n), questions: { q: { type: "noul" } } }),
+  },
+  {
+    name: "question id of 8n astral characters",
+    make: (n) => JSON.stringify({ state: 1, questions: { ["😀".repeat(8 * n)]: { type: "noul" } } }),
+  },
 ];
 
 function scalingTable(): string {
@@ -215,16 +344,21 @@ function scalingTable(): string {
       const t2 = performance.now();
       problems = ok ? 0 : summarizeFieldErrors(validate.errors!).total;
       const t3 = performance.now();
-      [t1 - t0, t2 - t1, t3 - t2].forEach((t, i) => (ms[i] = Math.min(ms[i]!, t)));
+      for (const [i, t] of [t1 - t0, t2 - t1, t3 - t2].entries()) ms[i] = Math.min(ms[i]!, t);
     }
     return { ms, problems };
   };
-  const rows = ["| shape | n | KiB | JSON.parse ms | Ajv ms | field errors ms | problems |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"];
+  const rows = [
+    "| shape | n | KiB | JSON.parse ms | Ajv ms | field errors ms | problems |",
+    "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+  ];
   for (const shape of SCALING) {
     for (const n of [12_800, 25_600, 51_200]) {
       const text = shape.make(n);
       const { ms, problems } = best(text);
-      rows.push(`| ${shape.name} | ${n} | ${(Buffer.byteLength(text) / 1024).toFixed(0)} | ${ms[0]!.toFixed(1)} | ${ms[1]!.toFixed(1)} | ${ms[2]!.toFixed(1)} | ${problems} |`);
+      rows.push(
+        `| ${shape.name} | ${n} | ${(Buffer.byteLength(text) / 1024).toFixed(0)} | ${ms[0]!.toFixed(1)} | ${ms[1]!.toFixed(1)} | ${ms[2]!.toFixed(1)} | ${problems} |`,
+      );
     }
   }
   return rows.join("\n");
@@ -252,7 +386,11 @@ async function main(): Promise<void> {
 
     // Warm-up: the code paths of a 200 and a 422 are compiled before anything is measured.
     for (let i = 0; i < 20; i++) {
-      await post(url, key, JSON.stringify({ state: { i }, questions: { q: { type: "noul" }, c: { type: "choice", criteria: { a: 1, b: 2 } } } }));
+      await post(
+        url,
+        key,
+        JSON.stringify({ state: { i }, questions: { q: { type: "noul" }, c: { type: "choice", criteria: { a: 1, b: 2 } } } }),
+      );
       await post(url, key, JSON.stringify({ state: 1, questions: { q: { type: "noul", criteria: 1 } }, x: 1 }));
     }
     const idle = new Promise((r) => setTimeout(r, 1000));
@@ -284,7 +422,8 @@ async function main(): Promise<void> {
           gatewayMs.push(answer.gateway_latency_ms);
           modelMs.push(answer.latency_ms);
         }
-        if (result.status !== shape.expect) failures.push(`${shape.name}: expected ${shape.expect}, got ${result.status}: ${result.text.slice(0, 300)}`);
+        if (result.status !== shape.expect)
+          failures.push(`${shape.name}: expected ${shape.expect}, got ${result.status}: ${result.text.slice(0, 300)}`);
         else if (result.status !== 200) {
           const parsed = JSON.parse(result.text) as { detail?: unknown };
           if (typeof parsed.detail !== "string") failures.push(`${shape.name}: error body without a detail`);

@@ -20,7 +20,9 @@ export function perfAvailable(): boolean {
 
 /** Samples the process (all its threads) for `seconds` into `file`; resolves when perf has written it. */
 export function perfRecord(pid: number, seconds: number, file: string): Promise<void> {
-  const perf = spawn("perf", ["record", "-e", "cpu-clock", "-F", "999", "-p", String(pid), "-o", file, "--", "sleep", String(seconds)], { stdio: "ignore" });
+  const perf = spawn("perf", ["record", "-e", "cpu-clock", "-F", "999", "-p", String(pid), "-o", file, "--", "sleep", String(seconds)], {
+    stdio: "ignore",
+  });
   return new Promise((resolve, reject) => {
     perf.once("error", reject);
     perf.once("exit", (code) => (code === 0 ? resolve() : reject(new Error(`perf record exited with ${code}`))));
@@ -52,16 +54,42 @@ export const removePerfMap = (pid: number) => rmSync(`/tmp/perf-${pid}.map`, { f
 
 /** What a sampled symbol is, by its binary and name: the first rule that matches. */
 const KINDS: Array<[string, (dso: string, sym: string) => boolean]> = [
-  ["kernel: TCP/IP on loopback, sockets, softirq", (d, s) => d.includes("kernel") && /tcp|skb|sock|inet|ip_|ipv|net_|netif|__dev|loopback|softirq|sendmsg|recvmsg|nf_|rcv/.test(s)],
-  ["kernel: scheduler, wake-ups, futexes, epoll", (d, s) => d.includes("kernel") && /sched|switch|spin_unlock|wake|futex|epoll|ep_|enqueue|dequeue|update_|select_task|ttwu|pick_next|idle/.test(s)],
+  [
+    "kernel: TCP/IP on loopback, sockets, softirq",
+    (d, s) => d.includes("kernel") && /tcp|skb|sock|inet|ip_|ipv|net_|netif|__dev|loopback|softirq|sendmsg|recvmsg|nf_|rcv/.test(s),
+  ],
+  [
+    "kernel: scheduler, wake-ups, futexes, epoll",
+    (d, s) =>
+      d.includes("kernel") &&
+      /sched|switch|spin_unlock|wake|futex|epoll|ep_|enqueue|dequeue|update_|select_task|ttwu|pick_next|idle/.test(s),
+  ],
   ["kernel: other (syscall entry, file I/O and locks, page faults)", (d) => d.includes("kernel")],
   ["SQLite (better_sqlite3.node)", (d) => d.includes("better_sqlite3")],
-  ["V8 garbage collection", (d, s) => d === "node" && /Scaveng|MarkCompact|Marking|Sweep|Evacuat|Heap::|GCTracer|MemoryAllocator|MinorM|GC|Remembered|SlotSet|Compactor/.test(s)],
+  [
+    "V8 garbage collection",
+    (d, s) =>
+      d === "node" &&
+      /Scaveng|MarkCompact|Marking|Sweep|Evacuat|Heap::|GCTracer|MemoryAllocator|MinorM|GC|Remembered|SlotSet|Compactor/.test(s),
+  ],
   ["V8 JSON.parse / JSON.stringify", (d, s) => d === "node" && /Json(Stringifier|Parser)|JsonParse|JsonStringify/.test(s)],
-  ["V8 compilers (TurboFan, Maglev, Sparkplug, parser)", (d, s) => d === "node" && /compiler::|maglev|baseline::|Parser|Scanner|Compile|Turbo/.test(s)],
+  [
+    "V8 compilers (TurboFan, Maglev, Sparkplug, parser)",
+    (d, s) => d === "node" && /compiler::|maglev|baseline::|Parser|Scanner|Compile|Turbo/.test(s),
+  ],
   ["V8 builtins (interpreter, inline caches, promises, strings)", (d, s) => d === "node" && /^Builtins_/.test(s)],
-  ["V8 runtime: property lookups, object shapes", (d, s) => d === "node" && /LookupIterator|Map::|MigrateToMap|Transition|Descriptor|Dictionary|PropertyArray|JSObject::|Object::Set|Object::Get|KeyAccumulator|FastKeyAccumulator/.test(s)],
-  ["V8 runtime: strings and numbers (UTF-8, hashing, dtoa)", (d, s) => d === "node" && /String|Utf8|Dtoa|Strtod|Internaliz|Hash|NumberTo|DoubleTo/.test(s)],
+  [
+    "V8 runtime: property lookups, object shapes",
+    (d, s) =>
+      d === "node" &&
+      /LookupIterator|Map::|MigrateToMap|Transition|Descriptor|Dictionary|PropertyArray|JSObject::|Object::Set|Object::Get|KeyAccumulator|FastKeyAccumulator/.test(
+        s,
+      ),
+  ],
+  [
+    "V8 runtime: strings and numbers (UTF-8, hashing, dtoa)",
+    (d, s) => d === "node" && /String|Utf8|Dtoa|Strtod|Internaliz|Hash|NumberTo|DoubleTo/.test(s),
+  ],
   ["HTTP parsing (llhttp)", (d, s) => d === "node" && /llhttp/.test(s)],
   ["V8-compiled JavaScript (JIT code)", (d) => d.startsWith("[JIT")],
   ["libc (malloc/free, memcpy)", (d) => d.startsWith("libc")],
@@ -86,7 +114,12 @@ export function perfSummary(file: string, top = 25): string {
   const byDso = report(file, "dso", 0.5).map((l) => `| ${tidy(l).replace(/^(\S+%)\s+/, "$1 | ")} |`);
   const bySymbol = report(file, "dso,sym", 0.4)
     .slice(0, top)
-    .map((l) => `| ${tidy(l).replace(/^(\S+%)\s+/, "$1 | ").replace(/\s+\[([.k])\]\s+/, " | [$1] ")} |`);
+    .map(
+      (l) =>
+        `| ${tidy(l)
+          .replace(/^(\S+%)\s+/, "$1 | ")
+          .replace(/\s+\[([.k])\]\s+/, " | [$1] ")} |`,
+    );
   return [
     "| on-CPU samples | binary |",
     "| ---: | --- |",

@@ -34,7 +34,12 @@ function answerFor(question: Question): Record<string, unknown> {
     case "choice": {
       const options = Object.keys(question.criteria);
       const ps = distribution(options.length);
-      return { type: "choice", choice: options[0], probabilities: Object.fromEntries(options.map((o, i) => [o, ps[i]])), confidence: confidence(ps) };
+      return {
+        type: "choice",
+        choice: options[0],
+        probabilities: Object.fromEntries(options.map((o, i) => [o, ps[i]])),
+        confidence: confidence(ps),
+      };
     }
     case "score": {
       const ps = distribution(question.criteria.length);
@@ -75,7 +80,10 @@ function handle(req: IncomingMessage, res: ServerResponse): void {
     return;
   }
   req.resume();
-  if (req.method === "GET" && req.url === "/v1/models") return send(res, 200, MODELS_BODY);
+  if (req.method === "GET" && req.url === "/v1/models") {
+    send(res, 200, MODELS_BODY);
+    return;
+  }
   send(res, 404, Buffer.from('{"detail":"not found"}'));
 }
 

@@ -15,14 +15,15 @@
  * connections (autocannon). Around each slice it reads the gateway process's CPU time from /proc (every thread;
  * proc-cpu.ts). Prints per run and as the median over runs: CPU µs per request, throughput, and the ratio to (1).
  */
-import { createServer } from "node:net";
+
 import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import autocannon from "autocannon";
 import { cpuSince, readCpu } from "./proc-cpu.ts";
-import { OPEN_LIMITS, provisionOrg, realisticRequest, startGateway, startProcess, type Started } from "./support.ts";
+import { OPEN_LIMITS, provisionOrg, realisticRequest, type Started, startGateway, startProcess } from "./support.ts";
 
 const { values } = parseArgs({
   options: {
@@ -101,10 +102,16 @@ async function main(): Promise<void> {
   };
   try {
     await start("1", "one deployment", [models[0]!.url]);
-    await start("3", "three deployments", models.map((m) => m.url));
+    await start(
+      "3",
+      "three deployments",
+      models.map((m) => m.url),
+    );
     await start("3-1", "three, one refusing connections", [models[0]!.url, models[1]!.url, down]);
     const body = JSON.stringify(realisticRequest());
-    console.log(`routing overhead: ${RUNS} runs × ${SLICES} slices × ${REQUESTS} requests per setup, ${CONNECTIONS} connections, gateway CPU from /proc\n`);
+    console.log(
+      `routing overhead: ${RUNS} runs × ${SLICES} slices × ${REQUESTS} requests per setup, ${CONNECTIONS} connections, gateway CPU from /proc\n`,
+    );
     for (const s of setups) await slice(s, body, Math.min(REQUESTS, 2000)); // warm-up (JIT, caches, cooldown of the down one)
 
     const perRun: Record<string, number[]> = Object.fromEntries(setups.map((s) => [s.id, []]));
@@ -122,7 +129,9 @@ async function main(): Promise<void> {
         }
       }
       console.log(`run ${run}`);
-      console.log("| setup | requests | failed | gateway CPU µs/request | ÷ one deployment | req/s |\n| --- | ---: | ---: | ---: | ---: | ---: |");
+      console.log(
+        "| setup | requests | failed | gateway CPU µs/request | ÷ one deployment | req/s |\n| --- | ---: | ---: | ---: | ---: | ---: |",
+      );
       const base = totals.get("1")!;
       const baseUs = base.cpuNs / 1000 / base.requests;
       for (const s of setups) {
@@ -130,7 +139,9 @@ async function main(): Promise<void> {
         const us = t.cpuNs / 1000 / t.requests;
         perRun[s.id]!.push(us / baseUs);
         rpsRun[s.id]!.push(t.requests / t.seconds);
-        console.log(`| ${s.label} | ${t.requests} | ${t.failed} | ${us.toFixed(0)} | ${(us / baseUs).toFixed(3)} | ${(t.requests / t.seconds).toFixed(0)} |`);
+        console.log(
+          `| ${s.label} | ${t.requests} | ${t.failed} | ${us.toFixed(0)} | ${(us / baseUs).toFixed(3)} | ${(t.requests / t.seconds).toFixed(0)} |`,
+        );
       }
       console.log();
     }

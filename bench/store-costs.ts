@@ -18,7 +18,7 @@ import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
-import { utcDay } from "../src/gateway/utc-day.ts";
+import { utcDay } from "../src/domain/utc-day.ts";
 import type { AdmitCommand, CompleteCommand } from "../src/store/bookkeeping/commands.ts";
 import { openStore } from "../src/store/open-store.ts";
 import type { PostgresStore } from "../src/store/postgres/postgres-store.ts";
@@ -204,9 +204,11 @@ async function postgresCosts(): Promise<string> {
   const db = await createTestDatabase("tds_bench_store");
   const monitor = new pg.Client({ connectionString: TEST_POSTGRES_URL });
   await monitor.connect();
-  const settings = (await monitor.query<{ name: string; setting: string }>(
-    "SELECT name, setting FROM pg_settings WHERE name IN ('autovacuum', 'synchronous_commit', 'fsync', 'wal_level', 'full_page_writes', 'shared_buffers', 'server_version') ORDER BY name",
-  )).rows;
+  const settings = (
+    await monitor.query<{ name: string; setting: string }>(
+      "SELECT name, setting FROM pg_settings WHERE name IN ('autovacuum', 'synchronous_commit', 'fsync', 'wal_level', 'full_page_writes', 'shared_buffers', 'server_version') ORDER BY name",
+    )
+  ).rows;
   // History first, then statistics (the server may run without autovacuum): plans as on a database in use.
   const seed = (await openStore(db.url)) as PostgresStore;
   await steadyBatches(seed, "paid", await provision(seed, "paid"), 32, 100, (run) => run());
@@ -260,7 +262,11 @@ async function postgresCosts(): Promise<string> {
 /** Both tables (PostgreSQL when `postgres` and reachable; otherwise a note why not). */
 export async function storeCosts(options: { postgres: boolean; log: (msg: string) => void }): Promise<string> {
   options.log("store costs: SQLite");
-  const parts = [`store.commitBatch, ${REQUESTS} requests per row (at least 60 batches), one transaction after the other:`, "", await sqliteCosts()];
+  const parts = [
+    `store.commitBatch, ${REQUESTS} requests per row (at least 60 batches), one transaction after the other:`,
+    "",
+    await sqliteCosts(),
+  ];
   if (!options.postgres) return parts.join("\n");
   options.log("store costs: PostgreSQL");
   try {

@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import autocannon from "autocannon";
-import { generateApiKey, newOrganizationId } from "../src/gateway/api-keys.ts";
+import { generateApiKey, newOrganizationId } from "../src/domain/api-keys.ts";
 import { openStore } from "../src/store/open-store.ts";
 import { freePort } from "../test/support/redis-server.ts";
 
@@ -13,12 +13,19 @@ export function realisticRequest(): Record<string, unknown> {
   const history = Array.from({ length: 12 }, (_, i) => ({
     at: `2026-11-${String(10 + i).padStart(2, "0")}T09:${String(i * 4).padStart(2, "0")}:00Z`,
     from: i % 2 ? "agent" : "customer",
-    text: i % 2 ? "Thanks for reaching out, we are looking into your invoice." : "I was charged twice for the Pro plan this month, please refund one.",
+    text:
+      i % 2
+        ? "Thanks for reaching out, we are looking into your invoice."
+        : "I was charged twice for the Pro plan this month, please refund one.",
   }));
   const state = { ticket: { id: "T-48213", plan: "pro", tier: "gold", country: "DE", history } };
   const questions: Record<string, unknown> = {};
   for (let i = 0; i < 3; i++) {
-    questions[`topic_${i}`] = { type: "choice", instructions: "What is the ticket mainly about?", criteria: { billing: "Payments, invoices, refunds", bug: "Something is broken", account: "Login or profile", other: null } };
+    questions[`topic_${i}`] = {
+      type: "choice",
+      instructions: "What is the ticket mainly about?",
+      criteria: { billing: "Payments, invoices, refunds", bug: "Something is broken", account: "Login or profile", other: null },
+    };
     questions[`urgency_${i}`] = { type: "score", instructions: "How urgent is it?", criteria: ["can wait", "this week", "today", "now"] };
     questions[`refund_${i}`] = { type: "noul", instructions: "Does the customer ask for money back?" };
   }
@@ -78,7 +85,15 @@ export async function startGateway(env: Record<string, string>, nodeArgs: string
   const url = `http://127.0.0.1:${port}`;
   const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", "src/server.ts"], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", HOST: "127.0.0.1", PORT: String(port), LOG_LEVEL: "warn", TDS_BOOTSTRAP: "false", ...env },
+    env: {
+      PATH: process.env.PATH ?? "",
+      HOME: process.env.HOME ?? "/tmp",
+      HOST: "127.0.0.1",
+      PORT: String(port),
+      LOG_LEVEL: "warn",
+      TDS_BOOTSTRAP: "false",
+      ...env,
+    },
     stdio: ["ignore", "inherit", "inherit"],
   });
   const deadline = Date.now() + 30_000;
@@ -109,7 +124,11 @@ export async function startGateway(env: Record<string, string>, nodeArgs: string
 /** An organization with one key (and credits, for paid mode) in the given database. */
 export async function provisionOrg(databaseUrl: string, creditsMicrousd = 0): Promise<string> {
   const store = await openStore(databaseUrl);
-  const org = await store.createOrganization({ id: newOrganizationId(), name: `bench-${Date.now()}-${Math.random().toString(36).slice(2, 8)}`, nowMs: Date.now() });
+  const org = await store.createOrganization({
+    id: newOrganizationId(),
+    name: `bench-${Date.now()}-${Math.random().toString(36).slice(2, 8)}`,
+    nowMs: Date.now(),
+  });
   const key = generateApiKey();
   await store.createApiKey({ id: key.id, orgId: org.id, name: "bench", hash: key.hash, nowMs: Date.now() });
   if (creditsMicrousd > 0) await store.grantCredits({ orgId: org.id, amountMicrousd: creditsMicrousd, nowMs: Date.now() });
@@ -126,7 +145,15 @@ export interface LoadResult {
   non2xx: number;
 }
 
-export async function load(options: { url: string; path: string; body?: string; key?: string; connections: number; seconds: number; rate?: number }): Promise<LoadResult> {
+export async function load(options: {
+  url: string;
+  path: string;
+  body?: string;
+  key?: string;
+  connections: number;
+  seconds: number;
+  rate?: number;
+}): Promise<LoadResult> {
   const result = await autocannon({
     url: `${options.url}${options.path}`,
     method: options.body ? "POST" : "GET",

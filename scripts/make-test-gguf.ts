@@ -71,7 +71,23 @@ export const TEST_CHAT_TEMPLATE =
   "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 
 /** Whole words added with all their prefixes, bare and after "▁". */
-const WORDS = ["Yes", "No", "yes", "no", "true", "false", "state", "question", "answer", "option", "level", "choice", "score", "label", "Reply"];
+const WORDS = [
+  "Yes",
+  "No",
+  "yes",
+  "no",
+  "true",
+  "false",
+  "state",
+  "question",
+  "answer",
+  "option",
+  "level",
+  "choice",
+  "score",
+  "label",
+  "Reply",
+];
 
 const GGUF_MAGIC = 0x46554747; // "GGUF" read as a little-endian u32
 const GGUF_VERSION = 3;
@@ -221,7 +237,10 @@ export function writeTestGguf(path: string, options: TestGgufOptions = {}): Test
   const norm = (name: string): TensorSpec => ({ name, dims: [width], type: GGML_F32, fill: "ones" });
   // The logits are the normalised hidden state (unit scale per dimension) times the output rows.
   const outputScale = (options.logitSpread ?? 4) / Math.sqrt(width);
-  const tensors: TensorSpec[] = [matrix("token_embd.weight", width, nVocab, options.tieOutput ? outputScale : 1), norm("output_norm.weight")];
+  const tensors: TensorSpec[] = [
+    matrix("token_embd.weight", width, nVocab, options.tieOutput ? outputScale : 1),
+    norm("output_norm.weight"),
+  ];
   if (!options.tieOutput) tensors.push(matrix("output.weight", width, nVocab, outputScale));
   for (let l = 0; l < layers; l++) {
     tensors.push(

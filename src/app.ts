@@ -1,36 +1,36 @@
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import type { Config } from "./config.ts";
-import { SERVICE_VERSION } from "./version.ts";
 import { compileSchema } from "./contract/validation.ts";
-import { type Clock, systemClock } from "./gateway/clock.ts";
+import { type Clock, systemClock } from "./domain/clock.ts";
 import { AdmissionPolicy } from "./gateway/admission.ts";
-import { DecisionPipeline } from "./gateway/decision-pipeline.ts";
 import { startBookkeepingJobs } from "./gateway/bookkeeping-jobs.ts";
+import { DecisionPipeline } from "./gateway/decision-pipeline.ts";
+import { ModelRegistry, type RegistryOptions } from "./gateway/model-registry.ts";
 import { installErrorHandling } from "./http/error-handler.ts";
 import { InFlight } from "./http/in-flight.ts";
-import { rateLimit } from "./http/rate-limit.ts";
 import { installJsonBodyParser } from "./http/json-body-parser.ts";
 import { installOpenApi } from "./http/openapi.ts";
+import { rateLimit } from "./http/rate-limit.ts";
 import { installRequestContext, newRequestId } from "./http/request-context.ts";
+import { adminRoutes } from "./http/routes/admin.ts";
+import { apiDocsRoutes } from "./http/routes/api-docs.ts";
+import { consoleRoutes } from "./http/routes/console.ts";
 import { decisionRoutes } from "./http/routes/decisions.ts";
+import { healthRoutes } from "./http/routes/health.ts";
+import { metricsRoutes } from "./http/routes/metrics.ts";
 import { modelRoutes } from "./http/routes/models.ts";
+import { organizationRoutes } from "./http/routes/organization.ts";
 import { serviceConfigRoutes } from "./http/routes/service-config.ts";
 import { usageRoutes } from "./http/routes/usage.ts";
-import { organizationRoutes } from "./http/routes/organization.ts";
-import { consoleRoutes } from "./http/routes/console.ts";
-import { apiDocsRoutes } from "./http/routes/api-docs.ts";
 import { MemoryRateLimiter } from "./limits/memory-rate-limiter.ts";
 import type { RateLimiter } from "./limits/rate-limiter.ts";
-import { Metrics, metricsObserver } from "./observability/metrics.ts";
-import { LOG_REDACTION } from "./observability/logging.ts";
-import { metricsRoutes } from "./http/routes/metrics.ts";
-import { healthRoutes } from "./http/routes/health.ts";
-import { adminRoutes } from "./http/routes/admin.ts";
 import type { ModelService } from "./models/model-service.ts";
-import { ModelRegistry, type RegistryOptions } from "./models/registry.ts";
+import { LOG_REDACTION } from "./observability/logging.ts";
+import { Metrics, metricsObserver } from "./observability/metrics.ts";
 import { BatchedBooks } from "./store/batched-books.ts";
-import { isStoreRetryable, isStoreUnavailable } from "./store/store-errors.ts";
 import type { PurgeResult, Store, SweepResult } from "./store/store.ts";
+import { isStoreRetryable, isStoreUnavailable } from "./store/store-errors.ts";
+import { SERVICE_VERSION } from "./version.ts";
 
 export interface AppDeps {
   store: Store;
@@ -113,7 +113,9 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
           : "Malformed HTTP request: the request line, headers or body framing could not be parsed.",
       });
       const status = timedOut ? "408 Request Timeout" : "400 Bad Request";
-      socket.end(`HTTP/1.1 ${status}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+      socket.end(
+        `HTTP/1.1 ${status}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+      );
     },
     forceCloseConnections: "idle",
   });
@@ -158,10 +160,9 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   metrics.watchDbPool(() => store.connectionStats?.() ?? null);
   metrics.watchDeployments(() => registry.health());
   metrics.watchModelPools(() =>
-    [...(deps.engines ?? new Map<string, ModelService>())].flatMap(([key, service]) => {
-      const load = (service as Partial<{ load(): { busy: number; size: number; waiting: number } }>).load;
-      return load ? [{ model: key.replace(/#\d+$/, ""), ...load.call(service) }] : [];
-    }),
+    [...(deps.engines ?? new Map<string, ModelService>())].flatMap(([key, service]) =>
+      service.poolStats ? [{ model: key.replace(/#\d+$/, ""), ...service.poolStats() }] : [],
+    ),
   );
   const books = new BatchedBooks(store, {
     retryable: isStoreRetryable,
@@ -195,7 +196,8 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     config,
     observer,
     background: (work) => inFlight.track(work),
-    onUnexpected: (err, requestId) => app.log.error({ err, request_id: requestId }, "unexpected error after admission; recorded as gateway_error"),
+    onUnexpected: (err, requestId) =>
+      app.log.error({ err, request_id: requestId }, "unexpected error after admission; recorded as gateway_error"),
   });
 
   const jobs = startBookkeepingJobs(store, clock, {

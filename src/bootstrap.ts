@@ -1,8 +1,8 @@
 import { dirname, join, resolve } from "node:path";
-import { generateApiKey, newOrganizationId } from "./gateway/api-keys.ts";
+import { generateApiKey, newOrganizationId } from "./domain/api-keys.ts";
 import { type PendingPrivateFile, preparePrivateFile } from "./private-files.ts";
-import type { Store } from "./store/store.ts";
 import { StartupFailure } from "./startup/failures.ts";
+import type { Store } from "./store/store.ts";
 
 export const DEFAULT_ORGANIZATION_NAME = "default";
 export const BOOTSTRAP_KEY_FILE_NAME = "bootstrap-key.txt";

@@ -1,7 +1,7 @@
+import { DEFAULT_EMBEDDED_MODEL } from "./config-defaults.ts";
 import type { ConfigFile } from "./contract/config.ts";
 import type { ModelContext } from "./contract/models.ts";
-import { formatUsd, parseUsd } from "./gateway/money.ts";
-import { DEFAULT_EMBEDDED_MODEL } from "./models/llama/default-model.ts";
+import { formatUsd, parseUsd } from "./domain/money.ts";
 
 /**
  * Model services, public models and their deployments, from the config file and the environment:
@@ -97,7 +97,12 @@ function hostPort(url: string): string {
 /** "qwen2.5-0.5b-instruct-q8_0" for ./models/qwen2.5-0.5b-instruct-q8_0.gguf or hf:owner/repo/qwen2.5-0.5b-instruct-q8_0.gguf. */
 export function embeddedModelName(source: string): string {
   const last = source.replace(/^hf:/, "").split(/[/\\]/).at(-1) ?? source;
-  return last.replace(/\.gguf$/i, "").replace(/:/g, "-").slice(0, 100) || "local";
+  return (
+    last
+      .replace(/\.gguf$/i, "")
+      .replace(/:/g, "-")
+      .slice(0, 100) || "local"
+  );
 }
 
 type FileModel = NonNullable<ConfigFile["models"]>[number];
@@ -131,7 +136,11 @@ function serviceDeployment(service: ServiceConfig, upstreamName: string, d?: Fil
   };
 }
 
-export function parseModelConfig(env: Env, file: ConfigFile, problems: string[]): { modelServices: ServiceConfig[]; models: ConfiguredModel[] } {
+export function parseModelConfig(
+  env: Env,
+  file: ConfigFile,
+  problems: string[],
+): { modelServices: ServiceConfig[]; models: ConfiguredModel[] } {
   const key = envString(env, "TDS_MODEL_SERVICE_KEY") ?? file.model_service?.api_key;
   const urls = envString(env, "TDS_MODEL_SERVICE_URL") ?? file.model_service?.url;
   const setting = envString(env, "TDS_MODEL_SERVICE_URL") !== undefined ? "TDS_MODEL_SERVICE_URL" : "model_service.url";
@@ -164,20 +173,26 @@ export function parseModelConfig(env: Env, file: ConfigFile, problems: string[])
     const sourceSetting = `models[].source of "${m.name}" in the config file (TDS_CONFIG)`;
     let deployments: DeploymentConfig[];
     if (m.deployments) {
-      if (m.engine || m.source || m.upstream_name) problems.push(`models: "${m.name}" has deployments; engine, source and upstream_name go into each deployment`);
+      if (m.engine || m.source || m.upstream_name)
+        problems.push(`models: "${m.name}" has deployments; engine, source and upstream_name go into each deployment`);
       deployments = [];
       for (const d of m.deployments) {
         if (d.engine === "llama") {
           if (d.service) problems.push(`models: a deployment of "${m.name}" names both a service and engine "llama"`);
           if (!d.source) problems.push(`models: the engine deployment of "${m.name}" has no source (a GGUF path or hf: reference)`);
           const settings = engineSettings(d, `models[].deployments[].source of "${m.name}" in the config file (TDS_CONFIG)`);
-          deployments.push({ ...engineDeployment(m.name, settings, d.fallback ?? false), weight: d.weight ?? 1, maxConcurrency: d.max_concurrency ?? null });
+          deployments.push({
+            ...engineDeployment(m.name, settings, d.fallback ?? false),
+            weight: d.weight ?? 1,
+            maxConcurrency: d.max_concurrency ?? null,
+          });
         } else if (!d.service) {
           problems.push(`models: a deployment of "${m.name}" names neither a service (from model_services) nor engine "llama"`);
         } else if (!byName.has(d.service)) {
           problems.push(`models: a deployment of "${m.name}" names the service "${d.service}", which model_services does not list`);
         } else {
-          if (d.source) problems.push(`models: the deployment of "${m.name}" on "${d.service}" has a source, which only engine deployments take`);
+          if (d.source)
+            problems.push(`models: the deployment of "${m.name}" on "${d.service}" has a source, which only engine deployments take`);
           deployments.push(serviceDeployment(byName.get(d.service)!, m.name, d));
         }
       }
@@ -186,12 +201,16 @@ export function parseModelConfig(env: Env, file: ConfigFile, problems: string[])
       deployments = [engineDeployment(m.name, engineSettings(m, sourceSetting))];
     } else {
       if (m.source) problems.push(`models: "${m.name}" has a source but engine is not "llama"`);
-      if (defaultServices.length === 0) problems.push(`models: "${m.name}" is served by the model service, but TDS_MODEL_SERVICE_URL is not set`);
+      if (defaultServices.length === 0)
+        problems.push(`models: "${m.name}" is served by the model service, but TDS_MODEL_SERVICE_URL is not set`);
       deployments = defaultServices.map((s) => serviceDeployment(s, m.upstream_name ?? m.name));
     }
     const seen = new Set<string>();
     for (const d of deployments) {
-      if (seen.has(d.name)) problems.push(`models: "${m.name}" has two deployments on ${d.service === null ? "the in-process engine" : `the service "${d.name}"`}`);
+      if (seen.has(d.name))
+        problems.push(
+          `models: "${m.name}" has two deployments on ${d.service === null ? "the in-process engine" : `the service "${d.name}"`}`,
+        );
       seen.add(d.name);
     }
     models.push({
@@ -207,17 +226,26 @@ export function parseModelConfig(env: Env, file: ConfigFile, problems: string[])
   const modelPath = envString(env, "TDS_MODEL_PATH");
   const embeddedName = envString(env, "TDS_MODEL_NAME");
   const gpuText = envString(env, "TDS_MODEL_GPU");
-  if (gpuText !== undefined && gpuText !== "auto" && gpuText !== "off") problems.push(`TDS_MODEL_GPU must be "auto" or "off" (got ${JSON.stringify(gpuText)})`);
+  if (gpuText !== undefined && gpuText !== "auto" && gpuText !== "off")
+    problems.push(`TDS_MODEL_GPU must be "auto" or "off" (got ${JSON.stringify(gpuText)})`);
   const gpu = gpuText === "auto" ? { gpu: "auto" as const } : {};
   if (modelPath !== undefined) {
     const name = embeddedName ?? embeddedModelName(modelPath);
     if (!models.some((m) => m.name === name)) {
-      models.push({ name, deployments: [engineDeployment(name, { source: modelPath, sourceSetting: "TDS_MODEL_PATH", ...gpu })], aliases: [] });
+      models.push({
+        name,
+        deployments: [engineDeployment(name, { source: modelPath, sourceSetting: "TDS_MODEL_PATH", ...gpu })],
+        aliases: [],
+      });
     }
   } else if (modelServices.length === 0 && models.length === 0) {
     // Nothing configured at all: the in-process engine with its default model, fetched on first start.
     const name = embeddedName ?? DEFAULT_EMBEDDED_MODEL.name;
-    models.push({ name, deployments: [engineDeployment(name, { source: DEFAULT_EMBEDDED_MODEL.source, sourceSetting: "TDS_MODEL_PATH", ...gpu })], aliases: [] });
+    models.push({
+      name,
+      deployments: [engineDeployment(name, { source: DEFAULT_EMBEDDED_MODEL.source, sourceSetting: "TDS_MODEL_PATH", ...gpu })],
+      aliases: [],
+    });
   }
   return { modelServices, models };
 }

@@ -1,14 +1,14 @@
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { ConfigFile } from "./contract/config.ts";
-import { compileSchema, toFieldErrors } from "./contract/validation.ts";
-import type { ServiceMode } from "./contract/decision.ts";
-import { formatUsd, parseUsd } from "./gateway/money.ts";
+import { ROUTER_DEFAULTS } from "./config-defaults.ts";
 import { type ConfiguredModel, parseModelConfig, type ServiceConfig } from "./config-models.ts";
-import { keyIdOf } from "./gateway/api-keys.ts";
-import { ROUTER_DEFAULTS } from "./models/routing/router.ts";
+import { ConfigFile } from "./contract/config.ts";
+import type { ServiceMode } from "./contract/decision.ts";
+import { compileSchema, toFieldErrors } from "./contract/validation.ts";
+import { databaseUrlProblem } from "./database-url.ts";
+import { keyIdOf } from "./domain/api-keys.ts";
+import { formatUsd, parseUsd } from "./domain/money.ts";
 import { octal, readableByOthers } from "./private-files.ts";
-import { databaseUrlProblem } from "./store/database-url.ts";
 
 export const DEFAULT_DATABASE_URL = "sqlite:./data/tds.sqlite";
 
@@ -106,7 +106,8 @@ function readConfigFile(path: string, problems: string[]): ConfigFile {
     problems.push(`TDS_CONFIG: cannot read ${path} as JSON (${(err as Error).message})`);
     return {};
   }
-  const validateFile = (fileValidator ??= compileSchema<ConfigFile>(ConfigFile));
+  fileValidator ??= compileSchema<ConfigFile>(ConfigFile);
+  const validateFile = fileValidator;
   if (!validateFile(parsed)) {
     for (const e of toFieldErrors(validateFile.errors ?? [])) problems.push(`TDS_CONFIG ${path}: ${e.field} ${e.message}`);
     return {};
@@ -150,7 +151,10 @@ function normalisePrice(label: string, text: string | undefined, problems: strin
 
 function parseAliases(text: string, problems: string[]): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const pair of text.split(",").map((s) => s.trim()).filter(Boolean)) {
+  for (const pair of text
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean)) {
     const [alias, target, ...rest] = pair.split("=").map((s) => s.trim());
     if (!alias || !target || rest.length > 0) problems.push(`TDS_MODEL_ALIASES: "${pair}" is not of the form alias=model`);
     else out[alias] = target;
@@ -163,9 +167,13 @@ export const MIN_ADMIN_TOKEN_LENGTH = 32;
 /** The admin token: at least 32 characters without whitespace, and not shaped like an API key (so neither is taken for the other). */
 function checkAdminToken(token: string | null, problems: string[]): string | null {
   if (token === null) return null;
-  if (token.length < MIN_ADMIN_TOKEN_LENGTH) problems.push(`TDS_ADMIN_TOKEN must be at least ${MIN_ADMIN_TOKEN_LENGTH} characters (got ${token.length}); generate one with: openssl rand -base64 32`);
+  if (token.length < MIN_ADMIN_TOKEN_LENGTH)
+    problems.push(
+      `TDS_ADMIN_TOKEN must be at least ${MIN_ADMIN_TOKEN_LENGTH} characters (got ${token.length}); generate one with: openssl rand -base64 32`,
+    );
   else if (/\s/.test(token)) problems.push("TDS_ADMIN_TOKEN must not contain whitespace");
-  else if (keyIdOf(token) !== null) problems.push("TDS_ADMIN_TOKEN must not be an API key (tds_…); generate one with: openssl rand -base64 32");
+  else if (keyIdOf(token) !== null)
+    problems.push("TDS_ADMIN_TOKEN must not be an API key (tds_…); generate one with: openssl rand -base64 32");
   return token;
 }
 
@@ -191,7 +199,10 @@ function urlHasPassword(text: string): boolean {
 
 /** True for 127.0.0.0/8, ::1 (also IPv4-mapped) and localhost: addresses other machines cannot reach. */
 export function isLoopbackHost(host: string): boolean {
-  const h = host.trim().toLowerCase().replace(/^\[(.*)\]$/, "$1");
+  const h = host
+    .trim()
+    .toLowerCase()
+    .replace(/^\[(.*)\]$/, "$1");
   if (h === "localhost") return true;
   if (h === "::1" || /^(0{0,4}:){7}0{0,3}1$/.test(h)) return true;
   const v4 = h.replace(/^::ffff:/, "");
@@ -232,20 +243,40 @@ export function loadConfig(env: Env = process.env): Config {
   if (mode !== "preview" && mode !== "paid") problems.push(`TDS_SERVICE_MODE must be "preview" or "paid" (got ${JSON.stringify(mode)})`);
 
   const limits: Limits = {
-    maxRequestBytes: envInt(env, "TDS_MAX_REQUEST_BYTES", 64, 64 * 1024 * 1024, problems) ?? fileLimits.max_request_bytes ?? DEFAULT_LIMITS.maxRequestBytes,
+    maxRequestBytes:
+      envInt(env, "TDS_MAX_REQUEST_BYTES", 64, 64 * 1024 * 1024, problems) ??
+      fileLimits.max_request_bytes ??
+      DEFAULT_LIMITS.maxRequestBytes,
     maxQuestions: envInt(env, "TDS_MAX_QUESTIONS", 1, 32, problems) ?? fileLimits.max_questions ?? DEFAULT_LIMITS.maxQuestions,
-    requestsPerMinute: envInt(env, "TDS_REQUESTS_PER_MINUTE", 1, 1_000_000, problems) ?? fileLimits.requests_per_minute ?? DEFAULT_LIMITS.requestsPerMinute,
+    requestsPerMinute:
+      envInt(env, "TDS_REQUESTS_PER_MINUTE", 1, 1_000_000, problems) ?? fileLimits.requests_per_minute ?? DEFAULT_LIMITS.requestsPerMinute,
     readRequestsPerMinute:
-      envInt(env, "TDS_READ_REQUESTS_PER_MINUTE", 1, 1_000_000, problems) ?? fileLimits.read_requests_per_minute ?? DEFAULT_LIMITS.readRequestsPerMinute,
-    previewRequestLimit: envInt(env, "TDS_PREVIEW_REQUEST_LIMIT", 0, 1_000_000_000, problems) ?? fileLimits.preview_request_limit ?? DEFAULT_LIMITS.previewRequestLimit,
-    previewGlobalRequestLimit: envInt(env, "TDS_PREVIEW_GLOBAL_REQUEST_LIMIT", 0, 1_000_000_000, problems) ?? fileLimits.preview_global_request_limit ?? DEFAULT_LIMITS.previewGlobalRequestLimit,
+      envInt(env, "TDS_READ_REQUESTS_PER_MINUTE", 1, 1_000_000, problems) ??
+      fileLimits.read_requests_per_minute ??
+      DEFAULT_LIMITS.readRequestsPerMinute,
+    previewRequestLimit:
+      envInt(env, "TDS_PREVIEW_REQUEST_LIMIT", 0, 1_000_000_000, problems) ??
+      fileLimits.preview_request_limit ??
+      DEFAULT_LIMITS.previewRequestLimit,
+    previewGlobalRequestLimit:
+      envInt(env, "TDS_PREVIEW_GLOBAL_REQUEST_LIMIT", 0, 1_000_000_000, problems) ??
+      fileLimits.preview_global_request_limit ??
+      DEFAULT_LIMITS.previewGlobalRequestLimit,
     reserveTokens: envInt(env, "TDS_RESERVE_TOKENS", 1, 100_000_000, problems) ?? fileLimits.reserve_tokens ?? DEFAULT_LIMITS.reserveTokens,
   };
 
   const inputPrice =
-    normalisePrice("TDS_PRICE_PER_MILLION_INPUT_USD", envString(env, "TDS_PRICE_PER_MILLION_INPUT_USD") ?? file.pricing?.price_per_million_input_usd, problems) ?? "0.5";
+    normalisePrice(
+      "TDS_PRICE_PER_MILLION_INPUT_USD",
+      envString(env, "TDS_PRICE_PER_MILLION_INPUT_USD") ?? file.pricing?.price_per_million_input_usd,
+      problems,
+    ) ?? "0.5";
   const outputPrice =
-    normalisePrice("TDS_PRICE_PER_MILLION_OUTPUT_USD", envString(env, "TDS_PRICE_PER_MILLION_OUTPUT_USD") ?? file.pricing?.price_per_million_output_usd, problems) ?? null;
+    normalisePrice(
+      "TDS_PRICE_PER_MILLION_OUTPUT_USD",
+      envString(env, "TDS_PRICE_PER_MILLION_OUTPUT_USD") ?? file.pricing?.price_per_million_output_usd,
+      problems,
+    ) ?? null;
 
   const { modelServices, models } = parseModelConfig(env, file, problems);
   const names = new Set<string>();
@@ -287,7 +318,10 @@ export function loadConfig(env: Env = process.env): Config {
       failureThreshold: file.routing?.failure_threshold ?? ROUTER_DEFAULTS.failureThreshold,
       cooldownInitialMs: file.routing?.cooldown_initial_ms ?? ROUTER_DEFAULTS.cooldownInitialMs,
       cooldownMaxMs: file.routing?.cooldown_max_ms ?? ROUTER_DEFAULTS.cooldownMaxMs,
-      healthCheckIntervalMs: file.routing?.health_check_interval_ms === undefined ? ROUTER_DEFAULTS.healthCheckIntervalMs : file.routing.health_check_interval_ms,
+      healthCheckIntervalMs:
+        file.routing?.health_check_interval_ms === undefined
+          ? ROUTER_DEFAULTS.healthCheckIntervalMs
+          : file.routing.health_check_interval_ms,
     },
     reservationTtlSeconds: envInt(env, "TDS_RESERVATION_TTL_SECONDS", 1, 86_400, problems) ?? file.reservation_ttl_seconds ?? 120,
     bootstrap: bootstrapText === undefined ? (file.bootstrap ?? true) : bootstrapText === "true" || bootstrapText === "1",
@@ -307,7 +341,9 @@ export function loadConfig(env: Env = process.env): Config {
     );
   }
   if (config.routing.cooldownMaxMs < config.routing.cooldownInitialMs) {
-    problems.push(`routing.cooldown_max_ms (${config.routing.cooldownMaxMs}) must not be shorter than routing.cooldown_initial_ms (${config.routing.cooldownInitialMs})`);
+    problems.push(
+      `routing.cooldown_max_ms (${config.routing.cooldownMaxMs}) must not be shorter than routing.cooldown_initial_ms (${config.routing.cooldownInitialMs})`,
+    );
   }
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

@@ -1,11 +1,11 @@
 import { buildApp } from "./app.ts";
 import { bootstrapAndDeliver, bootstrapKeyFilePath } from "./bootstrap.ts";
 import { type Config, ConfigError, configFileWarning, loadConfig, servingProblems } from "./config.ts";
-import { systemClock } from "./gateway/clock.ts";
+import { engineKey } from "./config-models.ts";
+import { systemClock } from "./domain/clock.ts";
 import { MemoryRateLimiter } from "./limits/memory-rate-limiter.ts";
 import type { RateLimiter } from "./limits/rate-limiter.ts";
-import { createRedisRateLimiter } from "./limits/redis-rate-limiter.ts";
-import { engineKey } from "./config-models.ts";
+import { openRedisRateLimiter } from "./limits/redis-rate-limiter.ts";
 import { engineStatusOf } from "./models/llama/engine-status.ts";
 import type { ModelService } from "./models/model-service.ts";
 import { openEngines, openModelServices } from "./models/open-model-service.ts";
@@ -38,7 +38,7 @@ async function listedModels(config: Config, services: ReadonlyMap<string, ModelS
 }
 
 async function main(): Promise<void> {
-  let config;
+  let config: Config;
   try {
     config = loadConfig(process.env);
     const problems = servingProblems(config);
@@ -76,7 +76,7 @@ async function main(): Promise<void> {
   let rateLimiter: RateLimiter | undefined;
   if (config.redisUrl) {
     const limiterLog = log.child({ component: "rate-limiter" });
-    rateLimiter = createRedisRateLimiter({
+    rateLimiter = openRedisRateLimiter({
       url: config.redisUrl,
       fallback: new MemoryRateLimiter(systemClock),
       logger: { warn: (obj, msg) => limiterLog.warn(obj, msg), info: (obj, msg) => limiterLog.info(obj, msg) },
@@ -84,7 +84,14 @@ async function main(): Promise<void> {
     });
   }
 
-  const app = await buildApp(config, { store, modelServices, engines, metrics, loggerInstance: log, ...(rateLimiter ? { rateLimiter } : {}) });
+  const app = await buildApp(config, {
+    store,
+    modelServices,
+    engines,
+    metrics,
+    loggerInstance: log,
+    ...(rateLimiter ? { rateLimiter } : {}),
+  });
 
   if (config.bootstrap) {
     // Printed once on a terminal; otherwise stdout may be a log file or a shipper, so the key goes to a 0600 file.
@@ -138,7 +145,8 @@ if (args.includes("--version") || args.includes("-v")) {
 } else {
   main().catch((err: unknown) => {
     // A failure that names its setting is one line; anything else is a bug worth its stack.
-    const text = err instanceof StartupFailure ? err.message : `Failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`;
+    const text =
+      err instanceof StartupFailure ? err.message : `Failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`;
     process.stderr.write(`${text}\n`);
     process.exit(1);
   });

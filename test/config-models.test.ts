@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, test } from "node:test";
 import { ConfigError, loadConfig } from "../src/config.ts";
-import { ROUTER_DEFAULTS } from "../src/models/routing/router.ts";
+import { ROUTER_DEFAULTS } from "../src/config-defaults.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "tds-config-models-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -91,8 +91,14 @@ describe("model services and deployments", () => {
       model_service: { url: "http://127.0.0.1:11434" },
       models: [{ name: "up" }, { name: "local", engine: "llama", source: "./m.gguf" }],
     });
-    assert.deepEqual(config.modelServices.map((s) => s.name), ["127.0.0.1:11434"]);
-    assert.deepEqual(config.models.map((m) => m.deployments.map((d) => d.name)), [["127.0.0.1:11434"], ["in-process"]]);
+    assert.deepEqual(
+      config.modelServices.map((s) => s.name),
+      ["127.0.0.1:11434"],
+    );
+    assert.deepEqual(
+      config.models.map((m) => m.deployments.map((d) => d.name)),
+      [["127.0.0.1:11434"], ["in-process"]],
+    );
   });
 
   test("every mistake is named, all at once", () => {
@@ -117,7 +123,10 @@ describe("model services and deployments", () => {
       /"m3" has two deployments on the service "a"/,
       /a deployment of "m4" names neither a service/,
     ]) {
-      assert.ok(problems.some((p) => expected.test(p)), `${expected} in ${JSON.stringify(problems, null, 2)}`);
+      assert.ok(
+        problems.some((p) => expected.test(p)),
+        `${expected} in ${JSON.stringify(problems, null, 2)}`,
+      );
     }
   });
 
@@ -130,8 +139,14 @@ describe("model services and deployments", () => {
       model_services: [{ name: "a", url: "http://127.0.0.1:1", weigth: 2 }],
       models: [{ name: "m", deployments: [{ service: "a", fallbak: true }] }],
     });
-    assert.ok(problems.some((p) => /weigth/.test(p)), JSON.stringify(problems));
-    assert.ok(problems.some((p) => /fallbak/.test(p)), JSON.stringify(problems));
+    assert.ok(
+      problems.some((p) => /weigth/.test(p)),
+      JSON.stringify(problems),
+    );
+    assert.ok(
+      problems.some((p) => /fallbak/.test(p)),
+      JSON.stringify(problems),
+    );
   });
 });
 
@@ -171,7 +186,10 @@ describe("routing settings", () => {
       cooldownMaxMs: 10_000,
       healthCheckIntervalMs: null,
     });
-    const problems = problemsOf({ routing: { cooldown_initial_ms: 5000, cooldown_max_ms: 1000 } }, { TDS_MODEL_SERVICE_URL: "http://127.0.0.1:1" });
+    const problems = problemsOf(
+      { routing: { cooldown_initial_ms: 5000, cooldown_max_ms: 1000 } },
+      { TDS_MODEL_SERVICE_URL: "http://127.0.0.1:1" },
+    );
     assert.deepEqual(problems, ["routing.cooldown_max_ms (1000) must not be shorter than routing.cooldown_initial_ms (5000)"]);
   });
 });
@@ -186,7 +204,12 @@ describe("the in-process engine's GPU setting", () => {
   });
 
   test("the config file's gpu on an engine model and on a deployment; anything else is named", () => {
-    const config = withFile({ models: [{ name: "a", engine: "llama", source: "/a.gguf", gpu: "auto" }, { name: "b", deployments: [{ engine: "llama", source: "/b.gguf", gpu: false }] }] });
+    const config = withFile({
+      models: [
+        { name: "a", engine: "llama", source: "/a.gguf", gpu: "auto" },
+        { name: "b", deployments: [{ engine: "llama", source: "/b.gguf", gpu: false }] },
+      ],
+    });
     assert.equal(config.models[0]!.deployments[0]!.llama!.gpu, "auto");
     assert.equal(config.models[1]!.deployments[0]!.llama!.gpu, false);
     assert.match(problemsOf({}, { TDS_MODEL_GPU: "cuda" }).join("\n"), /TDS_MODEL_GPU must be "auto" or "off"/);

@@ -6,8 +6,8 @@
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { join, relative } from "node:path";
-import { fileURLToPath } from "node:url";
 import { describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
 import { loadConfig } from "../src/config.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
@@ -106,8 +106,14 @@ describe(".env.example", () => {
       assert.ok(!seen.has(entry.name), `${where}: listed twice`);
       seen.add(entry.name);
       assert.ok(entry.commented, `${where}: nothing needs to be set, so every line is commented out`);
-      assert.ok(entry.description.some((l) => /^Default: \S/.test(l)), `${where}: the comment above it has no "Default: …" line`);
-      assert.ok(entry.description.some((l) => !/^Default:/.test(l) && l.trim() !== "" && !/^---/.test(l)), `${where}: the comment above it does not say what it is`);
+      assert.ok(
+        entry.description.some((l) => /^Default: \S/.test(l)),
+        `${where}: the comment above it has no "Default: …" line`,
+      );
+      assert.ok(
+        entry.description.some((l) => !/^Default:/.test(l) && l.trim() !== "" && !/^---/.test(l)),
+        `${where}: the comment above it does not say what it is`,
+      );
     }
   });
 

@@ -221,7 +221,17 @@ export function createAdmin(deps) {
     clear($("#org-facts"));
     for (const id of ["#orgs-table tbody", "#keys-table tbody", "#audit-table tbody"]) clear($(id));
     for (const id of ["#orgs-info", "#orgs-page-info", "#audit-info", "#audit-page-info"]) $(id).textContent = "";
-    for (const id of ["#orgs-error", "#org-error", "#audit-error", "#grant-result", "#orgs-empty", "#audit-empty", "#keys-empty", "#orgs-pager"]) $(id).hidden = true;
+    for (const id of [
+      "#orgs-error",
+      "#org-error",
+      "#audit-error",
+      "#grant-result",
+      "#orgs-empty",
+      "#audit-empty",
+      "#keys-empty",
+      "#orgs-pager",
+    ])
+      $(id).hidden = true;
     for (const id of ["#org-name-input", "#key-name-input", "#grant-amount", "#grant-note", "#audit-org"]) $(id).value = "";
     setFieldError($("#org-name-input"), $("#org-name-error"), null);
     setFieldError($("#key-name-input"), $("#key-name-error"), null);
@@ -234,7 +244,14 @@ export function createAdmin(deps) {
   function showError(box, text, lines = []) {
     box.hidden = false;
     clear(box).append(h("p", { class: "error-title", text }));
-    if (lines.length) box.append(h("ul", {}, lines.map((line) => h("li", { text: line }))));
+    if (lines.length)
+      box.append(
+        h(
+          "ul",
+          {},
+          lines.map((line) => h("li", { text: line })),
+        ),
+      );
   }
 
   /** `retry`: what to say about trying again when no answer came (the change may have been made). */
@@ -357,9 +374,19 @@ export function createAdmin(deps) {
       h("th", { scope: "row", class: "org-name", text: org.name }),
       h("td", {}, h("code", { text: org.id })),
       h("td", {}, statusBadge(org.paused)),
-      h("td", { class: "num" }, `${b.available_usd} USD`, b.reserved_microusd > 0 ? h("span", { class: "cell-sub", text: `${b.reserved_usd} USD reserved` }) : null),
+      h(
+        "td",
+        { class: "num" },
+        `${b.available_usd} USD`,
+        b.reserved_microusd > 0 ? h("span", { class: "cell-sub", text: `${b.reserved_usd} USD reserved` }) : null,
+      ),
       h("td", { class: "num" }, `${integer(org.preview.used)} of ${integer(org.preview.limit)}`),
-      h("td", { class: "num" }, integer(org.keys.active), org.keys.revoked > 0 ? h("span", { class: "cell-sub", text: `${integer(org.keys.revoked)} revoked` }) : null),
+      h(
+        "td",
+        { class: "num" },
+        integer(org.keys.active),
+        org.keys.revoked > 0 ? h("span", { class: "cell-sub", text: `${integer(org.keys.revoked)} revoked` }) : null,
+      ),
       h(
         "td",
         { class: "row-actions" },
@@ -474,7 +501,13 @@ export function createAdmin(deps) {
   function renderDetail() {
     const org = current;
     const b = org.balance;
-    appendChildren(clear($("#org-detail-title")), h("span", { class: "visually-hidden", text: "Organization " }), org.name, " ", statusBadge(org.paused));
+    appendChildren(
+      clear($("#org-detail-title")),
+      h("span", { class: "visually-hidden", text: "Organization " }),
+      org.name,
+      " ",
+      statusBadge(org.paused),
+    );
     const created = new Date(org.created_at);
     appendChildren(
       clear($("#org-facts")),
@@ -484,7 +517,11 @@ export function createAdmin(deps) {
       fact("Reserved", `${b.reserved_usd} USD`),
       fact("Spent", `${b.spent_usd} USD`),
       fact("Granted in total", `${b.granted_usd} USD`),
-      fact("Preview today", `${integer(org.preview.used)} of ${integer(org.preview.limit)}`, h("span", { class: "cell-sub", text: `UTC day ${org.preview.date}` })),
+      fact(
+        "Preview today",
+        `${integer(org.preview.used)} of ${integer(org.preview.limit)}`,
+        h("span", { class: "cell-sub", text: `UTC day ${org.preview.date}` }),
+      ),
       fact("API keys", `${integer(org.keys.active)} active · ${integer(org.keys.revoked)} revoked`),
     );
     const pause = $("#org-pause");
@@ -541,7 +578,11 @@ export function createAdmin(deps) {
             "td",
             {},
             revoked
-              ? [h("span", { class: "badge status-revoked", text: "Revoked" }), " ", h("time", { class: "cell-sub-inline", datetime: key.revoked_at, title: utcSeconds(revoked), text: localTime(revoked) })]
+              ? [
+                  h("span", { class: "badge status-revoked", text: "Revoked" }),
+                  " ",
+                  h("time", { class: "cell-sub-inline", datetime: key.revoked_at, title: utcSeconds(revoked), text: localTime(revoked) }),
+                ]
               : h("span", { class: "badge status-active", text: "Active" }),
           ),
           h(
@@ -622,7 +663,11 @@ export function createAdmin(deps) {
           renderDetail();
         }
         button.focus();
-        announce(pausing ? `${org.name} is paused: its decision requests get 403.` : `${org.name} is resumed: its decision requests are served again.`);
+        announce(
+          pausing
+            ? `${org.name} is paused: its decision requests get 403.`
+            : `${org.name} is resumed: its decision requests are served again.`,
+        );
         await Promise.all([loadOrgs(), reloadAudit()]);
       });
     })();
@@ -780,7 +825,13 @@ export function createAdmin(deps) {
       h("td", {}, h("span", { class: ["badge", `action-${e.action.replace(".", "-")}`], text: ACTION_LABELS[e.action] ?? e.action })),
       h("td", {}, orgName ?? h("code", { text: e.org_id }), orgName ? h("code", { class: "cell-sub", text: e.org_id }) : null),
       h("td", {}, e.target === e.org_id ? h("span", { class: "muted", text: "the organization" }) : h("code", { text: e.target })),
-      h("td", { class: "audit-source" }, e.source, e.client ? [" · ", h("strong", { text: e.client })] : null, e.remote_address ? h("span", { class: "cell-sub", text: e.remote_address }) : null),
+      h(
+        "td",
+        { class: "audit-source" },
+        e.source,
+        e.client ? [" · ", h("strong", { text: e.client })] : null,
+        e.remote_address ? h("span", { class: "cell-sub", text: e.remote_address }) : null,
+      ),
       h("td", { class: "audit-details", text: detailsText(e) }),
     );
   }

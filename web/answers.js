@@ -27,7 +27,12 @@ function probabilityList(rows, topKey) {
       h(
         "li",
         { class: ["prob", key === topKey && "prob-top"] },
-        h("span", { class: "prob-name" }, h("span", { class: "prob-key", text: name }), description ? h("span", { class: "prob-desc", text: ` ${description}` }) : null),
+        h(
+          "span",
+          { class: "prob-name" },
+          h("span", { class: "prob-key", text: name }),
+          description ? h("span", { class: "prob-desc", text: ` ${description}` }) : null,
+        ),
         bar(p, key === topKey),
         h("span", { class: "prob-value", text: percent(p) }),
       ),
@@ -36,7 +41,13 @@ function probabilityList(rows, topKey) {
 }
 
 function confidence(c) {
-  return h("p", { class: "confidence" }, h("span", { class: "confidence-label", text: "Confidence" }), bar(c, false), h("span", { class: "prob-value", text: percent(c) }));
+  return h(
+    "p",
+    { class: "confidence" },
+    h("span", { class: "confidence-label", text: "Confidence" }),
+    bar(c, false),
+    h("span", { class: "prob-value", text: percent(c) }),
+  );
 }
 
 function choiceBody(q, a) {
@@ -44,7 +55,12 @@ function choiceBody(q, a) {
   for (const n of Object.keys(a.probabilities)) if (!names.includes(n)) names.push(n);
   const descriptions = new Map(q.options.map((o) => [o.name, o.description]));
   return [
-    h("p", { class: "answer-main" }, h("span", { class: "answer-label", text: "Choice" }), h("strong", { class: "answer-value", text: a.choice })),
+    h(
+      "p",
+      { class: "answer-main" },
+      h("span", { class: "answer-label", text: "Choice" }),
+      h("strong", { class: "answer-value", text: a.choice }),
+    ),
     probabilityList(
       names.map((n) => ({ key: n, name: n, description: descriptions.get(n) ?? "", p: a.probabilities[n] })),
       a.choice,
@@ -69,7 +85,10 @@ function scoreBody(a) {
       h("strong", { class: "answer-value", text: a.score.toFixed(2) }),
       h("span", { class: "answer-scale-text", text: `on 0 – ${n - 1}` }),
     ),
-    h("p", { class: "answer-note answer-note-score", text: `Nearest level ${nearest}${legend[nearest] !== undefined && legend[nearest] !== null ? `: ${describe(legend[nearest])}` : ""}` }),
+    h("p", {
+      class: "answer-note answer-note-score",
+      text: `Nearest level ${nearest}${legend[nearest] !== undefined && legend[nearest] !== null ? `: ${describe(legend[nearest])}` : ""}`,
+    }),
     h(
       "div",
       { class: "scale", role: "img", "aria-label": `Score ${a.score.toFixed(2)} on a scale from 0 to ${n - 1}` },
@@ -105,7 +124,13 @@ function gauge(p) {
     { class: "gauge", viewBox: "0 0 120 74", role: "img", "aria-label": `Probability of true: ${percent(p)}` },
     h("svg:path", { class: "gauge-track", d: arc(cx + r, cy) }),
     p > 0.001 ? h("svg:path", { class: "gauge-fill", d: arc(x, y) }) : null,
-    h("svg:line", { class: "gauge-needle", x1: cx, y1: cy, x2: (cx + (r - 14) * Math.cos(angle)).toFixed(2), y2: (cy - (r - 14) * Math.sin(angle)).toFixed(2) }),
+    h("svg:line", {
+      class: "gauge-needle",
+      x1: cx,
+      y1: cy,
+      x2: (cx + (r - 14) * Math.cos(angle)).toFixed(2),
+      y2: (cy - (r - 14) * Math.sin(angle)).toFixed(2),
+    }),
     h("svg:circle", { class: "gauge-hub", cx, cy, r: 3.5 }),
     h("svg:text", { class: "gauge-end", x: cx - r, y: 73, "text-anchor": "middle", text: "false" }),
     h("svg:text", { class: "gauge-end", x: cx + r, y: 73, "text-anchor": "middle", text: "true" }),
@@ -123,8 +148,16 @@ function noulBody(q, a) {
       h(
         "div",
         { class: "noul-text" },
-        h("p", { class: "answer-main" }, h("span", { class: "answer-label", text: "P(true)" }), h("strong", { class: "answer-value", text: a.noul.toFixed(3) })),
-        h("p", { class: "answer-note", text: `Leans ${leaning}${describeEnd ? ` (${describeEnd})` : ""}; ${percent(Math.max(a.noul, 1 - a.noul))} for that side.` }),
+        h(
+          "p",
+          { class: "answer-main" },
+          h("span", { class: "answer-label", text: "P(true)" }),
+          h("strong", { class: "answer-value", text: a.noul.toFixed(3) }),
+        ),
+        h("p", {
+          class: "answer-note",
+          text: `Leans ${leaning}${describeEnd ? ` (${describeEnd})` : ""}; ${percent(Math.max(a.noul, 1 - a.noul))} for that side.`,
+        }),
       ),
     ),
   ];
@@ -132,11 +165,22 @@ function noulBody(q, a) {
 
 /** The card of one question's answer; `q` is the question as it was sent. */
 export function answerCard(q, a) {
-  const body = !a ? [h("p", { class: "answer-note", text: "No answer for this question." })] : a.type === "choice" ? choiceBody(q, a) : a.type === "score" ? scoreBody(a) : noulBody(q, a);
+  const body = !a
+    ? [h("p", { class: "answer-note", text: "No answer for this question." })]
+    : a.type === "choice"
+      ? choiceBody(q, a)
+      : a.type === "score"
+        ? scoreBody(a)
+        : noulBody(q, a);
   return h(
     "article",
     { class: ["acard", `acard-${q.type}`], dataset: { question: q.id } },
-    h("header", { class: "acard-head" }, h("h3", { class: "acard-title", text: q.id === "" ? "(empty id)" : q.id }), h("span", { class: ["badge", `badge-${q.type}`], text: TYPE_LABELS[q.type] })),
+    h(
+      "header",
+      { class: "acard-head" },
+      h("h3", { class: "acard-title", text: q.id === "" ? "(empty id)" : q.id }),
+      h("span", { class: ["badge", `badge-${q.type}`], text: TYPE_LABELS[q.type] }),
+    ),
     q.instructions ? h("p", { class: "acard-instructions", text: q.instructions }) : null,
     body,
   );

@@ -21,7 +21,12 @@ export class ApiError extends Error {
     this.response = response;
     const ms = Number(response.headers.get("retry-after-ms"));
     const seconds = Number(response.headers.get("retry-after"));
-    this.retryAfterMs = Number.isFinite(ms) && response.headers.has("retry-after-ms") ? ms : Number.isFinite(seconds) && response.headers.has("retry-after") ? seconds * 1000 : null;
+    this.retryAfterMs =
+      Number.isFinite(ms) && response.headers.has("retry-after-ms")
+        ? ms
+        : Number.isFinite(seconds) && response.headers.has("retry-after")
+          ? seconds * 1000
+          : null;
   }
 }
 
@@ -37,7 +42,13 @@ function createRequester(getBearer, fixedHeaders = {}) {
     if (auth && bearer) h.authorization = `Bearer ${bearer}`;
     if (body !== undefined) h["content-type"] = "application/json";
     const started = performance.now();
-    const res = await fetch(new URL(path.replace(/^\//, ""), API_ROOT), { method, headers: h, body, cache: "no-store", credentials: "omit" });
+    const res = await fetch(new URL(path.replace(/^\//, ""), API_ROOT), {
+      method,
+      headers: h,
+      body,
+      cache: "no-store",
+      credentials: "omit",
+    });
     const text = await res.text();
     const ms = performance.now() - started;
     let json = null;
@@ -101,7 +112,10 @@ export function createAdminApi(getToken) {
     revokeKey: (keyId) => call("DELETE", `${ADMIN}/keys/${seg(keyId)}`),
     /** Resolves to {balance, replayed}: `replayed` when the Idempotency-Key had already been applied (nothing granted again). */
     async grantCredits(org, body, idempotencyKey) {
-      const response = await send("POST", `${ADMIN}/organizations/${seg(org)}/credits`, { body: json(body), headers: { "idempotency-key": idempotencyKey } });
+      const response = await send("POST", `${ADMIN}/organizations/${seg(org)}/credits`, {
+        body: json(body),
+        headers: { "idempotency-key": idempotencyKey },
+      });
       if (!response.ok) throw new ApiError(response);
       return { balance: response.json, replayed: response.headers.get("idempotent-replayed") === "true" };
     },

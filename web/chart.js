@@ -55,26 +55,52 @@ export function drawChart(container, days) {
       { class: "chart-grid" },
       h("svg:line", { x1: m.left, x2: width - m.right, y1: yReq(maxReq * f), y2: yReq(maxReq * f) }),
       h("svg:text", { x: m.left - 6, y: yReq(maxReq * f) + 4, "text-anchor": "end", class: "chart-axis", text: integer(maxReq * f) }),
-      hasCost ? h("svg:text", { x: width - m.right + 6, y: yCost(maxCost * f) + 4, "text-anchor": "start", class: "chart-axis chart-axis-cost", text: `$${usdLabel(maxCost * f)}` }) : null,
+      hasCost
+        ? h("svg:text", {
+            x: width - m.right + 6,
+            y: yCost(maxCost * f) + 4,
+            "text-anchor": "start",
+            class: "chart-axis chart-axis-cost",
+            text: `$${usdLabel(maxCost * f)}`,
+          })
+        : null,
     ),
   );
 
   const bars = days.map((d, i) =>
     h(
       "svg:rect",
-      { class: "chart-bar", x: (x(i) - barW / 2).toFixed(1), y: yReq(d.requests).toFixed(1), width: barW.toFixed(1), height: Math.max(0, m.top + plotH - yReq(d.requests)).toFixed(1), rx: 2 },
+      {
+        class: "chart-bar",
+        x: (x(i) - barW / 2).toFixed(1),
+        y: yReq(d.requests).toFixed(1),
+        width: barW.toFixed(1),
+        height: Math.max(0, m.top + plotH - yReq(d.requests)).toFixed(1),
+        rx: 2,
+      },
       h("svg:title", { text: `${d.date}: ${integer(d.requests)} requests, ${d.cost_usd} USD` }),
     ),
   );
 
   const labels = days.map((d, i) =>
-    (days.length - 1 - i) % labelEvery === 0 ? h("svg:text", { x: x(i), y: HEIGHT - 8, "text-anchor": "middle", class: "chart-axis", text: d.date.slice(5) }) : null,
+    (days.length - 1 - i) % labelEvery === 0
+      ? h("svg:text", { x: x(i), y: HEIGHT - 8, "text-anchor": "middle", class: "chart-axis", text: d.date.slice(5) })
+      : null,
   );
 
   const costLine = hasCost
     ? [
-        h("svg:polyline", { class: "chart-cost", points: days.map((d, i) => `${x(i).toFixed(1)},${yCost(d.cost_microusd).toFixed(1)}`).join(" ") }),
-        days.map((d, i) => h("svg:circle", { class: "chart-cost-dot", cx: x(i).toFixed(1), cy: yCost(d.cost_microusd).toFixed(1), r: 3 }, h("svg:title", { text: `${d.date}: ${d.cost_usd} USD` }))),
+        h("svg:polyline", {
+          class: "chart-cost",
+          points: days.map((d, i) => `${x(i).toFixed(1)},${yCost(d.cost_microusd).toFixed(1)}`).join(" "),
+        }),
+        days.map((d, i) =>
+          h(
+            "svg:circle",
+            { class: "chart-cost-dot", cx: x(i).toFixed(1), cy: yCost(d.cost_microusd).toFixed(1), r: 3 },
+            h("svg:title", { text: `${d.date}: ${d.cost_usd} USD` }),
+          ),
+        ),
       ]
     : null;
 
@@ -95,7 +121,9 @@ export function drawChart(container, days) {
       "p",
       { class: "chart-legend" },
       h("span", { class: "legend-item" }, h("span", { class: "legend-swatch legend-requests", "aria-hidden": "true" }), "Requests"),
-      hasCost ? h("span", { class: "legend-item" }, h("span", { class: "legend-swatch legend-cost", "aria-hidden": "true" }), "Cost (USD)") : h("span", { class: "legend-note", text: "No cost in this period (preview requests are free)." }),
+      hasCost
+        ? h("span", { class: "legend-item" }, h("span", { class: "legend-swatch legend-cost", "aria-hidden": "true" }), "Cost (USD)")
+        : h("span", { class: "legend-note", text: "No cost in this period (preview requests are free)." }),
     ),
   );
 }

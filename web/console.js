@@ -208,7 +208,8 @@ async function boot() {
   try {
     config = await api.config();
     playground.setLimits(config);
-    $("#service-info").textContent = `This gateway runs in ${config.service_mode} mode${config.default_model ? `; default model ${config.default_model}` : ""}.`;
+    $("#service-info").textContent =
+      `This gateway runs in ${config.service_mode} mode${config.default_model ? `; default model ${config.default_model}` : ""}.`;
   } catch {
     /* the console still works without it */
   }

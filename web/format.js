@@ -45,13 +45,18 @@ export function microusdToUsd(micro) {
   if (typeof micro !== "number" || !Number.isSafeInteger(micro)) return "–";
   const sign = micro < 0 ? "-" : "";
   const abs = Math.abs(micro);
-  const fraction = String(abs % 1_000_000).padStart(6, "0").replace(/0+$/, "");
+  const fraction = String(abs % 1_000_000)
+    .padStart(6, "0")
+    .replace(/0+$/, "");
   return `${sign}${Math.floor(abs / 1_000_000)}${fraction ? `.${fraction}` : ""}`;
 }
 
 /** A decimal USD amount as typed → the exact string the API takes ("012.50" → "12.50"), or the problem. */
 export function parseAmount(raw) {
-  const text = raw.trim().replace(/^\$\s*/, "").replace(/\s*(USD)?$/i, "");
+  const text = raw
+    .trim()
+    .replace(/^\$\s*/, "")
+    .replace(/\s*(USD)?$/i, "");
   if (!text) return { problem: "Enter an amount in USD, such as 12.50." };
   if (/^\d+,\d+$/.test(text)) return { problem: "Use a dot for decimals, such as 12.50." };
   const m = /^(\d+)(?:\.(\d+))?$/.exec(text);

@@ -2,7 +2,7 @@
 // see the answers, the request id, raw JSON and code; server validation errors next to fields.
 
 import { answerCard, spokenSummary } from "./answers.js";
-import { apiBaseUrl, ApiError } from "./api.js";
+import { ApiError, apiBaseUrl } from "./api.js";
 import { curlSnippet, typescriptSnippet } from "./code.js";
 import { $, announce, appendChildren, clear, copyText, h, uid } from "./dom.js";
 import { integer, ms, usd } from "./format.js";
@@ -78,7 +78,13 @@ export function createPlayground(deps) {
     status.hidden = false;
     try {
       const value = JSON.parse(draft.stateText);
-      const kind = Array.isArray(value) ? `array, ${value.length} items` : value === null ? "null" : typeof value === "object" ? `object, ${Object.keys(value).length} keys` : typeof value;
+      const kind = Array.isArray(value)
+        ? `array, ${value.length} items`
+        : value === null
+          ? "null"
+          : typeof value === "object"
+            ? `object, ${Object.keys(value).length} keys`
+            : typeof value;
       status.className = "json-status json-ok";
       status.textContent = `Valid JSON (${kind})`;
       if (!errors.has("state")) stateInput.removeAttribute("aria-invalid");
@@ -133,13 +139,16 @@ export function createPlayground(deps) {
   function renderQuestions(focus) {
     const kept = focus ? null : focusInList();
     clear(list);
-    draft.questions.forEach((q, i) => list.append(questionCard(q, i, draft.questions.length)));
+    for (const [i, q] of draft.questions.entries()) list.append(questionCard(q, i, draft.questions.length));
     $("#question-count").textContent = `${draft.questions.length} of ${maxQuestions}`;
     for (const b of document.querySelectorAll("[data-add]")) b.disabled = draft.questions.length >= maxQuestions;
     paintTopErrors();
     if (focus) {
       const card = list.querySelector(`[data-uid="${focus.uid}"]`);
-      const target = card?.querySelector(`[data-action="${focus.action}"]:not([disabled])`) ?? card?.querySelector("[data-action]:not([disabled])") ?? card?.querySelector("input");
+      const target =
+        card?.querySelector(`[data-action="${focus.action}"]:not([disabled])`) ??
+        card?.querySelector("[data-action]:not([disabled])") ??
+        card?.querySelector("input");
       target?.focus();
     } else if (kept) {
       restoreFocus(kept);
@@ -169,7 +178,14 @@ export function createPlayground(deps) {
   function fieldBlock(labelText, control, errorKey, { hint, className } = {}) {
     const errorEl = h("p", { class: "field-error", id: uid("err"), hidden: true });
     const label = h("label", { for: control.id, text: labelText });
-    const block = h("div", { class: ["field", className] }, label, hint ? h("span", { class: "hint", text: hint }) : null, control, errorEl);
+    const block = h(
+      "div",
+      { class: ["field", className] },
+      label,
+      hint ? h("span", { class: "hint", text: hint }) : null,
+      control,
+      errorEl,
+    );
     paintError(errorKey, errorEl, control);
     return { block, errorEl };
   }
@@ -181,7 +197,11 @@ export function createPlayground(deps) {
   }
 
   function iconButton(symbol, label, action, onClick, disabled = false) {
-    return h("button", { type: "button", class: "btn btn-icon", "aria-label": label, title: label, dataset: { action }, disabled, onclick: onClick }, h("span", { "aria-hidden": "true", text: symbol }));
+    return h(
+      "button",
+      { type: "button", class: "btn btn-icon", "aria-label": label, title: label, dataset: { action }, disabled, onclick: onClick },
+      h("span", { "aria-hidden": "true", text: symbol }),
+    );
   }
 
   function move(q, delta) {
@@ -218,11 +238,15 @@ export function createPlayground(deps) {
     const idKey = `${q.uid}:id`;
     const idField = fieldBlock(
       "Question id",
-      textInput(q.id, (value, el) => {
-        q.id = value;
-        dropError(idKey, idField.errorEl, el);
-        codeChanged();
-      }, { class: "input-id", maxlength: "200" }),
+      textInput(
+        q.id,
+        (value, el) => {
+          q.id = value;
+          dropError(idKey, idField.errorEl, el);
+          codeChanged();
+        },
+        { class: "input-id", maxlength: "200" },
+      ),
       idKey,
       { className: "field-id" },
     );
@@ -245,7 +269,12 @@ export function createPlayground(deps) {
       h(
         "div",
         { class: "qcard-head" },
-        h("h3", { class: "qcard-title" }, h("span", { class: ["badge", `badge-${q.type}`], text: TYPE_LABELS[q.type] }), h("span", { class: "qcard-num", text: `Question ${n}` })),
+        h(
+          "h3",
+          { class: "qcard-title" },
+          h("span", { class: ["badge", `badge-${q.type}`], text: TYPE_LABELS[q.type] }),
+          h("span", { class: "qcard-num", text: `Question ${n}` }),
+        ),
         h(
           "div",
           { class: "qcard-actions" },
@@ -283,21 +312,36 @@ export function createPlayground(deps) {
       appendChildren(
         fieldset,
         h("legend", { text: "Options" }),
-        q.options.length ? h("div", { class: "crit-cols", "aria-hidden": "true" }, h("span", { text: "Name" }), h("span", { text: "Description (optional)" })) : null,
+        q.options.length
+          ? h(
+              "div",
+              { class: "crit-cols", "aria-hidden": "true" },
+              h("span", { text: "Name" }),
+              h("span", { text: "Description (optional)" }),
+            )
+          : null,
         h(
           "div",
           { class: "crit-rows" },
           q.options.map((o, i) => {
-            const nameInput = textInput(o.name, (v) => {
-              o.name = v;
-              clearCriteriaError();
-              codeChanged();
-            }, { class: "crit-name", placeholder: "name" });
-            const descInput = textInput(o.description, (v) => {
-              o.description = v;
-              clearCriteriaError();
-              codeChanged();
-            }, { class: "crit-desc", placeholder: "description" });
+            const nameInput = textInput(
+              o.name,
+              (v) => {
+                o.name = v;
+                clearCriteriaError();
+                codeChanged();
+              },
+              { class: "crit-name", placeholder: "name" },
+            );
+            const descInput = textInput(
+              o.description,
+              (v) => {
+                o.description = v;
+                clearCriteriaError();
+                codeChanged();
+              },
+              { class: "crit-desc", placeholder: "description" },
+            );
             return h(
               "div",
               { class: "crit-row", dataset: { row: o.uid } },
@@ -308,7 +352,11 @@ export function createPlayground(deps) {
               iconButton("✕", `Remove option ${i + 1} of question ${n}`, "remove-row", () => {
                 q.options.splice(i, 1);
                 clearCriteriaError();
-                rerender(q.options.length ? `[data-row="${q.options[Math.min(i, q.options.length - 1)].uid}"] [data-action="remove-row"]` : "[data-action=add-row]");
+                rerender(
+                  q.options.length
+                    ? `[data-row="${q.options[Math.min(i, q.options.length - 1)].uid}"] [data-action="remove-row"]`
+                    : "[data-action=add-row]",
+                );
               }),
             );
           }),
@@ -334,11 +382,15 @@ export function createPlayground(deps) {
           "div",
           { class: "crit-rows" },
           q.levels.map((l, i) => {
-            const input = textInput(l.description, (v) => {
-              l.description = v;
-              clearCriteriaError();
-              codeChanged();
-            }, { class: "crit-desc", placeholder: "description" });
+            const input = textInput(
+              l.description,
+              (v) => {
+                l.description = v;
+                clearCriteriaError();
+                codeChanged();
+              },
+              { class: "crit-desc", placeholder: "description" },
+            );
             return h(
               "div",
               { class: "crit-row crit-row-level", dataset: { row: l.uid } },
@@ -348,7 +400,11 @@ export function createPlayground(deps) {
               iconButton("✕", `Remove level ${i} of question ${n}`, "remove-row", () => {
                 q.levels.splice(i, 1);
                 clearCriteriaError();
-                rerender(q.levels.length ? `[data-row="${q.levels[Math.min(i, q.levels.length - 1)].uid}"] [data-action="remove-row"]` : "[data-action=add-row]");
+                rerender(
+                  q.levels.length
+                    ? `[data-row="${q.levels[Math.min(i, q.levels.length - 1)].uid}"] [data-action="remove-row"]`
+                    : "[data-action=add-row]",
+                );
               }),
             );
           }),
@@ -368,19 +424,32 @@ export function createPlayground(deps) {
         }),
       );
     } else {
-      const t = textInput(q.noulTrue, (v) => {
-        q.noulTrue = v;
-        clearCriteriaError();
-        codeChanged();
-      }, { placeholder: "optional" });
-      const f = textInput(q.noulFalse, (v) => {
-        q.noulFalse = v;
-        clearCriteriaError();
-        codeChanged();
-      }, { placeholder: "optional" });
+      const t = textInput(
+        q.noulTrue,
+        (v) => {
+          q.noulTrue = v;
+          clearCriteriaError();
+          codeChanged();
+        },
+        { placeholder: "optional" },
+      );
+      const f = textInput(
+        q.noulFalse,
+        (v) => {
+          q.noulFalse = v;
+          clearCriteriaError();
+          codeChanged();
+        },
+        { placeholder: "optional" },
+      );
       fieldset.append(
         h("legend", { text: "Descriptions (optional)" }),
-        h("div", { class: "noul-crit" }, h("div", { class: "field" }, h("label", { for: t.id, text: "When true" }), t), h("div", { class: "field" }, h("label", { for: f.id, text: "When false" }), f)),
+        h(
+          "div",
+          { class: "noul-crit" },
+          h("div", { class: "field" }, h("label", { for: t.id, text: "When true" }), t),
+          h("div", { class: "field" }, h("label", { for: f.id, text: "When false" }), f),
+        ),
       );
     }
     fieldset.append(errorEl);
@@ -407,7 +476,9 @@ export function createPlayground(deps) {
     const { body } = buildRequest(draft);
     const base = apiBaseUrl();
     $("#code-curl").textContent = curlSnippet(base, body);
-    $("#code-ts").textContent = typescriptSnippet(base, body, { scoreWithOneLevel: draft.questions.some((q) => q.type === "score" && q.levels.length < 2) });
+    $("#code-ts").textContent = typescriptSnippet(base, body, {
+      scoreWithOneLevel: draft.questions.some((q) => q.type === "score" && q.levels.length < 2),
+    });
   }
   $("#code-details").addEventListener("toggle", () => {
     if ($("#code-details").open) renderCode();
@@ -427,7 +498,13 @@ export function createPlayground(deps) {
     appendChildren(
       clear(box),
       h("p", { class: "error-title", text: title }),
-      lines.length ? h("ul", {}, lines.map((l) => h("li", { text: l }))) : null,
+      lines.length
+        ? h(
+            "ul",
+            {},
+            lines.map((l) => h("li", { text: l })),
+          )
+        : null,
       requestId ? h("p", { class: "error-meta" }, "Request id ", h("code", { text: requestId })) : null,
     );
     box.hidden = false;
@@ -450,7 +527,10 @@ export function createPlayground(deps) {
       for (const p of built.problems) placeError(p.where, p.message);
       renderQuestions();
       const text = `The request was not sent: ${built.problems.map((p) => p.message).join("; ")}.`;
-      showGeneral("Fix the marked fields, then run again.", built.problems.map((p) => p.message));
+      showGeneral(
+        "Fix the marked fields, then run again.",
+        built.problems.map((p) => p.message),
+      );
       announce(text);
       return;
     }

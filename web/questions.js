@@ -31,7 +31,14 @@ export function question(type, id, fields = {}) {
 
 /** What "Add … question" inserts. */
 export const TEMPLATES = {
-  choice: { instructions: "Which option fits best?", options: [["yes", "It fits"], ["no", "It does not fit"], ["unsure", ""]] },
+  choice: {
+    instructions: "Which option fits best?",
+    options: [
+      ["yes", "It fits"],
+      ["no", "It does not fit"],
+      ["unsure", ""],
+    ],
+  },
   score: { instructions: "How strongly does it apply?", levels: ["not at all", "a little", "clearly", "strongly"] },
   noul: { instructions: "Is the statement true?" },
 };
@@ -51,7 +58,11 @@ export function sampleDraft() {
     questions: [
       question("choice", "topic", {
         instructions: "What is the ticket about?",
-        options: [["billing", "Payments and invoices"], ["bug", "Something is broken"], ["other", ""]],
+        options: [
+          ["billing", "Payments and invoices"],
+          ["bug", "Something is broken"],
+          ["other", ""],
+        ],
       }),
       question("score", "urgency", { instructions: "How urgent is it?", levels: ["not urgent", "soon", "today", "right now"] }),
       question("noul", "refund", { instructions: "Does the customer ask for a refund?" }),
@@ -95,11 +106,19 @@ export function buildRequest(draft) {
   const counts = new Map();
   for (const q of draft.questions) counts.set(q.id, (counts.get(q.id) ?? 0) + 1);
   for (const q of draft.questions) {
-    if (counts.get(q.id) > 1) problems.push({ where: { part: "id", uid: q.uid }, message: `another question has the id ${JSON.stringify(q.id)}; ids must be unique` });
+    if (counts.get(q.id) > 1)
+      problems.push({
+        where: { part: "id", uid: q.uid },
+        message: `another question has the id ${JSON.stringify(q.id)}; ids must be unique`,
+      });
     if (q.type === "choice") {
       const names = q.options.map((o) => o.name);
       const dup = names.find((n, i) => names.indexOf(n) !== i);
-      if (dup !== undefined) problems.push({ where: { part: "criteria", uid: q.uid }, message: `two options are named ${JSON.stringify(dup)}; option names must be unique` });
+      if (dup !== undefined)
+        problems.push({
+          where: { part: "criteria", uid: q.uid },
+          message: `two options are named ${JSON.stringify(dup)}; option names must be unique`,
+        });
     }
   }
   const entries = [];

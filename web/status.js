@@ -31,12 +31,22 @@ export function renderStatus(org) {
 
   if (org.paused) {
     if (currentKind !== "paused") {
-      showBanner("Organization paused", "Decision requests of this organization are paused pending billing review (403). Usage can still be read.", null, "paused");
+      showBanner(
+        "Organization paused",
+        "Decision requests of this organization are paused pending billing review (403). Usage can still be read.",
+        null,
+        "paused",
+      );
     }
   } else if (org.preview && org.preview.remaining === 0) {
     // Keep the banner of a 429 that said the same (its text is the server's own).
     if (currentKind !== "quota") {
-      showBanner("Daily preview limit reached", `All ${integer(org.preview.limit)} preview requests of today are used.`, new Date(org.preview.resets_at), "quota");
+      showBanner(
+        "Daily preview limit reached",
+        `All ${integer(org.preview.limit)} preview requests of today are used.`,
+        new Date(org.preview.resets_at),
+        "quota",
+      );
     }
   } else if (currentKind === "quota" || currentKind === "paused") {
     clearLimit();
@@ -92,7 +102,8 @@ export function showLimitFromError(err) {
   }
   // Daily quotas reset at 00:00 UTC: the answer's Retry-After leads there; round off the network time.
   const midnight = at ? new Date(Math.round(at.getTime() / 60_000) * 60_000) : null;
-  if (/capacity of the service/i.test(err.detail)) showBanner("The service's daily preview capacity is used up", err.detail, midnight, "capacity");
+  if (/capacity of the service/i.test(err.detail))
+    showBanner("The service's daily preview capacity is used up", err.detail, midnight, "capacity");
   else showBanner("Daily preview limit reached", err.detail, midnight, "quota");
 }
 

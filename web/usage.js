@@ -2,8 +2,8 @@
 // usage records newest first with filters and cursor paging (GET /v1/usage), and lookup by
 // request id (GET /v1/usage/{request_id}).
 
-import { $, announce, clear, h } from "./dom.js";
 import { drawResponsive } from "./chart.js";
+import { $, announce, clear, h } from "./dom.js";
 import { integer, localInputToIso, localTime, ms, usd } from "./format.js";
 
 const OUTCOME_LABELS = {
@@ -63,7 +63,15 @@ export function createUsage(deps) {
     const body = clear($("#summary-table tbody"));
     for (const d of [...days].reverse()) {
       body.append(
-        h("tr", {}, h("th", { scope: "row", text: d.date }), h("td", { class: "num", text: integer(d.requests) }), h("td", { class: "num", text: integer(d.input_tokens) }), h("td", { class: "num", text: integer(d.output_tokens) }), h("td", { class: "num", text: d.cost_usd })),
+        h(
+          "tr",
+          {},
+          h("th", { scope: "row", text: d.date }),
+          h("td", { class: "num", text: integer(d.requests) }),
+          h("td", { class: "num", text: integer(d.input_tokens) }),
+          h("td", { class: "num", text: integer(d.output_tokens) }),
+          h("td", { class: "num", text: d.cost_usd }),
+        ),
       );
     }
   }
@@ -81,7 +89,8 @@ export function createUsage(deps) {
       const result = await deps.api.usagePage(params);
       nextCursor = result.next_cursor;
       renderRows(result.data);
-      $("#page-info").textContent = result.data.length === 0 ? "No records" : `Page ${page + 1} · ${result.data.length} record${result.data.length === 1 ? "" : "s"}`;
+      $("#page-info").textContent =
+        result.data.length === 0 ? "No records" : `Page ${page + 1} · ${result.data.length} record${result.data.length === 1 ? "" : "s"}`;
       $("#usage-newer").disabled = page === 0;
       $("#usage-older").disabled = !nextCursor;
     } catch (err) {
@@ -170,7 +179,12 @@ export function createUsage(deps) {
       announce(`Found request ${r.request_id}: ${OUTCOME_LABELS[r.outcome] ?? r.outcome}.`);
     } catch (err) {
       if (err?.status === 401) return deps.unauthorized(err.detail);
-      out.append(h("p", { class: "lookup-missing", text: err?.status === 404 ? `No usage record with request id ${id} in this organization.` : (err?.detail ?? String(err)) }));
+      out.append(
+        h("p", {
+          class: "lookup-missing",
+          text: err?.status === 404 ? `No usage record with request id ${id} in this organization.` : (err?.detail ?? String(err)),
+        }),
+      );
       announce(err?.status === 404 ? "No record with that request id." : "Lookup failed.");
     }
   });
@@ -228,7 +242,8 @@ export function createUsage(deps) {
       clear($("#summary-table tbody"));
       clear($("#lookup-result")).hidden = true;
       $("#lookup-id").value = "";
-      for (const id of ["#today-requests", "#today-tokens", "#today-cost", "#today-date", "#today-tokens-split", "#page-info"]) $(id).textContent = "";
+      for (const id of ["#today-requests", "#today-tokens", "#today-cost", "#today-date", "#today-tokens-split", "#page-info"])
+        $(id).textContent = "";
     },
   };
 }

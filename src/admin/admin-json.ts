@@ -1,5 +1,5 @@
 import type { AdminApiKey, AdminBalance, AdminOrganization, AuditEntryJson } from "../contract/admin.ts";
-import { formatUsd } from "../gateway/money.ts";
+import { formatUsd } from "../domain/money.ts";
 import type { AuditEntry } from "../store/administration.ts";
 import type { Balance } from "../store/store.ts";
 import type { ApiKeyInfo, OrganizationStatus } from "./operations.ts";
@@ -23,7 +23,13 @@ export function balanceJson(orgId: string, balance: Balance): AdminBalance {
 
 /** A key as listed: never the hash, never the key. */
 export function apiKeyJson(key: ApiKeyInfo): AdminApiKey {
-  return { id: key.id, org_id: key.orgId, name: key.name, created_at: iso(key.createdAtMs), revoked_at: key.revokedAtMs === null ? null : iso(key.revokedAtMs) };
+  return {
+    id: key.id,
+    org_id: key.orgId,
+    name: key.name,
+    created_at: iso(key.createdAtMs),
+    revoked_at: key.revokedAtMs === null ? null : iso(key.revokedAtMs),
+  };
 }
 
 export function adminOrganizationJson(s: OrganizationStatus): AdminOrganization {

@@ -30,7 +30,10 @@ export interface AdminOperations {
   /** `revoked` is false when it already was revoked (nothing recorded). */
   revokeKey(keyId: string): Promise<{ org: Organization; key: ApiKeyInfo; revoked: boolean }>;
   /** With an idempotency key, a retry of the same grant is applied once (`replayed`: this call granted nothing). */
-  grantCredits(ref: string, grant: { amountMicrousd: number; note?: string; idempotencyKey?: string }): Promise<{ org: Organization; balance: Balance; replayed: boolean }>;
+  grantCredits(
+    ref: string,
+    grant: { amountMicrousd: number; note?: string; idempotencyKey?: string },
+  ): Promise<{ org: Organization; balance: Balance; replayed: boolean }>;
   usage(ref: string, query: UsageQuery): Promise<{ org: Organization; page: UsagePage }>;
   usageRecord(ref: string, requestId: string): Promise<{ org: Organization; record: UsageRecord | null }>;
   /** Totals of the last `days` UTC days (today included), every organization. */

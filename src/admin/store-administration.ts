@@ -1,11 +1,18 @@
 import { createHash } from "node:crypto";
-import { generateApiKey, newOrganizationId } from "../gateway/api-keys.ts";
-import { msUntilUtcMidnight, utcDay } from "../gateway/utc-day.ts";
+import { generateApiKey, newOrganizationId } from "../domain/api-keys.ts";
+import { msUntilUtcMidnight, utcDay } from "../domain/utc-day.ts";
 import type { AuditActor } from "../store/administration.ts";
-import { StoreConflictError, type ApiKeyRecord, type Organization, type Store, type UsageQuery } from "../store/store.ts";
+import { type ApiKeyRecord, type Organization, type Store, StoreConflictError, type UsageQuery } from "../store/store.ts";
 import { AdminError } from "./admin-error.ts";
 import { checkName, looksLikeOrganizationId } from "./names.ts";
-import { type AdminOperations, type ApiKeyInfo, DAY_MS, type NamedAuditPage, type OrganizationStatus, type UsageSummary } from "./operations.ts";
+import {
+  type AdminOperations,
+  type ApiKeyInfo,
+  DAY_MS,
+  type NamedAuditPage,
+  type OrganizationStatus,
+  type UsageSummary,
+} from "./operations.ts";
 
 export interface StoreAdministrationDeps {
   store: Store;
@@ -45,12 +52,18 @@ export class StoreAdministration implements AdminOperations {
   async createOrganization(rawName: string): Promise<Organization> {
     const name = validName("name", "The organization name", rawName);
     if (looksLikeOrganizationId(name)) {
-      throw new AdminError("invalid", "The organization name must not look like an organization id (org_ and 12 characters)", "name", "must not look like an organization id (org_ and 12 characters)");
+      throw new AdminError(
+        "invalid",
+        "The organization name must not look like an organization id (org_ and 12 characters)",
+        "name",
+        "must not look like an organization id (org_ and 12 characters)",
+      );
     }
     try {
       return await this.store.createOrganization({ id: newOrganizationId(), name, nowMs: this.deps.nowMs(), audit: this.deps.actor });
     } catch (err) {
-      if (err instanceof StoreConflictError) throw new AdminError("name_taken", `An organization named ${JSON.stringify(name)} already exists.`);
+      if (err instanceof StoreConflictError)
+        throw new AdminError("name_taken", `An organization named ${JSON.stringify(name)} already exists.`);
       throw err;
     }
   }
@@ -67,7 +80,11 @@ export class StoreAdministration implements AdminOperations {
   async status(org: Organization): Promise<OrganizationStatus> {
     const now = this.deps.nowMs();
     const day = utcDay(now);
-    const [balance, preview, keys] = await Promise.all([this.store.getBalance(org.id), this.store.previewUsage(org.id, day), this.store.listApiKeys(org.id)]);
+    const [balance, preview, keys] = await Promise.all([
+      this.store.getBalance(org.id),
+      this.store.previewUsage(org.id, day),
+      this.store.listApiKeys(org.id),
+    ]);
     const revoked = keys.filter((k) => k.revokedAtMs !== null).length;
     return {
       org,
@@ -91,7 +108,14 @@ export class StoreAdministration implements AdminOperations {
     const org = await this.find(ref);
     // Only the hash is stored; the raw key exists in this process until it is answered or printed.
     const generated = generateApiKey();
-    const key = await this.store.createApiKey({ id: generated.id, orgId: org.id, name, hash: generated.hash, nowMs: this.deps.nowMs(), audit: this.deps.actor });
+    const key = await this.store.createApiKey({
+      id: generated.id,
+      orgId: org.id,
+      name,
+      hash: generated.hash,
+      nowMs: this.deps.nowMs(),
+      audit: this.deps.actor,
+    });
     return { org, key: keyInfo(key), raw: generated.raw };
   }
 
@@ -120,13 +144,24 @@ export class StoreAdministration implements AdminOperations {
     }
     const note = grant.note === undefined ? undefined : validName("note", "The note", grant.note);
     const org = await this.find(ref);
-    const input = { orgId: org.id, amountMicrousd: grant.amountMicrousd, nowMs: this.deps.nowMs(), audit: this.deps.actor, ...(note === undefined ? {} : { note }) };
+    const input = {
+      orgId: org.id,
+      amountMicrousd: grant.amountMicrousd,
+      nowMs: this.deps.nowMs(),
+      audit: this.deps.actor,
+      ...(note === undefined ? {} : { note }),
+    };
     if (grant.idempotencyKey === undefined) return { org, balance: await this.store.grantCredits(input), replayed: false };
     // The request a key stands for: the organization, the amount and the note.
-    const requestHash = createHash("sha256").update(JSON.stringify([org.id, grant.amountMicrousd, note ?? null])).digest("hex");
+    const requestHash = createHash("sha256")
+      .update(JSON.stringify([org.id, grant.amountMicrousd, note ?? null]))
+      .digest("hex");
     const result = await this.store.grantCreditsOnce({ ...input, idempotency: { key: grant.idempotencyKey, requestHash } });
     if (result.kind === "mismatch") {
-      throw new AdminError("idempotency_key_reused", "This Idempotency-Key was already used with a different grant (organization, amount or note).");
+      throw new AdminError(
+        "idempotency_key_reused",
+        "This Idempotency-Key was already used with a different grant (organization, amount or note).",
+      );
     }
     return { org, balance: result.balance, replayed: result.kind === "replayed" };
   }
@@ -154,7 +189,11 @@ export class StoreAdministration implements AdminOperations {
 
   async audit(query: { org?: string; cursor?: string; limit: number }): Promise<NamedAuditPage> {
     const orgId = query.org === undefined ? undefined : (await this.find(query.org)).id;
-    const page = await this.store.listAudit({ limit: query.limit, ...(orgId ? { orgId } : {}), ...(query.cursor ? { cursor: query.cursor } : {}) });
+    const page = await this.store.listAudit({
+      limit: query.limit,
+      ...(orgId ? { orgId } : {}),
+      ...(query.cursor ? { cursor: query.cursor } : {}),
+    });
     const names = new Map<string, string | null>();
     for (const id of new Set(page.entries.map((e) => e.orgId))) names.set(id, (await this.store.findOrganization(id))?.name ?? null);
     return { entries: page.entries.map((e) => ({ ...e, orgName: names.get(e.orgId) ?? null })), nextCursor: page.nextCursor };

@@ -1,7 +1,7 @@
 import type { TSchema } from "@sinclair/typebox";
 import { Ajv, type ValidateFunction } from "ajv";
 import { AdminError } from "../admin/admin-error.ts";
-import { ERROR_CATALOGUE } from "../http/error-catalogue.ts";
+import { ERROR_CATALOGUE } from "../domain/errors.ts";
 import { safeText } from "./output.ts";
 
 /** Sent as x-tds-client: the audit log records admin API changes made by the CLI with this client. */
@@ -9,7 +9,14 @@ export const CLI_CLIENT = "cli";
 const DEFAULT_TIMEOUT_MS = 30_000;
 
 // Answers are checked against the contract's schemas; fields a newer gateway adds are dropped rather than refused.
-const ajv = new Ajv({ allErrors: false, coerceTypes: false, removeAdditional: "all", useDefaults: false, strict: false, validateFormats: false });
+const ajv = new Ajv({
+  allErrors: false,
+  coerceTypes: false,
+  removeAdditional: "all",
+  useDefaults: false,
+  strict: false,
+  validateFormats: false,
+});
 const validators = new WeakMap<TSchema, ValidateFunction>();
 
 function validatorOf(schema: TSchema): ValidateFunction {
@@ -96,7 +103,8 @@ export class AdminHttpClient {
 
   private unreachable(err: unknown): AdminError {
     const error = err as Error & { cause?: { message?: string; code?: string } };
-    if (error.name === "TimeoutError") return new AdminError("unavailable", `the gateway at ${this.url} did not answer within ${this.timeoutMs / 1000} s`);
+    if (error.name === "TimeoutError")
+      return new AdminError("unavailable", `the gateway at ${this.url} did not answer within ${this.timeoutMs / 1000} s`);
     const reason = error.cause?.message ?? error.message ?? String(err);
     return new AdminError("unavailable", `cannot reach the gateway at ${this.url}: ${safeText(reason)}`);
   }
@@ -122,7 +130,10 @@ export class AdminHttpClient {
     detail = safeText(detail);
     switch (response.status) {
       case 401:
-        return new AdminError("unavailable", `the gateway at ${this.url} refused the admin token (${detail}); TDS_ADMIN_TOKEN must be the server's admin token`);
+        return new AdminError(
+          "unavailable",
+          `the gateway at ${this.url} refused the admin token (${detail}); TDS_ADMIN_TOKEN must be the server's admin token`,
+        );
       case 404:
         // With no admin token configured on the server, every /admin path is an unknown route.
         if (detail === ERROR_CATALOGUE.route_not_found.detail) {
@@ -132,7 +143,8 @@ export class AdminHttpClient {
       case 409:
         return new AdminError("name_taken", detail);
       case 422:
-        if (field === undefined && request.headers?.["idempotency-key"] !== undefined) return new AdminError("idempotency_key_reused", detail);
+        if (field === undefined && request.headers?.["idempotency-key"] !== undefined)
+          return new AdminError("idempotency_key_reused", detail);
         return new AdminError("invalid", detail, field);
       default:
         return new AdminError("unavailable", `the gateway at ${this.url} answered ${response.status}: ${detail}`);

@@ -1,8 +1,8 @@
 import { auditEntryJson } from "../admin/admin-json.ts";
-import { formatUsd } from "../gateway/money.ts";
 import type { NamedAuditPage } from "../admin/operations.ts";
+import { formatUsd } from "../domain/money.ts";
 import type { AuditEntry } from "../store/administration.ts";
-import { stringOption, type CommandGroup } from "./command.ts";
+import { type CommandGroup, stringOption } from "./command.ts";
 import { isoTime, quoted } from "./output.ts";
 import { DEFAULT_USAGE_LIMIT, MAX_USAGE_LIMIT, PAGE, parseLimit } from "./usage-commands.ts";
 
@@ -27,7 +27,11 @@ export const auditCommands: CommandGroup = {
       positionals: [],
       options: {
         org: { type: "string", valueName: "ORG", description: "Only this organization's entries (id or name)" },
-        limit: { type: "string", valueName: "N", description: `At most N entries, newest first (1 to ${MAX_USAGE_LIMIT}, default ${DEFAULT_USAGE_LIMIT})` },
+        limit: {
+          type: "string",
+          valueName: "N",
+          description: `At most N entries, newest first (1 to ${MAX_USAGE_LIMIT}, default ${DEFAULT_USAGE_LIMIT})`,
+        },
       },
       synopsis: "[--org ORG] [--limit N]",
       summary: "The audit log: who changed what and when, newest first",
@@ -38,16 +42,29 @@ export const auditCommands: CommandGroup = {
         const entries: NamedAuditPage["entries"] = [];
         let cursor: string | null = null;
         do {
-          const page = await admin.audit({ limit: Math.min(PAGE, limit - entries.length), ...(org === undefined ? {} : { org }), ...(cursor === null ? {} : { cursor }) });
+          const page = await admin.audit({
+            limit: Math.min(PAGE, limit - entries.length),
+            ...(org === undefined ? {} : { org }),
+            ...(cursor === null ? {} : { cursor }),
+          });
           entries.push(...page.entries);
           cursor = page.nextCursor;
         } while (cursor !== null && entries.length < limit);
 
         if (ctx.out.jsonMode) return ctx.out.json(entries.map(auditEntryJson));
-        if (entries.length === 0) return ctx.out.line(org === undefined ? "No audit entries yet." : `No audit entries for organization ${quoted(org)}.`);
+        if (entries.length === 0)
+          return ctx.out.line(org === undefined ? "No audit entries yet." : `No audit entries for organization ${quoted(org)}.`);
         ctx.out.table(
           ["TIME", "ACTION", "ORGANIZATION", "TARGET", "SOURCE", "CLIENT", "DETAILS"],
-          entries.map((e) => [isoTime(e.atMs), e.action, e.orgName ?? e.orgId, e.targetId, e.source, e.client ?? "", detailsText(e.details)]),
+          entries.map((e) => [
+            isoTime(e.atMs),
+            e.action,
+            e.orgName ?? e.orgId,
+            e.targetId,
+            e.source,
+            e.client ?? "",
+            detailsText(e.details),
+          ]),
         );
         if (cursor !== null) ctx.out.note(`Showing the newest ${entries.length}; more with --limit N (up to ${MAX_USAGE_LIMIT}).`);
       },

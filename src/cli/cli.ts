@@ -1,22 +1,30 @@
 import { parseArgs } from "node:util";
 import { AdminError } from "../admin/admin-error.ts";
+import { SERVICE_NAME, SERVICE_VERSION } from "../version.ts";
 import { auditCommands } from "./audit-command.ts";
-import { CliError, UsageError, type Command, type CommandGroup, type CommandInput, type OptionSpec } from "./command.ts";
-import { chooseTransport, connect, type Connection } from "./connection.ts";
+import { CliError, type Command, type CommandGroup, type CommandInput, type OptionSpec, UsageError } from "./command.ts";
+import { type Connection, chooseTransport, connect } from "./connection.ts";
 import { creditCommands } from "./credit-commands.ts";
-import { keyCommands } from "./key-commands.ts";
 import { initCommands } from "./init-command.ts";
+import { keyCommands } from "./key-commands.ts";
 import { migrateCommands } from "./migrate-command.ts";
 import { orgCommands } from "./org-commands.ts";
 import { createOutput, quoted, type TextSink } from "./output.ts";
 import { usageCommands } from "./usage-commands.ts";
-import { SERVICE_NAME, SERVICE_VERSION } from "../version.ts";
 
 /**
  * Every command group, in help order. A new group is a new file and one line here.
  * A group whose only command has the empty name is itself the command: `tds usage --org ORG`.
  */
-export const COMMAND_GROUPS: CommandGroup[] = [initCommands, orgCommands, keyCommands, creditCommands, usageCommands, auditCommands, migrateCommands];
+export const COMMAND_GROUPS: CommandGroup[] = [
+  initCommands,
+  orgCommands,
+  keyCommands,
+  creditCommands,
+  usageCommands,
+  auditCommands,
+  migrateCommands,
+];
 
 /** The command of a group that is itself a command (its only command, named ""), else null. */
 function groupCommand(group: CommandGroup): Command | null {
@@ -68,7 +76,11 @@ function commandTable(groups: CommandGroup[]): string[] {
 }
 
 /** Global options that take a value, so that the value is not taken for a group or command word. */
-const GLOBAL_VALUE_OPTIONS = new Set(Object.entries(GLOBAL_OPTIONS).filter(([, o]) => o.type === "string").map(([name]) => `--${name}`));
+const GLOBAL_VALUE_OPTIONS = new Set(
+  Object.entries(GLOBAL_OPTIONS)
+    .filter(([, o]) => o.type === "string")
+    .map(([name]) => `--${name}`),
+);
 
 const FOOTER = [
   "ORG is an organization id (org_...) or its unique name.",
@@ -162,11 +174,13 @@ interface ParsedArgs {
 
 function parseCommandArgs(command: Command, args: string[]): ParsedArgs {
   const options = { ...(command.options ?? {}), ...GLOBAL_OPTIONS };
-  let parsed;
+  let parsed: { values: Record<string, unknown>; positionals: string[] };
   try {
     parsed = parseArgs({
       args,
-      options: Object.fromEntries(Object.entries(options).map(([name, o]) => [name, { type: o.type, ...(o.short ? { short: o.short } : {}) }])),
+      options: Object.fromEntries(
+        Object.entries(options).map(([name, o]) => [name, { type: o.type, ...(o.short ? { short: o.short } : {}) }]),
+      ),
       allowPositionals: true,
       strict: true,
     });
@@ -204,7 +218,10 @@ export async function runCli(argv: string[], io: CliIo): Promise<number> {
       return 2;
     }
     const own = group ? groupCommand(group) : null;
-    print(io.stdout, group ? (own ? commandUsageText(group, own) : command ? commandUsageText(group, command) : groupUsageText(group)) : usageText());
+    print(
+      io.stdout,
+      group ? (own ? commandUsageText(group, own) : command ? commandUsageText(group, command) : groupUsageText(group)) : usageText(),
+    );
     return 0;
   }
   if (words.length === 0) {
@@ -264,11 +281,18 @@ async function runCommand(group: CommandGroup, command: Command, rest: string[],
     const words = `tds ${[group.name, command.name].filter((w) => w !== "").join(" ")}`;
     if (given.length !== command.positionals.length) {
       const expected = command.positionals.length === 0 ? "no arguments" : command.positionals.join(" ");
-      throw new UsageError(`"${words}" takes ${expected}, got ${given.length === 0 ? "none" : given.map((g) => JSON.stringify(g)).join(" ")}`);
+      throw new UsageError(
+        `"${words}" takes ${expected}, got ${given.length === 0 ? "none" : given.map((g) => JSON.stringify(g)).join(" ")}`,
+      );
     }
-    const transport = chooseTransport({ ...(parsed.url === undefined ? {} : { url: parsed.url }), ...(parsed.database === undefined ? {} : { database: parsed.database }) }, io.env);
+    const transport = chooseTransport(
+      { ...(parsed.url === undefined ? {} : { url: parsed.url }), ...(parsed.database === undefined ? {} : { database: parsed.database }) },
+      io.env,
+    );
     if (command.databaseOnly && transport.kind === "http") {
-      throw new UsageError(`"${words}" works on the database only, not through the admin API (${transport.via}); ${transport.via === "--url" ? "leave out --url" : "unset TDS_URL"} or pass --database URL`);
+      throw new UsageError(
+        `"${words}" works on the database only, not through the admin API (${transport.via}); ${transport.via === "--url" ? "leave out --url" : "unset TDS_URL"} or pass --database URL`,
+      );
     }
     const out = createOutput(io.stdout, io.stderr, parsed.json);
     const nowMs = io.nowMs ?? Date.now;
@@ -282,12 +306,12 @@ async function runCommand(group: CommandGroup, command: Command, rest: string[],
     await command.run({ out, nowMs, admin: () => opened.admin(), store: () => opened.store() }, parsed.input);
     return 0;
   } catch (err) {
-    if (err instanceof UsageError || (err instanceof AdminError && err.code === "invalid")) {
+    if (err instanceof UsageError || (err instanceof AdminError && err.reason === "invalid")) {
       print(io.stderr, `tds: ${err.message}\n\n${commandUsageText(group, command)}`);
       return 2;
     }
     if (err instanceof AdminError) {
-      print(io.stderr, `tds: ${err.message}${err.code === "not_found" ? ` ${command.notFoundHint ?? "See: tds org list"}` : ""}`);
+      print(io.stderr, `tds: ${err.message}${err.reason === "not_found" ? ` ${command.notFoundHint ?? "See: tds org list"}` : ""}`);
       return 1;
     }
     print(io.stderr, `tds: ${(err as Error).message ?? String(err)}`);

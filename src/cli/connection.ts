@@ -18,8 +18,10 @@ function gatewayUrl(via: string, text: string): string {
   } catch {
     throw new UsageError(`${via} must be the gateway's URL, such as ${EXAMPLE_URL}; got ${JSON.stringify(text)}`);
   }
-  if (url.protocol !== "http:" && url.protocol !== "https:") throw new UsageError(`${via} must be an http:// or https:// URL, such as ${EXAMPLE_URL}`);
-  if (url.username !== "" || url.password !== "") throw new UsageError(`${via} must not contain credentials; the admin token is taken from TDS_ADMIN_TOKEN`);
+  if (url.protocol !== "http:" && url.protocol !== "https:")
+    throw new UsageError(`${via} must be an http:// or https:// URL, such as ${EXAMPLE_URL}`);
+  if (url.username !== "" || url.password !== "")
+    throw new UsageError(`${via} must not contain credentials; the admin token is taken from TDS_ADMIN_TOKEN`);
   if (url.search !== "" || url.hash !== "") throw new UsageError(`${via} must not have a query or a fragment`);
   return `${url.origin}${url.pathname.replace(/\/+$/, "")}`;
 }
@@ -30,7 +32,9 @@ function gatewayUrl(via: string, text: string): string {
  */
 export function chooseTransport(options: { url?: string; database?: string }, env: Record<string, string | undefined>): Transport {
   if (options.url !== undefined && options.database !== undefined) {
-    throw new UsageError("--url and --database do not go together: --url works through the gateway's admin API, --database on the database directly");
+    throw new UsageError(
+      "--url and --database do not go together: --url works through the gateway's admin API, --database on the database directly",
+    );
   }
   if (options.database !== undefined) {
     if (options.database.trim() === "") throw new UsageError("--database needs a database URL");
@@ -44,7 +48,9 @@ export function chooseTransport(options: { url?: string; database?: string }, en
   const url = gatewayUrl(via, text);
   const token = env.TDS_ADMIN_TOKEN ?? "";
   if (token === "") {
-    throw new UsageError(`${via} works through the gateway's admin API, which needs its admin token: set TDS_ADMIN_TOKEN in the environment (it is never a command-line option)`);
+    throw new UsageError(
+      `${via} works through the gateway's admin API, which needs its admin token: set TDS_ADMIN_TOKEN in the environment (it is never a command-line option)`,
+    );
   }
   if (/[\s\p{Cc}]/u.test(token)) throw new UsageError("TDS_ADMIN_TOKEN must not contain whitespace or control characters");
   return { kind: "http", url, token, via };
@@ -76,7 +82,9 @@ function connectHttp(transport: Extract<Transport, { kind: "http" }>): Connectio
   return {
     admin: () => {
       // Loaded on first use, so help and usage errors stay fast (the client compiles the contract's schemas).
-      admin ??= import("./http-administration.ts").then(({ HttpAdministration }) => new HttpAdministration({ url: transport.url, token: transport.token }));
+      admin ??= import("./http-administration.ts").then(
+        ({ HttpAdministration }) => new HttpAdministration({ url: transport.url, token: transport.token }),
+      );
       return admin;
     },
     store: async () => null,
@@ -91,7 +99,7 @@ function connectDatabase(databaseUrl: string | undefined, options: ConnectOption
     // Loaded on first use, so help and usage errors stay fast (config compiles its schema at import).
     const { ConfigError, DEFAULT_LIMITS, loadConfig } = await import("../config.ts");
     const { DatabaseMissingError, openStore } = await import("../store/open-store.ts");
-    const { describeDatabase } = await import("../store/database-url.ts");
+    const { describeDatabase } = await import("../database-url.ts");
     const { StoreAdministration } = await import("../admin/store-administration.ts");
     let url = databaseUrl;
     let previewRequestLimit = DEFAULT_LIMITS.previewRequestLimit;
@@ -106,7 +114,14 @@ function connectDatabase(databaseUrl: string | undefined, options: ConnectOption
         throw err;
       }
     }
-    const chosenBy = databaseUrl !== undefined ? "--database" : env.TDS_DATABASE_URL?.trim() ? "TDS_DATABASE_URL" : env.TDS_CONFIG?.trim() ? "TDS_CONFIG" : null;
+    const chosenBy =
+      databaseUrl !== undefined
+        ? "--database"
+        : env.TDS_DATABASE_URL?.trim()
+          ? "TDS_DATABASE_URL"
+          : env.TDS_CONFIG?.trim()
+            ? "TDS_CONFIG"
+            : null;
     let store: Store;
     try {
       store = await openStore(url, { mustExist: options.create !== true });
@@ -119,14 +134,26 @@ function connectDatabase(databaseUrl: string | undefined, options: ConnectOption
     }
     if (chosenBy !== "--database" && chosenBy !== "TDS_DATABASE_URL") {
       const { kind, location } = describeDatabase(url);
-      options.onImplicitDatabase?.(`${kind} database ${location} (${chosenBy === null ? "the default" : "from the TDS_CONFIG file"}; --database or TDS_DATABASE_URL choose another)`);
+      options.onImplicitDatabase?.(
+        `${kind} database ${location} (${chosenBy === null ? "the default" : "from the TDS_CONFIG file"}; --database or TDS_DATABASE_URL choose another)`,
+      );
     }
-    const admin = new StoreAdministration({ store, previewRequestLimit, nowMs, actor: { source: "cli", client: null, remoteAddress: null } });
+    const admin = new StoreAdministration({
+      store,
+      previewRequestLimit,
+      nowMs,
+      actor: { source: "cli", client: null, remoteAddress: null },
+    });
     return { store, admin };
   };
+  /** Opens the database on the first call; later calls share that attempt. */
+  const openOnce = () => {
+    opened ??= open();
+    return opened;
+  };
   return {
-    admin: async () => (await (opened ??= open())).admin,
-    store: async () => (await (opened ??= open())).store,
+    admin: async () => (await openOnce()).admin,
+    store: async () => (await openOnce()).store,
     close: async () => {
       if (opened) await (await opened.catch(() => null))?.store.close();
     },

@@ -1,7 +1,7 @@
 import { balanceJson } from "../admin/admin-json.ts";
-import { formatUsd, parseUsd } from "../gateway/money.ts";
+import { formatUsd, parseUsd } from "../domain/money.ts";
 import type { Balance } from "../store/store.ts";
-import { nameArgument, requiredOption, stringOption, UsageError, type CommandGroup } from "./command.ts";
+import { type CommandGroup, nameArgument, requiredOption, stringOption, UsageError } from "./command.ts";
 import { describeOrganization } from "./org-commands.ts";
 
 /** The admin API's Idempotency-Key: 1 to 255 printable ASCII characters, no spaces. */
@@ -11,7 +11,8 @@ const REPLAYED = "Already granted with this idempotency key; nothing granted aga
 /** A USD amount given on the command line, such as 12.50: at most 6 decimals, more than 0. */
 export function parseUsdOption(name: string, text: string): number {
   const microusd = parseUsd(text);
-  if (microusd === null) throw new UsageError(`--${name} must be a decimal USD amount such as 12.50 (at most 6 decimals), got ${JSON.stringify(text)}`);
+  if (microusd === null)
+    throw new UsageError(`--${name} must be a decimal USD amount such as 12.50 (at most 6 decimals), got ${JSON.stringify(text)}`);
   if (microusd <= 0n) throw new UsageError(`--${name} must be more than 0`);
   return Number(microusd);
 }

@@ -1,6 +1,8 @@
 import { AdminError } from "../admin/admin-error.ts";
 import type { AdminOperations, ApiKeyInfo, NamedAuditPage, OrganizationStatus, UsageSummary } from "../admin/operations.ts";
 import {
+  ADMIN_PAGE_MAX,
+  AdminApiKey,
   AdminApiKeyList,
   AdminBalance,
   AdminOrganization,
@@ -8,11 +10,9 @@ import {
   AdminUsageSummary,
   AuditPageJson,
   CreatedApiKey,
-  ADMIN_PAGE_MAX,
-  AdminApiKey,
 } from "../contract/admin.ts";
 import { UsagePageJson, UsageRecordJson } from "../contract/usage.ts";
-import { formatUsd } from "../gateway/money.ts";
+import { formatUsd } from "../domain/money.ts";
 import type { AuditEntry } from "../store/administration.ts";
 import type { Balance, Organization, UsagePage, UsageQuery, UsageRecord } from "../store/store.ts";
 import { AdminHttpClient, type AdminHttpClientOptions } from "./admin-http-client.ts";
@@ -28,7 +28,12 @@ function organizationOf(json: { id: string; name: string; paused: boolean; creat
 }
 
 function balanceOf(json: AdminBalance): Balance {
-  return { available: json.available_microusd, reserved: json.reserved_microusd, spent: json.spent_microusd, granted: json.granted_microusd };
+  return {
+    available: json.available_microusd,
+    reserved: json.reserved_microusd,
+    spent: json.spent_microusd,
+    granted: json.granted_microusd,
+  };
 }
 
 function statusOf(json: AdminOrganization): OrganizationStatus {
@@ -41,7 +46,13 @@ function statusOf(json: AdminOrganization): OrganizationStatus {
 }
 
 function keyOf(json: AdminApiKey): ApiKeyInfo {
-  return { id: json.id, orgId: json.org_id, name: json.name, createdAtMs: ms(json.created_at), revokedAtMs: json.revoked_at === null ? null : ms(json.revoked_at) };
+  return {
+    id: json.id,
+    orgId: json.org_id,
+    name: json.name,
+    createdAtMs: ms(json.created_at),
+    revokedAtMs: json.revoked_at === null ? null : ms(json.revoked_at),
+  };
 }
 
 function usageRecordOf(orgId: string, json: UsageRecordJson): UsageRecord {
@@ -129,7 +140,10 @@ export class HttpAdministration implements AdminOperations {
     const { org } = await this.organization(ref);
     // As on the database: nothing is changed (or recorded) when it already is in that state.
     if (org.paused === paused) return { org, changed: false };
-    const { body } = await this.http.call<AdminOrganization>({ method: "PATCH", path: `/organizations/${segment(org.id)}`, body: { paused } }, AdminOrganization);
+    const { body } = await this.http.call<AdminOrganization>(
+      { method: "PATCH", path: `/organizations/${segment(org.id)}`, body: { paused } },
+      AdminOrganization,
+    );
     return { org: organizationOf(body), changed: true };
   }
 
@@ -191,7 +205,7 @@ export class HttpAdministration implements AdminOperations {
       return { org, record: usageRecordOf(org.id, body) };
     } catch (err) {
       // The organization exists (just looked up): a 404 is about the record.
-      if (err instanceof AdminError && err.code === "not_found") return { org, record: null };
+      if (err instanceof AdminError && err.reason === "not_found") return { org, record: null };
       throw err;
     }
   }
@@ -204,7 +218,13 @@ export class HttpAdministration implements AdminOperations {
       // The API lists every day of the period; the operation, only days with requests.
       days: body.days
         .filter((d) => d.requests > 0)
-        .map((d) => ({ dayStartMs: ms(`${d.date}T00:00:00.000Z`), requests: d.requests, inputTokens: d.input_tokens, outputTokens: d.output_tokens, costMicrousd: d.cost_microusd })),
+        .map((d) => ({
+          dayStartMs: ms(`${d.date}T00:00:00.000Z`),
+          requests: d.requests,
+          inputTokens: d.input_tokens,
+          outputTokens: d.output_tokens,
+          costMicrousd: d.cost_microusd,
+        })),
       organizations: body.organizations.map((o) => ({
         orgId: o.id,
         name: o.name,
@@ -225,7 +245,10 @@ export class HttpAdministration implements AdminOperations {
     return { entries: body.data.map(auditEntryOf), nextCursor: body.next_cursor };
   }
 
-  private async organizationPage(page: { cursor?: string; limit: number }): Promise<{ organizations: OrganizationStatus[]; nextCursor: string | null }> {
+  private async organizationPage(page: {
+    cursor?: string;
+    limit: number;
+  }): Promise<{ organizations: OrganizationStatus[]; nextCursor: string | null }> {
     const { body } = await this.http.call<AdminOrganizationPage>(
       { method: "GET", path: "/organizations", query: { limit: page.limit, cursor: page.cursor } },
       AdminOrganizationPage,
@@ -262,7 +285,10 @@ export class HttpAdministration implements AdminOperations {
   }
 
   private async keysOf(orgId: string): Promise<ApiKeyInfo[]> {
-    const { body } = await this.http.call<{ data: AdminApiKey[] }>({ method: "GET", path: `/organizations/${segment(orgId)}/keys` }, AdminApiKeyList);
+    const { body } = await this.http.call<{ data: AdminApiKey[] }>(
+      { method: "GET", path: `/organizations/${segment(orgId)}/keys` },
+      AdminApiKeyList,
+    );
     return body.data.map(keyOf);
   }
 

@@ -36,8 +36,15 @@ export const initCommands: CommandGroup = {
           const json: InitJson = { database: report.database, created, applied: report.applied.length, schema_version: version };
           return ctx.out.json(json);
         }
-        if (created) ctx.out.line(`Created the ${report.database} (schema version ${version}).`, "Next: tds org create NAME, then tds key create --org NAME");
-        else if (report.applied.length > 0) ctx.out.line(`The ${report.database} exists; applied ${report.applied.length} pending migration(s), now at schema version ${version}.`);
+        if (created)
+          ctx.out.line(
+            `Created the ${report.database} (schema version ${version}).`,
+            "Next: tds org create NAME, then tds key create --org NAME",
+          );
+        else if (report.applied.length > 0)
+          ctx.out.line(
+            `The ${report.database} exists; applied ${report.applied.length} pending migration(s), now at schema version ${version}.`,
+          );
         else ctx.out.line(`The ${report.database} already exists (schema version ${version}); nothing to do.`);
       },
     },

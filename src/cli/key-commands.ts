@@ -1,9 +1,9 @@
 import { apiKeyJson } from "../admin/admin-json.ts";
 import type { ApiKeyInfo } from "../admin/operations.ts";
 import type { CreatedApiKey } from "../contract/admin.ts";
-import { apiKeyMatches, keyIdOf } from "../gateway/api-keys.ts";
+import { apiKeyMatches, keyIdOf } from "../domain/api-keys.ts";
 import { StoreConflictError } from "../store/store.ts";
-import { CliError, nameArgument, requiredOption, stringOption, type CommandContext, type CommandGroup } from "./command.ts";
+import { CliError, type CommandContext, type CommandGroup, nameArgument, requiredOption, stringOption } from "./command.ts";
 import { describeOrganization } from "./org-commands.ts";
 import { isoTime, quoted } from "./output.ts";
 
@@ -46,10 +46,14 @@ export const keyCommands: CommandGroup = {
         const name = nameText === undefined ? null : nameArgument("The key name", nameText);
         // Only the hash is stored; the key itself exists here until it is printed.
         const { org, key, raw } = await (await ctx.admin()).createKey(orgRef, name).catch((err: unknown) => {
-          if (err instanceof StoreConflictError) throw new CliError("A key with the same id already exists (very unlikely); run the command again");
+          if (err instanceof StoreConflictError)
+            throw new CliError("A key with the same id already exists (very unlikely); run the command again");
           throw err;
         });
-        if (org.paused) ctx.out.note(`Note: organization ${describeOrganization(org)} is paused; requests with this key get 403 until: tds org resume ${org.id}`);
+        if (org.paused)
+          ctx.out.note(
+            `Note: organization ${describeOrganization(org)} is paused; requests with this key get 403 until: tds org resume ${org.id}`,
+          );
         if (ctx.out.jsonMode) {
           const created: CreatedApiKey = { id: key.id, org_id: key.orgId, name: key.name, key: raw, created_at: isoTime(key.createdAtMs) };
           return ctx.out.json(created);
@@ -75,7 +79,8 @@ export const keyCommands: CommandGroup = {
       async run(ctx, input) {
         const { org, keys } = await (await ctx.admin()).listKeys(requiredOption(input, "org"));
         if (ctx.out.jsonMode) return ctx.out.json(keys.map(apiKeyJson));
-        if (keys.length === 0) return ctx.out.line(`Organization ${describeOrganization(org)} has no API keys. Create one with: tds key create --org ${org.id}`);
+        if (keys.length === 0)
+          return ctx.out.line(`Organization ${describeOrganization(org)} has no API keys. Create one with: tds key create --org ${org.id}`);
         ctx.out.table(
           ["ID", "NAME", "STATUS", "CREATED", "REVOKED"],
           keys.map((k) => [

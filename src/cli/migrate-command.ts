@@ -1,4 +1,4 @@
-import { migrationReportOf, type MigrationRecord } from "../store/open-store.ts";
+import { type MigrationRecord, migrationReportOf } from "../store/open-store.ts";
 import { CliError, type CommandGroup } from "./command.ts";
 
 /** `tds migrate --json`: the migrations this run applied, and the schema version afterwards. */
@@ -59,7 +59,11 @@ export const migrateCommands: CommandGroup = {
           return;
         }
         const n = report.applied.length;
-        ctx.out.line(`Applied ${n} migration${n === 1 ? "" : "s"} to ${database}:`, ...report.applied.map((m) => `  ${label(m)}`), `Now at ${at}.`);
+        ctx.out.line(
+          `Applied ${n} migration${n === 1 ? "" : "s"} to ${database}:`,
+          ...report.applied.map((m) => `  ${label(m)}`),
+          `Now at ${at}.`,
+        );
       },
     },
   ],

@@ -2,9 +2,9 @@ import { adminOrganizationJson } from "../admin/admin-json.ts";
 import { looksLikeOrganizationId } from "../admin/names.ts";
 import type { OrganizationStatus } from "../admin/operations.ts";
 import { ADMIN_PAGE_MAX } from "../contract/admin.ts";
-import { formatUsd } from "../gateway/money.ts";
+import { formatUsd } from "../domain/money.ts";
 import type { Organization } from "../store/store.ts";
-import { nameArgument, UsageError, type CommandGroup } from "./command.ts";
+import { type CommandGroup, nameArgument, UsageError } from "./command.ts";
 import { isoTime, quoted } from "./output.ts";
 
 export interface OrganizationJson {
@@ -44,7 +44,8 @@ export const orgCommands: CommandGroup = {
       summary: "Create an organization (names are unique)",
       async run(ctx, input) {
         const name = nameArgument("The organization name", input.positionals[0]!);
-        if (looksLikeOrganizationId(name)) throw new UsageError("The organization name must not look like an organization id (org_ and 12 characters)");
+        if (looksLikeOrganizationId(name))
+          throw new UsageError("The organization name must not look like an organization id (org_ and 12 characters)");
         const org = await (await ctx.admin()).createOrganization(name);
         if (ctx.out.jsonMode) ctx.out.json(organizationJson(org));
         else ctx.out.line(`Created organization ${describeOrganization(org)}.`, `Create an API key with: tds key create --org ${org.id}`);
@@ -105,7 +106,9 @@ export const orgCommands: CommandGroup = {
       async run(ctx, input) {
         const { org, changed } = await (await ctx.admin()).setPaused(input.positionals[0]!, false);
         if (ctx.out.jsonMode) return ctx.out.json(organizationJson(org));
-        ctx.out.line(changed ? `Resumed organization ${describeOrganization(org)}.` : `Organization ${describeOrganization(org)} was not paused.`);
+        ctx.out.line(
+          changed ? `Resumed organization ${describeOrganization(org)}.` : `Organization ${describeOrganization(org)} was not paused.`,
+        );
       },
     },
   ],

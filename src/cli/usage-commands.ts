@@ -1,7 +1,7 @@
-import { formatUsd } from "../gateway/money.ts";
+import { formatUsd } from "../domain/money.ts";
+import { usageRecordJson } from "../presentation/usage-json.ts";
 import { USAGE_OUTCOMES, type UsageOutcome, type UsageQuery, type UsageRecord } from "../store/store.ts";
-import { usageRecordJson } from "../store/usage-json.ts";
-import { CliError, requiredOption, stringOption, UsageError, type CommandGroup } from "./command.ts";
+import { CliError, type CommandGroup, requiredOption, stringOption, UsageError } from "./command.ts";
 import { describeOrganization } from "./org-commands.ts";
 import { isoTime, quoted } from "./output.ts";
 
@@ -48,8 +48,16 @@ export const usageCommands: CommandGroup = {
       positionals: [],
       options: {
         org: { type: "string", valueName: "ORG", description: "Organization id or name (required)" },
-        "request-id": { type: "string", valueName: "ID", description: "Show only this request's record (exit 1 if the organization has none)" },
-        limit: { type: "string", valueName: "N", description: `At most N records, newest first (1 to ${MAX_USAGE_LIMIT}, default ${DEFAULT_USAGE_LIMIT})` },
+        "request-id": {
+          type: "string",
+          valueName: "ID",
+          description: "Show only this request's record (exit 1 if the organization has none)",
+        },
+        limit: {
+          type: "string",
+          valueName: "N",
+          description: `At most N records, newest first (1 to ${MAX_USAGE_LIMIT}, default ${DEFAULT_USAGE_LIMIT})`,
+        },
         outcome: { type: "string", valueName: "O", description: `Only records with this outcome: ${OUTCOMES.join(", ")}` },
       },
       synopsis: "--org ORG [--request-id ID] [--limit N] [--outcome O]",
@@ -69,7 +77,8 @@ export const usageCommands: CommandGroup = {
 
         if (requestId !== undefined) {
           const { org, record } = await admin.usageRecord(orgRef, requestId);
-          if (!record) throw new CliError(`No usage record with request id ${quoted(requestId)} in organization ${describeOrganization(org)}`);
+          if (!record)
+            throw new CliError(`No usage record with request id ${quoted(requestId)} in organization ${describeOrganization(org)}`);
           if (ctx.out.jsonMode) return ctx.out.json(usageRecordJson(record));
           return ctx.out.line(...recordLines(record));
         }
@@ -91,7 +100,9 @@ export const usageCommands: CommandGroup = {
 
         if (ctx.out.jsonMode) return ctx.out.json(records.map(usageRecordJson));
         if (records.length === 0) {
-          return ctx.out.line(`Organization ${describeOrganization(org)} has no usage records${outcome ? ` with outcome ${outcome}` : ""}.`);
+          return ctx.out.line(
+            `Organization ${describeOrganization(org)} has no usage records${outcome ? ` with outcome ${outcome}` : ""}.`,
+          );
         }
         ctx.out.table(
           ["CREATED", "REQUEST ID", "OUTCOME", "STATUS", "MODEL", "MODE", "SOURCE", "IN", "OUT", "COST USD", "LATENCY MS", "GATEWAY MS"],
@@ -110,7 +121,8 @@ export const usageCommands: CommandGroup = {
             String(r.gatewayLatencyMs),
           ]),
         );
-        if (records.some((r) => r.overReservation)) ctx.out.note("* the model reported more tokens than reserved; the reservation was charged");
+        if (records.some((r) => r.overReservation))
+          ctx.out.note("* the model reported more tokens than reserved; the reservation was charged");
         if (cursor !== null) ctx.out.note(`Showing the newest ${records.length}; more with --limit N (up to ${MAX_USAGE_LIMIT}).`);
       },
     },

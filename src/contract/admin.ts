@@ -1,4 +1,4 @@
-import { Type, type Static } from "@sinclair/typebox";
+import { type Static, Type } from "@sinclair/typebox";
 import { OrganizationBalance, PreviewQuota, UsageDay } from "./organization.ts";
 
 /** The admin API (/admin/v1): schemas of its bodies, queries and answers. */
@@ -6,7 +6,8 @@ import { OrganizationBalance, PreviewQuota, UsageDay } from "./organization.ts";
 const Microusd = (description: string) => Type.Integer({ minimum: 0, description: `${description}, integer microUSD (1 USD = 1,000,000)` });
 const Usd = (description: string) => Type.String({ description: `${description}, exact decimal USD string` });
 const Cursor = Type.Optional(Type.String({ maxLength: 500, description: "next_cursor of the previous page" }));
-const Limit = (max: number, fallback: number) => Type.Optional(Type.String({ pattern: "^[0-9]{1,3}$", description: `1 to ${max}, default ${fallback}` }));
+const Limit = (max: number, fallback: number) =>
+  Type.Optional(Type.String({ pattern: "^[0-9]{1,3}$", description: `1 to ${max}, default ${fallback}` }));
 
 export const NAME_MAX_LENGTH = 100;
 export const ADMIN_PAGE_MAX = 200;
@@ -46,7 +47,10 @@ export const AdminOrganizationPage = Type.Object(
   { additionalProperties: false, title: "AdminOrganizationPage" },
 );
 
-export const AdminPageQuery = Type.Object({ cursor: Cursor, limit: Limit(ADMIN_PAGE_MAX, ADMIN_PAGE_DEFAULT) }, { additionalProperties: false });
+export const AdminPageQuery = Type.Object(
+  { cursor: Cursor, limit: Limit(ADMIN_PAGE_MAX, ADMIN_PAGE_DEFAULT) },
+  { additionalProperties: false },
+);
 
 export const CreateOrganizationBody = Type.Object(
   { name: Name("Unique name of the organization") },
@@ -99,7 +103,11 @@ export const CreatedApiKey = Type.Object(
 
 export const GrantCreditsBody = Type.Object(
   {
-    amount_usd: Type.String({ minLength: 1, maxLength: 20, description: "Decimal USD such as 12.50: more than 0, at most 6 decimals (checked beyond the schema)" }),
+    amount_usd: Type.String({
+      minLength: 1,
+      maxLength: 20,
+      description: "Decimal USD such as 12.50: more than 0, at most 6 decimals (checked beyond the schema)",
+    }),
     note: Type.Optional(Name("Kept with the grant in the ledger and the audit log")),
   },
   { additionalProperties: false, title: "GrantCredits" },
@@ -132,7 +140,9 @@ export const AdminUsageSummary = Type.Object(
 );
 
 export const AuditAction = Type.Union(
-  ["organization.created", "organization.paused", "organization.resumed", "key.created", "key.revoked", "credits.granted"].map((a) => Type.Literal(a)),
+  ["organization.created", "organization.paused", "organization.resumed", "key.created", "key.revoked", "credits.granted"].map((a) =>
+    Type.Literal(a),
+  ),
 );
 
 export const AuditEntryJson = Type.Object(
@@ -143,8 +153,12 @@ export const AuditEntryJson = Type.Object(
     org_id: Type.String(),
     org_name: Type.Union([Type.String(), Type.Null()], { description: "The organization's name now" }),
     target: Type.String({ description: "The organization's id, or the key's id for key actions" }),
-    source: Type.Union([Type.Literal("cli"), Type.Literal("http")], { description: "cli: the tds CLI on the database; http: the admin API" }),
-    client: Type.Union([Type.String(), Type.Null()], { description: "The admin API caller's x-tds-client header (the console sends console, the CLI cli)" }),
+    source: Type.Union([Type.Literal("cli"), Type.Literal("http")], {
+      description: "cli: the tds CLI on the database; http: the admin API",
+    }),
+    client: Type.Union([Type.String(), Type.Null()], {
+      description: "The admin API caller's x-tds-client header (the console sends console, the CLI cli)",
+    }),
     remote_address: Type.Union([Type.String(), Type.Null()]),
     details: Type.Record(Type.String(), Type.Union([Type.String(), Type.Number(), Type.Boolean(), Type.Null()])),
   },
@@ -157,7 +171,11 @@ export const AuditPageJson = Type.Object(
 );
 
 export const AuditQuery = Type.Object(
-  { org: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: "Only this organization's entries (id or name)" })), cursor: Cursor, limit: Limit(ADMIN_PAGE_MAX, ADMIN_PAGE_DEFAULT) },
+  {
+    org: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: "Only this organization's entries (id or name)" })),
+    cursor: Cursor,
+    limit: Limit(ADMIN_PAGE_MAX, ADMIN_PAGE_DEFAULT),
+  },
   { additionalProperties: false },
 );
 

@@ -1,6 +1,6 @@
-import { Type, type Static } from "@sinclair/typebox";
-import { ModelContext } from "./models.ts";
+import { type Static, Type } from "@sinclair/typebox";
 import { ServiceMode } from "./decision.ts";
+import { ModelContext } from "./models.ts";
 
 const DecimalUsd = Type.String({ pattern: "^(0|[1-9][0-9]{0,8})(\\.[0-9]{1,6})?$", description: "Decimal USD" });
 const PositiveInt = Type.Integer({ minimum: 1 });
@@ -14,10 +14,7 @@ export const ConfigFile = Type.Object(
     redis_url: Type.Optional(Type.String({ minLength: 1 })),
     service_mode: Type.Optional(ServiceMode),
     model_service: Type.Optional(
-      Type.Object(
-        { url: Type.String({ minLength: 1 }), api_key: Type.Optional(Type.String()) },
-        { additionalProperties: false },
-      ),
+      Type.Object({ url: Type.String({ minLength: 1 }), api_key: Type.Optional(Type.String()) }, { additionalProperties: false }),
     ),
     model_services: Type.Optional(
       Type.Array(
@@ -41,7 +38,11 @@ export const ConfigFile = Type.Object(
         Type.Object(
           {
             name: Type.String({ minLength: 1, maxLength: 100 }),
-            engine: Type.Optional(Type.Union([Type.Literal("upstream"), Type.Literal("llama")], { description: "upstream (default): the model service; llama: in-process engine" })),
+            engine: Type.Optional(
+              Type.Union([Type.Literal("upstream"), Type.Literal("llama")], {
+                description: "upstream (default): the model service; llama: in-process engine",
+              }),
+            ),
             upstream_name: Type.Optional(Type.String({ minLength: 1 })),
             source: Type.Optional(Type.String({ minLength: 1, description: "llama: a local GGUF path or hf: reference" })),
             threads: Type.Optional(PositiveInt),
@@ -49,7 +50,11 @@ export const ConfigFile = Type.Object(
             pool_size: Type.Optional(PositiveInt),
             queue_limit: Type.Optional(Type.Integer({ minimum: 0 })),
             batch_size: Type.Optional(PositiveInt),
-            gpu: Type.Optional(Type.Union([Type.Literal("auto"), Type.Literal(false)], { description: "llama: \"auto\" uses a GPU build when one loads; false (default) the CPU" })),
+            gpu: Type.Optional(
+              Type.Union([Type.Literal("auto"), Type.Literal(false)], {
+                description: 'llama: "auto" uses a GPU build when one loads; false (default) the CPU',
+              }),
+            ),
             aliases: Type.Optional(Type.Array(Type.String({ minLength: 1, maxLength: 100 }))),
             context: Type.Optional(ModelContext),
             price_per_million_input_usd: Type.Optional(DecimalUsd),
@@ -112,10 +117,13 @@ export const ConfigFile = Type.Object(
           max_attempts: Type.Optional(Type.Integer({ minimum: 1, maximum: 10, description: "Deployments one request may be sent to" })),
           attempt_timeout_ms: Type.Optional(
             Type.Union([Type.Integer({ minimum: 1, maximum: 3_600_000 }), Type.Null()], {
-              description: "How long one attempt may run while another deployment is left to try (default: half of model_timeout_ms; null: all the time left)",
+              description:
+                "How long one attempt may run while another deployment is left to try (default: half of model_timeout_ms; null: all the time left)",
             }),
           ),
-          failure_threshold: Type.Optional(Type.Integer({ minimum: 1, maximum: 1000, description: "Consecutive failures that start a cooldown" })),
+          failure_threshold: Type.Optional(
+            Type.Integer({ minimum: 1, maximum: 1000, description: "Consecutive failures that start a cooldown" }),
+          ),
           cooldown_initial_ms: Type.Optional(Type.Integer({ minimum: 100, maximum: 3_600_000 })),
           cooldown_max_ms: Type.Optional(Type.Integer({ minimum: 100, maximum: 3_600_000 })),
           health_check_interval_ms: Type.Optional(
@@ -129,11 +137,13 @@ export const ConfigFile = Type.Object(
     model_timeout_ms: Type.Optional(PositiveInt),
     reservation_ttl_seconds: Type.Optional(PositiveInt),
     bootstrap: Type.Optional(Type.Boolean()),
-    bootstrap_key_file: Type.Optional(Type.String({ minLength: 1, description: "Where the first API key is written when stdout is not a terminal" })),
-    log_level: Type.Optional(
-      Type.Union(["fatal", "error", "warn", "info", "debug", "trace", "silent"].map((l) => Type.Literal(l))),
+    bootstrap_key_file: Type.Optional(
+      Type.String({ minLength: 1, description: "Where the first API key is written when stdout is not a terminal" }),
     ),
-    log_format: Type.Optional(Type.Union([Type.Literal("pretty"), Type.Literal("json")], { description: "Default: pretty on a terminal, JSON otherwise" })),
+    log_level: Type.Optional(Type.Union(["fatal", "error", "warn", "info", "debug", "trace", "silent"].map((l) => Type.Literal(l)))),
+    log_format: Type.Optional(
+      Type.Union([Type.Literal("pretty"), Type.Literal("json")], { description: "Default: pretty on a terminal, JSON otherwise" }),
+    ),
   },
   { additionalProperties: false, title: "ConfigFile" },
 );
@@ -183,10 +193,14 @@ export const ServiceConfigResponse = Type.Object(
         max_request_bytes: Type.Integer(),
         max_questions: Type.Integer(),
         requests_per_minute: Type.Integer(),
-        read_requests_per_minute: Type.Integer({ description: "Usage and organization reads (GET /v1/usage…, GET /v1/organization) per organization per minute" }),
+        read_requests_per_minute: Type.Integer({
+          description: "Usage and organization reads (GET /v1/usage…, GET /v1/organization) per organization per minute",
+        }),
         preview_request_limit: Type.Integer(),
         preview_global_request_limit: Type.Integer(),
-        reserve_tokens: Type.Integer({ description: "Cap of the input and of the output tokens reserved for and charged to one paid request" }),
+        reserve_tokens: Type.Integer({
+          description: "Cap of the input and of the output tokens reserved for and charged to one paid request",
+        }),
         max_input_tokens: Type.Integer({ description: "Same setting as reserve_tokens" }),
       },
       { additionalProperties: false },

@@ -1,4 +1,4 @@
-import { Type, type Static, type TSchema } from "@sinclair/typebox";
+import { type Static, type TSchema, Type } from "@sinclair/typebox";
 
 /** Fixed by the v1 request contract (the configurable max_questions may only lower the count). */
 export const CONTRACT_LIMITS = {
@@ -53,10 +53,7 @@ export const ScoreQuestion = Type.Object(
   { additionalProperties: false, title: "ScoreQuestion" },
 );
 
-export const NoulCriteria = Type.Object(
-  { true: Type.Optional(AnyJson), false: Type.Optional(AnyJson) },
-  { additionalProperties: false },
-);
+export const NoulCriteria = Type.Object({ true: Type.Optional(AnyJson), false: Type.Optional(AnyJson) }, { additionalProperties: false });
 
 export const NoulQuestion = Type.Object(
   {

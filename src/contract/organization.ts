@@ -1,4 +1,4 @@
-import { Type, type Static } from "@sinclair/typebox";
+import { type Static, Type } from "@sinclair/typebox";
 import { ServiceMode } from "./decision.ts";
 
 const Microusd = (description: string) => Type.Integer({ minimum: 0, description: `${description}, integer microUSD (1 USD = 1,000,000)` });
@@ -51,7 +51,9 @@ export const USAGE_SUMMARY_MAX_RECORDS = 10_000;
 
 export const UsageSummaryQuery = Type.Object(
   {
-    days: Type.Optional(Type.String({ pattern: "^[0-9]{1,2}$", description: `1 to ${USAGE_SUMMARY_MAX_DAYS}, default ${USAGE_SUMMARY_DEFAULT_DAYS}` })),
+    days: Type.Optional(
+      Type.String({ pattern: "^[0-9]{1,2}$", description: `1 to ${USAGE_SUMMARY_MAX_DAYS}, default ${USAGE_SUMMARY_DEFAULT_DAYS}` }),
+    ),
   },
   { additionalProperties: false },
 );

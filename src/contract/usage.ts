@@ -1,4 +1,4 @@
-import { Type, type Static } from "@sinclair/typebox";
+import { type Static, Type } from "@sinclair/typebox";
 import { ServiceMode } from "./decision.ts";
 
 export const UsageOutcome = Type.Union(
@@ -23,7 +23,9 @@ export const UsageRecordJson = Type.Object(
   {
     request_id: Type.String(),
     created_at: Type.String({ description: "ISO-8601 time the request was accepted" }),
-    completed_at: Type.Union([Type.String(), Type.Null()], { description: "ISO-8601 time the final outcome was recorded; null while in flight" }),
+    completed_at: Type.Union([Type.String(), Type.Null()], {
+      description: "ISO-8601 time the final outcome was recorded; null while in flight",
+    }),
     key_id: Type.String({ description: "Id of the API key used (never the key)" }),
     source: Type.Union([Type.Literal("api"), Type.Literal("playground")]),
     model: Type.String(),
@@ -43,7 +45,10 @@ export const UsageRecordJson = Type.Object(
     deployment: Type.Union([Type.String(), Type.Null()], {
       description: "The deployment (model service) that answered, or the last one tried; null while in flight or when none was tried",
     }),
-    attempts: Type.Integer({ minimum: 0, description: "Model service attempts (more than 1 after a failover to another deployment); 0 while in flight" }),
+    attempts: Type.Integer({
+      minimum: 0,
+      description: "Model service attempts (more than 1 after a failover to another deployment); 0 while in flight",
+    }),
   },
   { additionalProperties: false, title: "UsageRecord" },
 );

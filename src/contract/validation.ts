@@ -1,5 +1,5 @@
-import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import type { TSchema } from "@sinclair/typebox";
+import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import type { FieldError } from "./errors.ts";
 
 /** Bound on errors[] in a response; the detail says when more were found. */
@@ -116,7 +116,10 @@ function describe(error: ErrorObject): FieldError | null {
       return { field: field(), message: "has an invalid format" };
     case "discriminator": {
       if (p.error === "tag") return { field: field(String(p.tag)), message: 'is required and must be one of "choice", "score", "noul"' };
-      return { field: field(String(p.tag)), message: `must be one of "choice", "score", "noul" (got ${JSON.stringify(shortened(String(p.tagValue)))})` };
+      return {
+        field: field(String(p.tag)),
+        message: `must be one of "choice", "score", "noul" (got ${JSON.stringify(shortened(String(p.tagValue)))})`,
+      };
     }
     case "propertyNames":
     case "anyOf":
@@ -156,10 +159,14 @@ function problemDetail(e: ErrorObject): unknown {
     case "additionalProperties":
       return p.additionalProperty;
     case "discriminator":
-      return p.error === "tag" ? `tag\u0000${String(p.tag)}` : `mapping\u0000${String(p.tag)}\u0000${typeof p.tagValue === "string" ? p.tagValue : ""}`;
+      return p.error === "tag"
+        ? `tag\u0000${String(p.tag)}`
+        : `mapping\u0000${String(p.tag)}\u0000${typeof p.tagValue === "string" ? p.tagValue : ""}`;
     case "minLength":
     case "maxLength":
-      return e.propertyName !== undefined || typeof p.propertyName === "string" ? `name\u0000${String(e.propertyName ?? p.propertyName)}` : p.limit;
+      return e.propertyName !== undefined || typeof p.propertyName === "string"
+        ? `name\u0000${String(e.propertyName ?? p.propertyName)}`
+        : p.limit;
     case "type":
       return Array.isArray(p.type) ? p.type.join(",") : p.type;
     case "const":
@@ -194,9 +201,15 @@ class Slots {
   of(e: ErrorObject): Slot {
     if (e.instancePath === this.lastPath && e.keyword === this.lastKeyword) return this.lastSlot!;
     let byKeyword = this.byPath.get(e.instancePath);
-    if (!byKeyword) this.byPath.set(e.instancePath, (byKeyword = new Map()));
+    if (!byKeyword) {
+      byKeyword = new Map();
+      this.byPath.set(e.instancePath, byKeyword);
+    }
     let slot = byKeyword.get(e.keyword);
-    if (!slot) byKeyword.set(e.keyword, (slot = { schemaPath: e.schemaPath, mixed: false }));
+    if (!slot) {
+      slot = { schemaPath: e.schemaPath, mixed: false };
+      byKeyword.set(e.keyword, slot);
+    }
     this.lastPath = e.instancePath;
     this.lastKeyword = e.keyword;
     this.lastSlot = slot;
@@ -222,7 +235,10 @@ export function summarizeFieldErrors(errors: readonly ErrorObject[], limit: numb
     let lastPath: string | null = null;
     let group: AnyOfGroup | undefined;
     for (const e of errors) {
-      if (e.instancePath !== lastPath) group = groups.get((lastPath = e.instancePath));
+      if (e.instancePath !== lastPath) {
+        lastPath = e.instancePath;
+        group = groups.get(lastPath);
+      }
       if (!inGroup(e, group)) continue;
       if (e.keyword !== "type") group.onlyTypes = false;
       else for (const t of Array.isArray(e.params.type) ? e.params.type : [e.params.type]) group.types.add(t);
@@ -255,7 +271,8 @@ export function summarizeFieldErrors(errors: readonly ErrorObject[], limit: numb
       if (!group.onlyTypes || collapsedPaths.has(e.instancePath)) continue;
       collapsedPaths.add(e.instancePath);
       total += 1;
-      if (out.length < limit) out.push({ field: pathSegments(e.instancePath).join(".") || "(body)", message: `must be ${describeType([...group.types])}` });
+      if (out.length < limit)
+        out.push({ field: pathSegments(e.instancePath).join(".") || "(body)", message: `must be ${describeType([...group.types])}` });
       continue;
     }
     const slot = slots.of(e);

@@ -1,14 +1,14 @@
 import type { Config } from "../config.ts";
+import type { Clock } from "../domain/clock.ts";
+import { ServiceError } from "../domain/errors.ts";
+import { formatUsd, tokenCost } from "../domain/money.ts";
+import { msUntilUtcMidnight, utcDay } from "../domain/utc-day.ts";
 import type { TokenBound } from "../models/model-service.ts";
-import type { ResolvedModel } from "../models/registry.ts";
 import type { StoredResponse } from "../store/store.ts";
 import type { Books } from "./books.ts";
-import type { Clock } from "./clock.ts";
 import type { DecisionContext, IdempotencyRequest } from "./decision-context.ts";
-import { GatewayError } from "./errors.ts";
-import { formatUsd, tokenCost } from "./money.ts";
+import type { ResolvedModel } from "./model-registry.ts";
 import { type DecisionObserver, silentObserver } from "./observer.ts";
-import { msUntilUtcMidnight, utcDay } from "./utc-day.ts";
 
 export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000;
 
@@ -56,7 +56,12 @@ export class AdmissionPolicy {
   }
 
   /** `bound`: the request's token bound (paid mode; ignored in preview). */
-  async admit(ctx: DecisionContext, model: ResolvedModel, idempotency: IdempotencyRequest | null, bound: TokenBound | null): Promise<Admitted | Replayed> {
+  async admit(
+    ctx: DecisionContext,
+    model: ResolvedModel,
+    idempotency: IdempotencyRequest | null,
+    bound: TokenBound | null,
+  ): Promise<Admitted | Replayed> {
     const { books, clock, config } = this.deps;
     const now = clock.nowMs();
     const paid = config.serviceMode === "paid";
@@ -90,18 +95,18 @@ export class AdmissionPolicy {
       case "replay":
         return { kind: "replay", response: result.response };
       case "replay_not_kept":
-        throw new GatewayError(
+        throw new ServiceError(
           "idempotency_response_not_kept",
           `A request with this Idempotency-Key already succeeded (request_id ${result.requestId}), but its response was too large to keep for replays; find it in Usage by request_id.`,
         );
       case "idempotency_mismatch":
-        throw new GatewayError("idempotency_key_reused");
+        throw new ServiceError("idempotency_key_reused");
       case "idempotency_in_progress":
-        throw new GatewayError("idempotency_in_progress");
+        throw new ServiceError("idempotency_in_progress");
       case "quota_exhausted": {
         const org = result.scope === "org";
         this.observer.rejected(org ? "preview_quota_org" : "preview_quota_global");
-        throw new GatewayError(
+        throw new ServiceError(
           org ? "preview_quota_org" : "preview_quota_global",
           org
             ? `Daily preview request limit of the organization reached (preview_request_limit = ${config.limits.previewRequestLimit}); it resets at 00:00 UTC.`
@@ -112,7 +117,7 @@ export class AdmissionPolicy {
       case "insufficient_credits":
         this.observer.reservation("insufficient");
         this.observer.rejected("insufficient_credits");
-        throw new GatewayError(
+        throw new ServiceError(
           "insufficient_credits",
           `Available credits (${formatUsd(result.availableMicrousd)} USD) cannot cover the reservation of this request: ` +
             `${formatUsd(amount ?? 0)} USD for at most ${reservation?.tokens.input ?? 0} input and ${reservation?.tokens.output ?? 0} output tokens.`,

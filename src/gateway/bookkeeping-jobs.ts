@@ -1,6 +1,6 @@
+import type { Clock } from "../domain/clock.ts";
+import { utcDay } from "../domain/utc-day.ts";
 import type { BookkeepingStore, PurgeResult, SweepResult } from "../store/store.ts";
-import type { Clock } from "./clock.ts";
-import { utcDay } from "./utc-day.ts";
 
 const SWEEP_BATCH = 500;
 const PURGE_BATCH = 1000;
@@ -29,7 +29,11 @@ export interface BookkeepingJobs {
  * or storage that was down when they ended) as gateway_error with nothing charged, and returns the funds of
  * expired reservations. The purge deletes expired idempotency entries and preview counters of past days.
  */
-export function startBookkeepingJobs(store: Pick<BookkeepingStore, "sweep" | "purge">, clock: Clock, options: BookkeepingJobsOptions): BookkeepingJobs {
+export function startBookkeepingJobs(
+  store: Pick<BookkeepingStore, "sweep" | "purge">,
+  clock: Clock,
+  options: BookkeepingJobsOptions,
+): BookkeepingJobs {
   const inProgress = new Set<Promise<unknown>>();
   /** One run of a job at a time: a call while it runs gets the running one. */
   const once = <T>(job: () => Promise<T>) => {

@@ -1,16 +1,16 @@
 import type { Config } from "../config.ts";
 import type { DecisionRequest, DecisionResponse, Usage } from "../contract/decision.ts";
-import type { ModelRegistry, ResolvedModel } from "../models/registry.ts";
-import { modelServiceFailure } from "../models/registry.ts";
+import type { Clock } from "../domain/clock.ts";
+import { ServiceError, statusOf } from "../domain/errors.ts";
+import { cappedTokenCost, formatUsd } from "../domain/money.ts";
 import { type ModelAnswerSet, type ModelCall, ModelServiceError } from "../models/model-service.ts";
 import { isStoreUnavailable } from "../store/store-errors.ts";
 import type { AdmissionPolicy, Admitted } from "./admission.ts";
 import { checkAnswers } from "./answer-check.ts";
-import type { Books, CompleteCommand } from "./books.ts";
-import type { Clock } from "./clock.ts";
+import type { Books, CompleteCommand, CompleteResult } from "./books.ts";
 import type { DecisionContext, DecisionReply, IdempotencyRequest } from "./decision-context.ts";
-import { GatewayError } from "./errors.ts";
-import { cappedTokenCost, formatUsd } from "./money.ts";
+import { modelServiceFailure } from "./model-failure.ts";
+import type { ModelRegistry, ResolvedModel } from "./model-registry.ts";
 import { type DecisionObserver, silentObserver } from "./observer.ts";
 import { tokenBoundOf } from "./token-bound.ts";
 
@@ -45,7 +45,9 @@ interface Accepted {
 }
 
 /** How an accepted request ended before it is recorded: its completion, and the reply or the error to answer with. */
-type Ending = { command: CompleteCommand; reply: DecisionReply; error?: undefined } | { command: CompleteCommand; error: unknown; reply?: undefined };
+type Ending =
+  | { command: CompleteCommand; reply: DecisionReply; error?: undefined }
+  | { command: CompleteCommand; error: unknown; reply?: undefined };
 
 const round3 = (ms: number) => Math.max(0, Math.round(ms * 1000) / 1000);
 
@@ -76,7 +78,7 @@ export class DecisionPipeline {
     if (!Object.hasOwn(body, "questions") || questions === null || typeof questions !== "object" || Array.isArray(questions)) return;
     const count = Object.keys(questions).length;
     if (count > max) {
-      throw new GatewayError("invalid_body", undefined, {
+      throw new ServiceError("invalid_body", undefined, {
         errors: [{ field: "questions", message: `must have at most ${max} questions (max_questions); got ${count}` }],
       });
     }
@@ -107,7 +109,10 @@ export class DecisionPipeline {
     const callStart = this.monotonicMs();
     let answerSet: ModelAnswerSet;
     try {
-      answerSet = await model.service.decide(call, { timeoutMs: this.deps.config.modelTimeoutMs, ...(ctx.signal ? { signal: ctx.signal } : {}) });
+      answerSet = await model.service.decide(call, {
+        timeoutMs: this.deps.config.modelTimeoutMs,
+        ...(ctx.signal ? { signal: ctx.signal } : {}),
+      });
     } catch (err) {
       accepted.callMs = this.monotonicMs() - callStart;
       this.observer.modelFailed(err instanceof ModelServiceError ? err.kind : "unexpected");
@@ -118,7 +123,10 @@ export class DecisionPipeline {
       const checked = checkAnswers(request.questions, answerSet.answers);
       if (!checked.ok) {
         this.observer.modelFailed("answers_mismatch");
-        const failure = new GatewayError("model_invalid_response", `The model service returned answers that do not match the questions: ${checked.problem}`);
+        const failure = new ServiceError(
+          "model_invalid_response",
+          `The model service returned answers that do not match the questions: ${checked.problem}`,
+        );
         return this.failed(accepted, failure, answerSet);
       }
       return this.succeeded(accepted, answerSet, checked.answers);
@@ -132,7 +140,8 @@ export class DecisionPipeline {
     const { ctx, model, admitted } = accepted;
     const { input_tokens, output_tokens } = answerSet.usage;
     const reserved = admitted.reservedMicrousd;
-    const { cost, capped } = reserved === null ? { cost: 0, capped: false } : cappedTokenCost(model.price, input_tokens, output_tokens, reserved);
+    const { cost, capped } =
+      reserved === null ? { cost: 0, capped: false } : cappedTokenCost(model.price, input_tokens, output_tokens, reserved);
     const latencyMs = round3(answerSet.latencyMs);
     const gatewayLatencyMs = this.gatewayLatency(accepted);
     const usage: Usage =
@@ -160,7 +169,9 @@ export class DecisionPipeline {
         costMicrousd: cost,
         latencyMs,
         gatewayLatencyMs,
-        errorDetail: capped ? `model reported ${input_tokens} input and ${output_tokens} output tokens, more than reserved; charged the reservation` : null,
+        errorDetail: capped
+          ? `model reported ${input_tokens} input and ${output_tokens} output tokens, more than reserved; charged the reservation`
+          : null,
         overReservation: capped,
         idempotency: accepted.idempotency && { key: accepted.idempotency.key, response: { status: 200, body, requestId: ctx.requestId } },
       },
@@ -169,9 +180,9 @@ export class DecisionPipeline {
 
   /** The ending of a request that failed after admission: nothing charged, its reservation released. */
   private failed(accepted: Accepted, error: unknown, answerSet?: ModelAnswerSet, route?: ModelServiceError["route"]): Ending {
-    const known = error instanceof GatewayError;
+    const known = error instanceof ServiceError;
     const contextRejected = known && error.code === "context_rejected";
-    const status = !known ? 500 : contextRejected ? 422 : error.code === "model_not_ready" ? 503 : 502;
+    const status = statusOf(known ? error.code : "internal");
     return {
       error,
       command: {
@@ -207,17 +218,17 @@ export class DecisionPipeline {
 
   /** Records the ending in one durable step; answers only once it committed. */
   private async complete(accepted: Accepted, ending: Ending): Promise<DecisionReply> {
-    let result;
+    let result: CompleteResult;
     try {
       result = await this.deps.books.complete(ending.command);
     } catch (err) {
-      this.completeInBackground(accepted, ending.command);
-      throw isStoreUnavailable(err) ? new GatewayError("storage_unavailable") : err;
+      this.completeInBackground(ending.command);
+      throw isStoreUnavailable(err) ? new ServiceError("storage_unavailable") : err;
     }
     const reserved = ending.command.reserved;
     if (result.kind === "reservation_expired" || result.kind === "not_in_flight") {
       if (reserved) this.observer.reservation("expired");
-      throw new GatewayError("reservation_expired");
+      throw new ServiceError("reservation_expired");
     }
     if (reserved) this.observer.reservation(ending.command.outcome === "succeeded" ? "settled" : "released");
     if (!ending.reply) throw ending.error;
@@ -229,12 +240,12 @@ export class DecisionPipeline {
    * The first completion did not commit (its outcome may be unknown, e.g. a lost connection during COMMIT): complete
    * the request as gateway_error with nothing charged and its Idempotency-Key released, if it is still in flight.
    */
-  private completeInBackground(accepted: Accepted, first: CompleteCommand): void {
+  private completeInBackground(first: CompleteCommand): void {
     const command: CompleteCommand = {
       ...first,
       nowMs: this.deps.clock.nowMs(),
       outcome: "gateway_error",
-      httpStatus: 503,
+      httpStatus: statusOf("storage_unavailable"),
       inputTokens: 0,
       outputTokens: 0,
       costMicrousd: 0,

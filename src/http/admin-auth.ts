@@ -1,7 +1,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
-import type { FastifyReply, FastifyRequest } from "fastify";
-import { keyIdOf } from "../gateway/api-keys.ts";
-import { sendError } from "./error-handler.ts";
+import type { FastifyRequest } from "fastify";
+import { keyIdOf } from "../domain/api-keys.ts";
+import { ServiceError } from "../domain/errors.ts";
 
 const BEARER = /^Bearer[ \t]+(\S+)[ \t]*$/i;
 
@@ -15,15 +15,18 @@ function digest(text: string): Buffer {
  */
 export function authenticateAdmin(token: string) {
   const expected = digest(token);
-  return async function adminAuthHook(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  return async function adminAuthHook(request: FastifyRequest): Promise<void> {
     const header = request.headers.authorization;
-    if (!header) return void sendError(reply, "missing_admin_token");
+    if (!header) throw new ServiceError("missing_admin_token");
     const given = BEARER.exec(header)?.[1];
-    if (!given) return void sendError(reply, "missing_admin_token", { detail: "Authorization header must be of the form: Bearer <admin token>." });
+    if (!given) throw new ServiceError("missing_admin_token", "Authorization header must be of the form: Bearer <admin token>.");
     if (!timingSafeEqual(digest(given), expected)) {
       request.log.warn({ remote_address: request.ip }, "admin request with a wrong token");
       const apiKey = keyIdOf(given) !== null;
-      return void sendError(reply, "invalid_admin_token", apiKey ? { detail: "API keys are not accepted by the admin API; send the admin token (TDS_ADMIN_TOKEN)." } : {});
+      throw new ServiceError(
+        "invalid_admin_token",
+        apiKey ? "API keys are not accepted by the admin API; send the admin token (TDS_ADMIN_TOKEN)." : undefined,
+      );
     }
   };
 }

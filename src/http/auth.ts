@@ -1,7 +1,7 @@
-import type { FastifyReply, FastifyRequest } from "fastify";
-import { apiKeyMatches, keyIdOf } from "../gateway/api-keys.ts";
+import type { FastifyRequest } from "fastify";
+import { apiKeyMatches, keyIdOf } from "../domain/api-keys.ts";
+import { ServiceError } from "../domain/errors.ts";
 import type { Organization, Store } from "../store/store.ts";
-import { sendError } from "./error-handler.ts";
 
 export interface AuthContext {
   org: Organization;
@@ -22,16 +22,16 @@ const BEARER = /^Bearer[ \t]+(\S+)[ \t]*$/i;
  * the same answer.
  */
 export function authenticate(store: Store, options: { rejectPaused: boolean }) {
-  return async function authHook(request: FastifyRequest, reply: FastifyReply): Promise<void> {
+  return async function authHook(request: FastifyRequest): Promise<void> {
     const header = request.headers.authorization;
-    if (!header) return void sendError(reply, "missing_api_key");
+    if (!header) throw new ServiceError("missing_api_key");
     const raw = BEARER.exec(header)?.[1];
-    if (!raw) return void sendError(reply, "missing_api_key", { detail: "Authorization header must be of the form: Bearer <API_KEY>." });
+    if (!raw) throw new ServiceError("missing_api_key", "Authorization header must be of the form: Bearer <API_KEY>.");
     const keyId = keyIdOf(raw);
     const found = keyId ? await store.findApiKey(keyId) : null;
-    if (!found || !apiKeyMatches(raw, found.key.hash)) return void sendError(reply, "invalid_api_key");
-    if (found.key.revokedAtMs !== null) return void sendError(reply, "revoked_api_key");
-    if (options.rejectPaused && found.org.paused) return void sendError(reply, "org_paused");
+    if (!found || !apiKeyMatches(raw, found.key.hash)) throw new ServiceError("invalid_api_key");
+    if (found.key.revokedAtMs !== null) throw new ServiceError("revoked_api_key");
+    if (options.rejectPaused && found.org.paused) throw new ServiceError("org_paused");
     request.auth = { org: found.org, keyId: found.key.id };
   };
 }

@@ -1,11 +1,8 @@
 import type { FastifyError, FastifyInstance, FastifyReply } from "fastify";
 import type { ErrorResponse, FieldError } from "../contract/errors.ts";
 import { MAX_FIELD_ERRORS, summarizeFieldErrors } from "../contract/validation.ts";
-import { AdminError } from "../admin/admin-error.ts";
-import { GatewayError } from "../gateway/errors.ts";
-import { isStoreUnavailable, StoreInputError } from "../store/store-errors.ts";
-import { ERROR_CATALOGUE, type ErrorCode } from "./error-catalogue.ts";
-import { HttpError } from "./http-error.ts";
+import { ERROR_CATALOGUE, type ErrorCode, ServiceError } from "../domain/errors.ts";
+import { isStoreUnavailable } from "../store/store-errors.ts";
 
 export interface ErrorReplyOptions {
   detail?: string;
@@ -41,30 +38,11 @@ function validationDetail(errors: FieldError[], total = errors.length): string {
   return total > 1 ? `Invalid request body: ${summary} (and ${total - 1} more)` : `Invalid request body: ${summary}`;
 }
 
-/** An administrative failure: its catalogue code, with the field at fault for invalid input. */
-function sendAdminError(reply: FastifyReply, error: AdminError): FastifyReply {
-  switch (error.code) {
-    case "not_found":
-      return sendError(reply, "not_found", { detail: error.message });
-    case "name_taken":
-      return sendError(reply, "name_taken", { detail: error.message, errors: [{ field: "name", message: "is already in use" }] });
-    case "invalid": {
-      const field = error.field ?? "(body)";
-      const message = error.fieldMessage ?? error.message;
-      return sendError(reply, "invalid_body", { detail: `Invalid request body: ${field}: ${message}`, errors: [{ field, message }] });
-    }
-    case "idempotency_key_reused":
-      return sendError(reply, "idempotency_key_reused", { detail: error.message });
-    case "unavailable":
-      return sendError(reply, "storage_unavailable");
-  }
-}
-
 export function installErrorHandling(app: FastifyInstance): void {
   app.setNotFoundHandler((_request, reply) => sendError(reply, "route_not_found"));
 
-  app.setErrorHandler((error: FastifyError | GatewayError | HttpError | StoreInputError | AdminError, request, reply) => {
-    if (error instanceof GatewayError) {
+  app.setErrorHandler((error: FastifyError | ServiceError, request, reply) => {
+    if (error instanceof ServiceError) {
       const errors = error.extra.errors;
       const detail = error.detail ?? (errors && errors.length > 0 ? validationDetail(errors) : undefined);
       return sendError(reply, error.code, {
@@ -73,24 +51,14 @@ export function installErrorHandling(app: FastifyInstance): void {
         ...(error.extra.retryAfterMs !== undefined ? { retryAfterMs: error.extra.retryAfterMs } : {}),
       });
     }
-    if (error instanceof HttpError) {
-      return sendError(reply, error.code, {
-        ...(error.detail !== undefined ? { detail: error.detail } : {}),
-        ...(error.errors ? { errors: error.errors } : {}),
-      });
-    }
-    if (error instanceof AdminError) return sendAdminError(reply, error);
-    if (error instanceof StoreInputError) {
-      const field = `query.${error.field ?? "(query)"}`;
-      return sendError(reply, "invalid_query", { detail: `Invalid query: ${error.message}`, errors: [{ field, message: error.message }] });
-    }
     const fe = error as FastifyError;
     if (fe.validation) {
       const where = fe.validationContext;
       // Only the listed problems get a message; the rest are counted (validation.ts, linear in the errors).
       const summary = summarizeFieldErrors(fe.validation as never, MAX_FIELD_ERRORS);
       let errors = summary.errors;
-      if (where && where !== "body") errors = errors.map((e) => ({ field: `${where}.${e.field}`.replace(/\.\(body\)$/, ""), message: e.message }));
+      if (where && where !== "body")
+        errors = errors.map((e) => ({ field: `${where}.${e.field}`.replace(/\.\(body\)$/, ""), message: e.message }));
       const code = where === "body" ? "invalid_body" : "invalid_query";
       return sendError(reply, code, { detail: validationDetail(errors, summary.total), errors, totalErrors: summary.total });
     }
@@ -120,7 +88,10 @@ export function installErrorHandling(app: FastifyInstance): void {
     const status = typeof fe.statusCode === "number" ? fe.statusCode : 500;
     if (status === 405) return sendError(reply, "method_not_allowed");
     if (status >= 400 && status < 500) {
-      return reply.code(status).type("application/json; charset=utf-8").send({ detail: fe.message || "Bad request." });
+      return reply
+        .code(status)
+        .type("application/json; charset=utf-8")
+        .send({ detail: fe.message || "Bad request." });
     }
     request.log.error({ err: error }, "unhandled error");
     return sendError(reply, "internal");

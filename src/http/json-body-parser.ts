@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import type { FastifyInstance } from "fastify";
-import { HttpError } from "./http-error.ts";
+import { ServiceError } from "../domain/errors.ts";
 import { scanJson } from "./json-members.ts";
 
 /** The members of a decision request that are forwarded to the model service as the client wrote them. */
@@ -38,27 +38,33 @@ export function installJsonBodyParser(app: FastifyInstance): void {
     const bytes = body as Buffer;
     const charset = charsetOf(request.headers["content-type"]);
     if (charset !== null && charset !== "utf-8" && charset !== "utf8") {
-      return done(new HttpError("unsupported_media_type", `Request bodies must be UTF-8 JSON; Content-Type declares charset=${charset}.`), undefined);
+      return done(
+        new ServiceError("unsupported_media_type", `Request bodies must be UTF-8 JSON; Content-Type declares charset=${charset}.`),
+        undefined,
+      );
     }
     if (request.headers["idempotency-key"] !== undefined) request.bodySha256 = createHash("sha256").update(bytes).digest("hex");
-    if (bytes.length === 0) return done(new HttpError("invalid_json", "Request body is empty; send a JSON object."), undefined);
+    if (bytes.length === 0) return done(new ServiceError("invalid_json", "Request body is empty; send a JSON object."), undefined);
     let text: string;
     try {
       text = utf8.decode(bytes);
     } catch {
-      return done(new HttpError("invalid_utf8"), undefined);
+      return done(new ServiceError("invalid_utf8"), undefined);
     }
     // Before parsing: a body nested too deep is refused without building it (JSON.parse would recurse into it).
     const scanned = scanJson(text, MAX_JSON_DEPTH, FORWARDED_MEMBERS);
     if (scanned.deeperThanLimit) {
-      return done(new HttpError("invalid_json", `Request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels.`), undefined);
+      return done(
+        new ServiceError("invalid_json", `Request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels.`),
+        undefined,
+      );
     }
     let parsed: unknown;
     try {
       parsed = JSON.parse(text);
     } catch (err) {
       const detail = err instanceof RangeError ? `JSON nests deeper than ${MAX_JSON_DEPTH} levels` : (err as Error).message;
-      return done(new HttpError("invalid_json", `Request body is not valid JSON: ${detail}`), undefined);
+      return done(new ServiceError("invalid_json", `Request body is not valid JSON: ${detail}`), undefined);
     }
     request.jsonMembers = scanned.members;
     done(null, parsed);

@@ -38,7 +38,10 @@ function toOpenApiPath(url: string): string {
 
 function parameters(schema: Record<string, unknown>): unknown[] {
   const out: unknown[] = [];
-  for (const [where, key] of [["query", "querystring"], ["path", "params"]] as const) {
+  for (const [where, key] of [
+    ["query", "querystring"],
+    ["path", "params"],
+  ] as const) {
     const s = schema[key] as { properties?: Record<string, unknown>; required?: string[] } | undefined;
     for (const [name, prop] of Object.entries(s?.properties ?? {})) {
       out.push({ name, in: where, required: where === "path" || (s?.required ?? []).includes(name), schema: prop });
@@ -93,7 +96,10 @@ function build(routes: RouteDoc[], info: { title: string; version: string; descr
         (operation.parameters as unknown[]).push({ name, in: "header", required: false, schema: prop });
       }
     }
-    (paths[toOpenApiPath(route.url)] ??= {})[route.method] = operation;
+    const openApiPath = toOpenApiPath(route.url);
+    const byMethod = paths[openApiPath] ?? {};
+    byMethod[route.method] = operation;
+    paths[openApiPath] = byMethod;
   }
   return {
     openapi: "3.1.0",
@@ -102,7 +108,11 @@ function build(routes: RouteDoc[], info: { title: string; version: string; descr
     components: {
       securitySchemes: {
         bearer: { type: "http", scheme: "bearer", description: "Organization API key (tds_…)" },
-        admin: { type: "http", scheme: "bearer", description: "The admin token (TDS_ADMIN_TOKEN); only for /admin/v1, where API keys are not accepted" },
+        admin: {
+          type: "http",
+          scheme: "bearer",
+          description: "The admin token (TDS_ADMIN_TOKEN); only for /admin/v1, where API keys are not accepted",
+        },
       },
     },
     paths,

@@ -1,7 +1,7 @@
 import type { FastifyReply, FastifyRequest } from "fastify";
+import { ServiceError } from "../domain/errors.ts";
 import type { DecisionObserver } from "../gateway/observer.ts";
 import type { RateLimiter } from "../limits/rate-limiter.ts";
-import { sendError } from "./error-handler.ts";
 
 export interface RateLimitRule {
   limiter: RateLimiter;
@@ -26,9 +26,10 @@ export function rateLimit(rule: RateLimitRule) {
     const rate = await rule.limiter.consume(rule.key(request.auth.org.id), rule.limit);
     if (rate.allowed) return;
     rule.observer?.rejected("rate_limited");
-    sendError(reply, "rate_limited", {
-      detail: `Per-minute ${rule.what} limit of the organization reached (${rule.setting} = ${rule.limit}); retry in ${Math.ceil(rate.retryAfterMs / 1000)} s.`,
-      retryAfterMs: rate.retryAfterMs,
-    });
+    throw new ServiceError(
+      "rate_limited",
+      `Per-minute ${rule.what} limit of the organization reached (${rule.setting} = ${rule.limit}); retry in ${Math.ceil(rate.retryAfterMs / 1000)} s.`,
+      { retryAfterMs: rate.retryAfterMs },
+    );
   };
 }

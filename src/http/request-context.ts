@@ -1,5 +1,5 @@
 import type { FastifyInstance } from "fastify";
-import { randomId } from "../gateway/api-keys.ts";
+import { randomId } from "../domain/api-keys.ts";
 
 declare module "fastify" {
   interface FastifyRequest {

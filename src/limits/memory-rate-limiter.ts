@@ -1,4 +1,4 @@
-import type { Clock } from "../gateway/clock.ts";
+import type { Clock } from "../domain/clock.ts";
 import { RATE_WINDOW_MS, type RateDecision, type RateLimiter } from "./rate-limiter.ts";
 
 /**

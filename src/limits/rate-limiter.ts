@@ -17,3 +17,8 @@ export interface RateLimiter {
 }
 
 export const RATE_WINDOW_MS = 60_000;
+
+/** `limit` must be a positive integer: anything else is a programming error (RangeError), never an outage. */
+export function requireValidLimit(limit: number): void {
+  if (!Number.isSafeInteger(limit) || limit < 1) throw new RangeError(`limit must be a positive integer, got ${limit}`);
+}

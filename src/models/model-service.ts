@@ -1,5 +1,5 @@
-import type { ModelContext } from "../contract/models.ts";
 import type { Question } from "../contract/decision.ts";
+import type { ModelContext } from "../contract/models.ts";
 
 /** A model as a model service lists it (GET {url}/v1/models). */
 export interface UpstreamModel {
@@ -68,10 +68,25 @@ export class ModelServiceError extends Error {
   }
 }
 
+/** The evaluation pool of a service that runs the model itself (an in-process engine), at one moment. */
+export interface PoolStats {
+  /** Contexts evaluating a call. */
+  busy: number;
+  /** Contexts in all (0 until the model is ready). */
+  size: number;
+  /** Calls queued for a free context. */
+  waiting: number;
+}
+
 export interface ModelService {
   listModels(options: CallOptions): Promise<UpstreamModel[]>;
   decide(call: ModelCall, options: CallOptions): Promise<ModelAnswerSet>;
   /** The tokens `decide` will report at most for this call, when this service can count them (an in-process engine); null otherwise. */
   tokenBound?(call: ModelCall): Promise<TokenBound | null>;
+  /**
+   * Its evaluation pool, when the service has one (an in-process engine; all zeros until the model is ready).
+   * Synchronous and cheap: read at every metrics scrape (`tds_model_pool_busy`, `tds_model_pool_size`, `tds_model_queue_waiting`).
+   */
+  poolStats?(): PoolStats;
   close(): Promise<void>;
 }

@@ -1,14 +1,14 @@
 import type { Config } from "../config.ts";
 import { engineKey } from "../config-models.ts";
-import type { ModelService } from "./model-service.ts";
 import { absentEngine, ENGINE_NOT_INSTALLED, isEnginePackageMissing } from "./llama/engine-absent.ts";
 import type { RetryBackoff } from "./llama/retry.ts";
-import { createSystemOneHttpService } from "./systemone-http/systemone-http-service.ts";
+import type { ModelService } from "./model-service.ts";
+import { openSystemOneHttpService } from "./systemone-http/systemone-http-service.ts";
 
 /** One System One HTTP client per configured model service, by name (shared by every model it serves). */
 export function openModelServices(config: Config): Map<string, ModelService> {
   return new Map(
-    config.modelServices.map((s) => [s.name, createSystemOneHttpService({ baseUrl: s.url, ...(s.apiKey ? { apiKey: s.apiKey } : {}) })]),
+    config.modelServices.map((s) => [s.name, openSystemOneHttpService({ baseUrl: s.url, ...(s.apiKey ? { apiKey: s.apiKey } : {}) })]),
   );
 }
 
@@ -20,7 +20,7 @@ export interface EngineLogger {
 
 export interface OpenEnginesOptions {
   /** Loads the engine's module (a test stands in for an install without node-llama-cpp). */
-  importEngine?: () => Promise<Pick<typeof import("./llama/llama-service.ts"), "createLlamaService">>;
+  importEngine?: () => Promise<Pick<typeof import("./llama/llama-service.ts"), "openLlamaService">>;
   /** Waits between attempts to load a model that failed to load (default 1 s doubling up to 60 s). */
   retry?: RetryBackoff;
 }
@@ -31,9 +31,15 @@ export interface OpenEnginesOptions {
  * such a deployment is configured. Without node-llama-cpp installed (an optional dependency), each such
  * deployment is an engine that answers every call with how to install it, and one warning is logged.
  */
-export async function openEngines(config: Config, logger: EngineLogger, options: OpenEnginesOptions = {}): Promise<Map<string, ModelService>> {
+export async function openEngines(
+  config: Config,
+  logger: EngineLogger,
+  options: OpenEnginesOptions = {},
+): Promise<Map<string, ModelService>> {
   const engines = new Map<string, ModelService>();
-  const embedded = config.models.flatMap((m) => m.deployments.flatMap((d, i) => (d.llama ? [{ m, s: d.llama, key: engineKey(m.name, i) }] : [])));
+  const embedded = config.models.flatMap((m) =>
+    m.deployments.flatMap((d, i) => (d.llama ? [{ m, s: d.llama, key: engineKey(m.name, i) }] : [])),
+  );
   if (embedded.length === 0) return engines;
   const importEngine = options.importEngine ?? (() => import("./llama/llama-service.ts"));
   let engine: Awaited<ReturnType<typeof importEngine>>;
@@ -48,7 +54,7 @@ export async function openEngines(config: Config, logger: EngineLogger, options:
   for (const { m, s, key } of embedded) {
     engines.set(
       key,
-      engine.createLlamaService({
+      engine.openLlamaService({
         name: m.name,
         source: s.source,
         cacheDir: config.modelCacheDir,

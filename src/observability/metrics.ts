@@ -1,4 +1,4 @@
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 import type { RouterObserver } from "../models/routing/types.ts";
 
 /** The service's Prometheus metrics, one registry per app (tests build several apps in one process). */
@@ -89,7 +89,11 @@ export class Metrics {
     registers: [this.registry],
   });
 
-  private deployments: () => Array<{ model: string; waiting: number; deployments: Array<{ name: string; state: string; outstanding: number }> }> = () => [];
+  private deployments: () => Array<{
+    model: string;
+    waiting: number;
+    deployments: Array<{ name: string; state: string; outstanding: number }>;
+  }> = () => [];
 
   readonly deploymentOutstanding = new Gauge({
     name: "tds_deployment_outstanding",
@@ -125,9 +129,19 @@ export class Metrics {
     collect: () => this.collectModelPools(),
   });
 
-  readonly modelPoolSize = new Gauge({ name: "tds_model_pool_size", help: "In-process engine contexts", labelNames: ["model"] as const, registers: [this.registry] });
+  readonly modelPoolSize = new Gauge({
+    name: "tds_model_pool_size",
+    help: "In-process engine contexts",
+    labelNames: ["model"] as const,
+    registers: [this.registry],
+  });
 
-  readonly modelQueueWaiting = new Gauge({ name: "tds_model_queue_waiting", help: "Requests waiting for an in-process engine context", labelNames: ["model"] as const, registers: [this.registry] });
+  readonly modelQueueWaiting = new Gauge({
+    name: "tds_model_queue_waiting",
+    help: "Requests waiting for an in-process engine context",
+    labelNames: ["model"] as const,
+    registers: [this.registry],
+  });
 
   readonly dbConnections = new Gauge({
     name: "tds_db_pool_connections",
@@ -145,7 +159,9 @@ export class Metrics {
     this.modelPools = source;
   }
 
-  watchDeployments(source: () => Array<{ model: string; waiting: number; deployments: Array<{ name: string; state: string; outstanding: number }> }>): void {
+  watchDeployments(
+    source: () => Array<{ model: string; waiting: number; deployments: Array<{ name: string; state: string; outstanding: number }> }>,
+  ): void {
     this.deployments = source;
   }
 

@@ -28,7 +28,12 @@ function requestSummary(record: Record<string, unknown>): string | null {
   const req = record.req as { method?: string; url?: string } | undefined;
   const res = record.res as { statusCode?: number } | undefined;
   if (!req && !res) return null;
-  const parts = [req?.method, req?.url, res?.statusCode, typeof record.responseTime === "number" ? `${record.responseTime.toFixed(1)} ms` : undefined];
+  const parts = [
+    req?.method,
+    req?.url,
+    res?.statusCode,
+    typeof record.responseTime === "number" ? `${record.responseTime.toFixed(1)} ms` : undefined,
+  ];
   const text = parts.filter((p) => p !== undefined).join(" ");
   return text === "" ? null : text;
 }

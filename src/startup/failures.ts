@@ -1,4 +1,4 @@
-import { describeDatabase } from "../store/database-url.ts";
+import { describeDatabase } from "../database-url.ts";
 
 /** A start that cannot go on, said in one line that names the setting to change (printed without a stack). */
 export class StartupFailure extends Error {
@@ -56,13 +56,17 @@ export function listenFailure(err: unknown, host: string, port: number): Startup
   const at = `${host}:${port}`;
   switch (codeOf(err)) {
     case "EADDRINUSE":
-      return new StartupFailure(`Cannot listen on ${at}: the address is already in use by another process; stop it or set PORT (or HOST) to a free address.`);
+      return new StartupFailure(
+        `Cannot listen on ${at}: the address is already in use by another process; stop it or set PORT (or HOST) to a free address.`,
+      );
     case "EACCES":
       return new StartupFailure(`Cannot listen on ${at}: not allowed (ports below 1024 need privileges); set PORT to 1024 or above.`);
     case "EADDRNOTAVAIL":
     case "ENOTFOUND":
     case "EAI_AGAIN":
-      return new StartupFailure(`Cannot listen on ${at}: HOST ${JSON.stringify(host)} is not an address of this machine; set HOST to 127.0.0.1, 0.0.0.0 or one of its addresses.`);
+      return new StartupFailure(
+        `Cannot listen on ${at}: HOST ${JSON.stringify(host)} is not an address of this machine; set HOST to 127.0.0.1, 0.0.0.0 or one of its addresses.`,
+      );
     default:
       return new StartupFailure(`Cannot listen on ${at} (HOST, PORT): ${messageOf(err)}.`);
   }

@@ -1,5 +1,5 @@
 import type { Config, ConfiguredModel } from "../config.ts";
-import { describeDatabase } from "../store/database-url.ts";
+import { describeDatabase } from "../database-url.ts";
 import { SERVICE_VERSION } from "../version.ts";
 
 export interface StartupFacts {
@@ -27,7 +27,8 @@ export function safeUrl(text: string): string {
 function deploymentSource(facts: StartupFacts, m: ConfiguredModel, index: number): string {
   const d = m.deployments[index]!;
   if (d.llama) {
-    const missing = facts.engineState?.(m.name, index) === "not_installed" ? " — NOT INSTALLED: npm install node-llama-cpp (requests get 503)" : "";
+    const missing =
+      facts.engineState?.(m.name, index) === "not_installed" ? " — NOT INSTALLED: npm install node-llama-cpp (requests get 503)" : "";
     return `the in-process engine, ${d.llama.source}${d.llama.sourceSetting ? ` (${d.llama.sourceSetting})` : ""}${missing}`;
   }
   const service = facts.config.modelServices.find((s) => s.name === d.service);
@@ -37,7 +38,9 @@ function deploymentSource(facts: StartupFacts, m: ConfiguredModel, index: number
 function modelLines(facts: StartupFacts): string[] {
   const { config, defaultModel } = facts;
   const mark = (name: string) => (name === defaultModel ? `${name} (default)` : name);
-  const lines = config.models.map((m) => `${mark(m.name)} from ${m.deployments.map((_, i) => deploymentSource(facts, m, i)).join(" and ")}`);
+  const lines = config.models.map(
+    (m) => `${mark(m.name)} from ${m.deployments.map((_, i) => deploymentSource(facts, m, i)).join(" and ")}`,
+  );
   const unbound = config.modelServices.filter((s) => !config.models.some((m) => m.deployments.some((d) => d.service === s.name)));
   if (unbound.length > 0) {
     const services = unbound.map((s) => `"${s.name}" ${safeUrl(s.url)}`).join(", ");
@@ -71,7 +74,12 @@ export function startupSummary(facts: StartupFacts): { text: string; fields: Rec
     ["mode", [modeLine(config)]],
     ["models", modelLines(facts)],
     ["database", [`${database.kind} ${database.location}`]],
-    ["limits", [`${config.limits.requestsPerMinute} decisions and ${config.limits.readRequestsPerMinute} reads per organization per minute, ${limiter}`]],
+    [
+      "limits",
+      [
+        `${config.limits.requestsPerMinute} decisions and ${config.limits.readRequestsPerMinute} reads per organization per minute, ${limiter}`,
+      ],
+    ],
     ["admin API", [config.adminToken === null ? "off (set TDS_ADMIN_TOKEN to enable /admin/v1)" : `on at ${url}/admin/v1`]],
   ];
   const width = Math.max(...rows.map(([label]) => label.length));

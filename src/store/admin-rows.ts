@@ -1,8 +1,8 @@
 import { ADMIN_IDEMPOTENCY_TTL_MS, type AuditAction, type AuditActor, type AuditEntry, type UsageSums } from "./administration.ts";
 import { checkGrant, type GrantInput } from "./bookkeeping/books.ts";
 import { checkEpochMs, checkText } from "./input-checks.ts";
-import { StoreInputError } from "./store-errors.ts";
 import type { Balance, Organization } from "./store.ts";
+import { StoreInputError } from "./store-errors.ts";
 import { badCursor, decodeCursorText, encodeCursorText } from "./usage-cursor.ts";
 
 /**
@@ -80,7 +80,13 @@ const SOURCES: readonly AuditActor["source"][] = ["cli", "http"];
 export function checkAudit(actor: AuditActor | undefined, field = "audit"): void {
   if (actor === undefined) return;
   const optionalText = (v: unknown) => v === null || typeof v === "string";
-  if (typeof actor !== "object" || actor === null || !SOURCES.includes(actor.source) || !optionalText(actor.client) || !optionalText(actor.remoteAddress)) {
+  if (
+    typeof actor !== "object" ||
+    actor === null ||
+    !SOURCES.includes(actor.source) ||
+    !optionalText(actor.client) ||
+    !optionalText(actor.remoteAddress)
+  ) {
     throw new StoreInputError(`${field} must name a source (${SOURCES.join(" or ")}), a client and a remote address (text or null)`, field);
   }
 }
@@ -157,7 +163,12 @@ export function decodeOrganizationCursor(text: string): { createdAtMs: number; i
 }
 
 /** A page of `limit` rows from the `limit + 1` read, and the cursor of its last row when more follow. */
-export function pageOf<R, T>(rows: R[], limit: number, map: (row: R) => T, cursorOf: (last: T) => string): { items: T[]; nextCursor: string | null } {
+export function pageOf<R, T>(
+  rows: R[],
+  limit: number,
+  map: (row: R) => T,
+  cursorOf: (last: T) => string,
+): { items: T[]; nextCursor: string | null } {
   const more = rows.length > limit;
   const items = (more ? rows.slice(0, limit) : rows).map(map);
   const last = items[items.length - 1];
@@ -208,7 +219,8 @@ export function checkGrantOnce(input: GrantOnceInput): void {
   checkGrant(input);
   if (input.audit === undefined) throw new StoreInputError("audit is required", "audit");
   checkAudit(input.audit);
-  if (typeof input.idempotency !== "object" || input.idempotency === null) throw new StoreInputError("idempotency is required", "idempotency");
+  if (typeof input.idempotency !== "object" || input.idempotency === null)
+    throw new StoreInputError("idempotency is required", "idempotency");
   checkText(input.idempotency.key, "idempotency.key");
   checkText(input.idempotency.requestHash, "idempotency.requestHash");
 }
@@ -220,14 +232,24 @@ export interface AdminIdempotencyRow {
 }
 
 /** What a stored entry answers at `nowMs`: null when there is none or it expired (the grant runs, replacing it). */
-export function storedAnswer(row: AdminIdempotencyRow | undefined, requestHash: string, nowMs: number): { kind: "replayed"; balance: Balance } | { kind: "mismatch" } | null {
+export function storedAnswer(
+  row: AdminIdempotencyRow | undefined,
+  requestHash: string,
+  nowMs: number,
+): { kind: "replayed"; balance: Balance } | { kind: "mismatch" } | null {
   if (!row || row.expires_at_ms <= nowMs) return null;
   return row.request_hash === requestHash ? { kind: "replayed", balance: parseBalance(row.response) } : { kind: "mismatch" };
 }
 
 /** The parameters of the entry a grant stores: key, request hash, response, created, expires. */
 export function idempotencyParams(input: GrantOnceInput, balance: Balance): unknown[] {
-  return [input.idempotency.key, input.idempotency.requestHash, JSON.stringify(balanceOf(balance)), input.nowMs, input.nowMs + ADMIN_IDEMPOTENCY_TTL_MS];
+  return [
+    input.idempotency.key,
+    input.idempotency.requestHash,
+    JSON.stringify(balanceOf(balance)),
+    input.nowMs,
+    input.nowMs + ADMIN_IDEMPOTENCY_TTL_MS,
+  ];
 }
 
 function parseBalance(text: string): Balance {

@@ -1,7 +1,13 @@
 import type { Balance, Organization } from "./store.ts";
 
 /** What an administrative change did; one audit entry each, written in the change's own transaction. */
-export type AuditAction = "organization.created" | "organization.paused" | "organization.resumed" | "key.created" | "key.revoked" | "credits.granted";
+export type AuditAction =
+  | "organization.created"
+  | "organization.paused"
+  | "organization.resumed"
+  | "key.created"
+  | "key.revoked"
+  | "credits.granted";
 export const AUDIT_ACTIONS: readonly AuditAction[] = [
   "organization.created",
   "organization.paused",

@@ -56,11 +56,15 @@ export class BatchedBooks {
   }
 
   admit(command: AdmitCommand, waitMs = this.#options.waitMs): Promise<AdmitResult> {
-    return new Promise((resolve, reject) => this.#submit({ kind: "admit", command, resolve, reject, deadline: this.#options.nowMs() + waitMs }));
+    return new Promise((resolve, reject) =>
+      this.#submit({ kind: "admit", command, resolve, reject, deadline: this.#options.nowMs() + waitMs }),
+    );
   }
 
   complete(command: CompleteCommand, waitMs = this.#options.waitMs): Promise<CompleteResult> {
-    return new Promise((resolve, reject) => this.#submit({ kind: "complete", command, resolve, reject, deadline: this.#options.nowMs() + waitMs }));
+    return new Promise((resolve, reject) =>
+      this.#submit({ kind: "complete", command, resolve, reject, deadline: this.#options.nowMs() + waitMs }),
+    );
   }
 
   #submit(step: Step): void {

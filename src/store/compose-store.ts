@@ -10,7 +10,11 @@ export type BooksPart = BookkeepingStore & Pick<AdministrationStore, "grantCredi
  * One Store from an adapter's two capabilities (organizations and keys; the books) and its own lifecycle.
  * Every adapter composes itself here, so the method list is written once.
  */
-export function composeStore<B extends Pick<Store, "dialect" | "close" | "connectionStats">>(base: B, accounts: AccountsPart, books: BooksPart): B & Store {
+export function composeStore<B extends Pick<Store, "dialect" | "close" | "connectionStats">>(
+  base: B,
+  accounts: AccountsPart,
+  books: BooksPart,
+): B & Store {
   const composed: AccountStore & BookkeepingStore & AdministrationStore = {
     createOrganization: (input) => accounts.createOrganization(input),
     findOrganization: (idOrName) => accounts.findOrganization(idOrName),

@@ -37,8 +37,10 @@ export interface Delta {
 export type SettleResult = "settled" | "expired" | "not_pending";
 export type ReleaseResult = "released" | "not_pending";
 
-export const RESERVATION_COLUMNS = "id, org_id, request_id, amount_microusd, status, cost_microusd, created_at_ms, expires_at_ms, resolved_at_ms";
-export const LEDGER_COLUMNS = "id, org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms, note";
+export const RESERVATION_COLUMNS =
+  "id, org_id, request_id, amount_microusd, status, cost_microusd, created_at_ms, expires_at_ms, resolved_at_ms";
+export const LEDGER_COLUMNS =
+  "id, org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms, note";
 export const ZERO_BALANCE: Balance = Object.freeze({ available: 0, reserved: 0, spent: 0, granted: 0 });
 
 export function toReservation(row: ReservationRow): Reservation {

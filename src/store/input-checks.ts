@@ -43,7 +43,8 @@ export const GLOBAL_PREVIEW_SCOPE = "*";
 
 export function checkPreviewOrg(orgId: string): void {
   checkText(orgId, "orgId");
-  if (orgId === GLOBAL_PREVIEW_SCOPE) throw new StoreInputError(`orgId must not be ${JSON.stringify(GLOBAL_PREVIEW_SCOPE)}, the scope of the whole service`, "orgId");
+  if (orgId === GLOBAL_PREVIEW_SCOPE)
+    throw new StoreInputError(`orgId must not be ${JSON.stringify(GLOBAL_PREVIEW_SCOPE)}, the scope of the whole service`, "orgId");
 }
 
 /** An HTTP status code of a stored response. */

@@ -1,9 +1,9 @@
 import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import Database from "better-sqlite3";
-import { ACCEPTED_DATABASE_URLS, describeDatabase, isPostgresUrl, sqlitePathOf } from "./database-url.ts";
-import type { Store } from "./store.ts";
+import { ACCEPTED_DATABASE_URLS, describeDatabase, isPostgresUrl, sqlitePathOf } from "../database-url.ts";
 import { openSqliteStore, type SqliteStoreOptions } from "./sqlite/sqlite-store.ts";
+import type { Store } from "./store.ts";
 
 /** A SQLite file that does not exist, opened by a tool that must not create one (the CLI: only `tds init` creates). */
 export class DatabaseMissingError extends Error {
@@ -48,7 +48,12 @@ export async function openStore(databaseUrl: string, options: { sqlite?: SqliteS
     // Loaded only for PostgreSQL, so that SQLite starts and CLI runs do not pay for the pg driver.
     const { openPostgresStore } = await import("./postgres/postgres-store.ts");
     const store = await openPostgresStore(databaseUrl.trim());
-    reports.set(store, { dialect: "postgres", database: describedDatabase(databaseUrl), applied: store.migrations.applied, current: store.migrations.current });
+    reports.set(store, {
+      dialect: "postgres",
+      database: describedDatabase(databaseUrl),
+      applied: store.migrations.applied,
+      current: store.migrations.current,
+    });
     return store;
   }
   const path = sqlitePathOf(databaseUrl);
@@ -61,7 +66,12 @@ export async function openStore(databaseUrl: string, options: { sqlite?: SqliteS
   try {
     const current = store.db.prepare<[], MigrationRecord>("SELECT version, name FROM schema_migrations ORDER BY version").all();
     const known = new Set(before.map((m) => m.version));
-    reports.set(store, { dialect: "sqlite", database: describedDatabase(databaseUrl), applied: current.filter((m) => !known.has(m.version)), current });
+    reports.set(store, {
+      dialect: "sqlite",
+      database: describedDatabase(databaseUrl),
+      applied: current.filter((m) => !known.has(m.version)),
+      current,
+    });
   } catch (err) {
     await store.close();
     throw err;

@@ -1,46 +1,52 @@
+import { ServiceError } from "../domain/errors.ts";
+
 /**
- * Errors a Store adapter throws for bad input from the caller (as opposed to a conflict with stored data,
- * which is `StoreConflictError` in store.ts). The HTTP layer answers a `StoreInputError` with 422.
+ * Bad input from the caller of a Store (as opposed to a conflict with stored data, which is `StoreConflictError` in
+ * store.ts): an `invalid_query` ServiceError naming the query field.
  */
-export class StoreInputError extends Error {
+export class StoreInputError extends ServiceError {
   constructor(
     message: string,
     /** The query or record field at fault, such as `cursor` or `limit`, when known. */
     readonly field?: string,
   ) {
-    super(message);
+    super("invalid_query", `Invalid query: ${message}`, { message, errors: [{ field: `query.${field ?? "(query)"}`, message }] });
     this.name = "StoreInputError";
   }
 }
 
-const UNAVAILABLE_SQLITE = /^SQLITE_(BUSY|LOCKED|IOERR|FULL|CANTOPEN|READONLY|PROTOCOL)/;
-/** PostgreSQL SQLSTATEs: connection (08), resources (53), operator intervention (57: shutdown, statement timeout), system (58), lock timeout, serialization, read-only standby. */
-const UNAVAILABLE_PG = /^(08|53|57|58)...$|^(55P03|40001|40P01|25006|25P03)$/;
-const UNAVAILABLE_NET = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "EHOSTUNREACH", "ENETUNREACH", "ENOTFOUND", "EAI_AGAIN"]);
-/** node-postgres errors that carry no code. */
-const UNAVAILABLE_MESSAGE = /Connection terminated|connection error and is not queryable|timeout exceeded when trying to connect/;
-
 /**
- * True for failures of the storage itself (database busy or locked, disk full or failing, connection
- * lost), as opposed to bad input or a bug: the API answers them with 503 and a retryable detail.
+ * How a Store operation failed for reasons of the storage itself: `retryable` (others held what it needed; nothing
+ * was committed and it can run again as it is), `unavailable` (busy, locked, disk full or failing, connection lost).
+ * The API answers both with 503 and a retryable detail.
  */
-export function isStoreUnavailable(err: unknown): boolean {
-  if (typeof err !== "object" || err === null) return false;
-  const code = (err as { code?: unknown }).code;
-  if (typeof code !== "string") return err instanceof Error && UNAVAILABLE_MESSAGE.test(err.message);
-  return UNAVAILABLE_SQLITE.test(code) || UNAVAILABLE_PG.test(code) || UNAVAILABLE_NET.has(code);
+export type StoreFailureKind = "retryable" | "unavailable";
+
+/** How one adapter reads its driver's errors: a kind for a storage failure of its own, else null. */
+export type DriverErrorClassifier = (err: unknown) => StoreFailureKind | null;
+
+const classifiers: DriverErrorClassifier[] = [];
+
+/** Called by each adapter when it is loaded: the port itself knows no driver's codes. */
+export function registerDriverErrors(classify: DriverErrorClassifier): void {
+  if (!classifiers.includes(classify)) classifiers.push(classify);
 }
 
-const RETRYABLE_SQLITE = /^SQLITE_(BUSY|LOCKED)/;
-/** Deadlock, serialization failure, lock not available: the transaction was rolled back and may simply be run again. */
-const RETRYABLE_PG = new Set(["40P01", "40001", "55P03"]);
+export function storeFailureKind(err: unknown): StoreFailureKind | null {
+  if (typeof err !== "object" || err === null) return null;
+  for (const classify of classifiers) {
+    const kind = classify(err);
+    if (kind !== null) return kind;
+  }
+  return null;
+}
 
-/**
- * True for a transaction that failed only because others held what it needed (SQLite busy or locked, a
- * PostgreSQL deadlock or serialization failure): nothing of it was committed, and it can be run again as it is.
- */
+/** True for failures of the storage itself, as opposed to bad input or a bug. */
+export function isStoreUnavailable(err: unknown): boolean {
+  return storeFailureKind(err) !== null;
+}
+
+/** True for a transaction that failed only because others held what it needed: it can be run again as it is. */
 export function isStoreRetryable(err: unknown): boolean {
-  if (typeof err !== "object" || err === null) return false;
-  const code = (err as { code?: unknown }).code;
-  return typeof code === "string" && (RETRYABLE_SQLITE.test(code) || RETRYABLE_PG.has(code));
+  return storeFailureKind(err) === "retryable";
 }

@@ -1,6 +1,6 @@
 import type { ServiceMode } from "../contract/decision.ts";
-import type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult } from "./bookkeeping/commands.ts";
 import type { AdministrationStore, AuditActor } from "./administration.ts";
+import type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult } from "./bookkeeping/commands.ts";
 
 export type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult } from "./bookkeeping/commands.ts";
 
@@ -26,7 +26,14 @@ export type UsageSource = "api" | "playground";
 /** `in_flight` until the request's completion commits; every other outcome is final. */
 export type UsageOutcome = "in_flight" | "succeeded" | "model_error" | "context_rejected" | "reservation_expired" | "gateway_error";
 export type FinalOutcome = Exclude<UsageOutcome, "in_flight">;
-export const USAGE_OUTCOMES: readonly UsageOutcome[] = ["in_flight", "succeeded", "model_error", "context_rejected", "reservation_expired", "gateway_error"];
+export const USAGE_OUTCOMES: readonly UsageOutcome[] = [
+  "in_flight",
+  "succeeded",
+  "model_error",
+  "context_rejected",
+  "reservation_expired",
+  "gateway_error",
+];
 
 /** One record per accepted decision request, written in flight at admission and made final at completion. */
 export interface UsageRecord {
@@ -161,7 +168,14 @@ export interface AccountStore {
   setOrganizationPaused(orgId: string, paused: boolean, audit?: { actor: AuditActor; nowMs: number }): Promise<boolean>;
 
   /** With `audit`, records "key.created" in the same transaction. */
-  createApiKey(input: { id: string; orgId: string; name: string | null; hash: string; nowMs: number; audit?: AuditActor }): Promise<ApiKeyRecord>;
+  createApiKey(input: {
+    id: string;
+    orgId: string;
+    name: string | null;
+    hash: string;
+    nowMs: number;
+    audit?: AuditActor;
+  }): Promise<ApiKeyRecord>;
   /** The key and its organization, revoked or not (the caller decides). */
   findApiKey(keyId: string): Promise<{ key: ApiKeyRecord; org: Organization } | null>;
   listApiKeys(orgId: string): Promise<ApiKeyRecord[]>;

@@ -6,13 +6,13 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { type AddressInfo, createServer } from "node:net";
-import { fileURLToPath } from "node:url";
 import { after, before, describe, it } from "node:test";
+import { fileURLToPath } from "node:url";
 import { auditEntryJson } from "../../src/admin/admin-json.ts";
 import { runCli } from "../../src/cli/cli.ts";
-import { keyIdOf } from "../../src/gateway/api-keys.ts";
+import { keyIdOf } from "../../src/domain/api-keys.ts";
 import { type Gateway, startGateway } from "../support/gateway-harness.ts";
-import { type SeedRecord, seedUsage, paidSeedRecord } from "../support/usage-fixtures.ts";
+import { paidSeedRecord, type SeedRecord, seedUsage } from "../support/usage-fixtures.ts";
 
 /** A port nothing listens on (fetch refuses some low ports outright, such as 1). */
 async function unusedPort(): Promise<number> {
@@ -37,7 +37,11 @@ type Mode = "db" | "http";
 async function cli(args: string[], env: Record<string, string>): Promise<Run> {
   let stdout = "";
   let stderr = "";
-  const code = await runCli(args, { stdout: { write: (t: string) => (stdout += t) }, stderr: { write: (t: string) => (stderr += t) }, env });
+  const code = await runCli(args, {
+    stdout: { write: (t: string) => (stdout += t) },
+    stderr: { write: (t: string) => (stderr += t) },
+    env,
+  });
   return { code, stdout, stderr };
 }
 
@@ -90,7 +94,10 @@ describe("tds over HTTP (--url, TDS_URL) prints what tds on the database prints"
   const state = {} as Record<Mode, { acme: string; rawKey: string; keyId: string }>;
 
   before(async () => {
-    const [db, http] = await Promise.all([startGateway({ fake: false, env: { TDS_ADMIN_TOKEN: TOKEN } }), startGateway({ fake: false, env: { TDS_ADMIN_TOKEN: TOKEN } })]);
+    const [db, http] = await Promise.all([
+      startGateway({ fake: false, env: { TDS_ADMIN_TOKEN: TOKEN } }),
+      startGateway({ fake: false, env: { TDS_ADMIN_TOKEN: TOKEN } }),
+    ]);
     gateways.db = db;
     gateways.http = http;
     // The database mode's preview limit comes from the configuration; the harness's gateways run with this one.
@@ -129,7 +136,10 @@ describe("tds over HTTP (--url, TDS_URL) prints what tds on the database prints"
     assert.equal(taken.http.stderr, 'tds: An organization named "Acme Ltd" already exists.\n');
 
     const list = await both(["org", "list", "--json"]);
-    assert.deepEqual(json<{ name: string }[]>(list.http).map((o) => o.name), ["test-org", "Acme Ltd", "Zürich ☕ 組織"]);
+    assert.deepEqual(
+      json<{ name: string }[]>(list.http).map((o) => o.name),
+      ["test-org", "Acme Ltd", "Zürich ☕ 組織"],
+    );
     await both(["org", "list"]);
 
     const shown = await both(["org", "show", "Acme Ltd", "--json"]);
@@ -180,7 +190,10 @@ describe("tds over HTTP (--url, TDS_URL) prints what tds on the database prints"
     const first = await both(["credits", "grant", "--org", "Acme Ltd", "--usd", "5", "--idempotency-key", "invoice-8"]);
     assert.match(first.http.stdout, /^Granted 5 USD to organization/);
     const replay = await both(["credits", "grant", "--org", "Acme Ltd", "--usd", "5", "--idempotency-key", "invoice-8"]);
-    assert.match(replay.http.stdout, /^Already granted with this idempotency key; nothing granted again\.\nAvailable after that grant: 17\.500001 USD/);
+    assert.match(
+      replay.http.stdout,
+      /^Already granted with this idempotency key; nothing granted again\.\nAvailable after that grant: 17\.500001 USD/,
+    );
     const replayJson = await both(["credits", "grant", "--org", "Acme Ltd", "--usd", "5", "--idempotency-key", "invoice-8", "--json"]);
     assert.equal(json(replayJson.http).granted_usd, "17.500001");
     assert.match(replayJson.http.stderr, /^Already granted with this idempotency key/);
@@ -192,7 +205,11 @@ describe("tds over HTTP (--url, TDS_URL) prints what tds on the database prints"
     assert.match(shown.http.stdout, /granted\s+17\.500001\s+17500001\n/);
     for (const mode of ["db", "http"] as const) {
       const ledger = await gateways[mode].store.listLedger(state[mode].acme);
-      assert.deepEqual(ledger.map((e) => e.grantedDelta), [12_500_000, 1, 5_000_000], `${mode}: the keyed grant is in the ledger once`);
+      assert.deepEqual(
+        ledger.map((e) => e.grantedDelta),
+        [12_500_000, 1, 5_000_000],
+        `${mode}: the keyed grant is in the ledger once`,
+      );
     }
   });
 
@@ -203,11 +220,23 @@ describe("tds over HTTP (--url, TDS_URL) prints what tds on the database prints"
       const org = state[mode].acme;
       const { store } = gateways[mode];
       await seedUsage(store, [record("req_a", org, { createdAtMs: T0 + 1000 })]);
-      await seedUsage(store, [record("req_b", org, { createdAtMs: T0 + 2000, outcome: "model_error", httpStatus: 502, costMicrousd: 0, latencyMs: null, errorDetail: "model timed out" })]);
+      await seedUsage(store, [
+        record("req_b", org, {
+          createdAtMs: T0 + 2000,
+          outcome: "model_error",
+          httpStatus: 502,
+          costMicrousd: 0,
+          latencyMs: null,
+          errorDetail: "model timed out",
+        }),
+      ]);
       await seedUsage(store, [record("req_c", org, { createdAtMs: T0 + 3000, costMicrousd: 2_000_000, overReservation: true })]);
     }
     const all = await both(["usage", "--org", "Acme Ltd", "--json"]);
-    assert.deepEqual(json<{ request_id: string }[]>(all.http).map((r) => r.request_id), ["req_c", "req_b", "req_a"]);
+    assert.deepEqual(
+      json<{ request_id: string }[]>(all.http).map((r) => r.request_id),
+      ["req_c", "req_b", "req_a"],
+    );
     await both(["usage", "--org", "Acme Ltd", "--limit", "2"]);
     await both(["usage", "--org", "Acme Ltd", "--outcome", "model_error", "--json"]);
     await both(["usage", "--org", "Acme Ltd", "--outcome", "reservation_expired"]);
@@ -229,7 +258,10 @@ describe("tds over HTTP (--url, TDS_URL) prints what tds on the database prints"
     const fresh = await both(["key", "create", "--org", "Acme Ltd", "--json"]);
     const raws = { db: json(fresh.db).key as string, http: json(fresh.http).key as string };
     const byKey = await both((mode) => ["key", "revoke", raws[mode]]);
-    assert.match(byKey.http.stdout, /^Revoked API key [a-z0-9]{12} of organization org_[a-z0-9]{12} \("Acme Ltd"\); requests with it now get 401\.\n$/);
+    assert.match(
+      byKey.http.stdout,
+      /^Revoked API key [a-z0-9]{12} of organization org_[a-z0-9]{12} \("Acme Ltd"\); requests with it now get 401\.\n$/,
+    );
     await both(["key", "list", "--org", "Acme Ltd"]);
     await both(["org", "show", "Acme Ltd", "--json"]);
   });
@@ -259,7 +291,14 @@ describe("tds over HTTP (--url, TDS_URL) prints what tds on the database prints"
   });
 
   it("exits 2 for bad usage in both modes", async () => {
-    for (const args of [["org", "create", "   "], ["org", "create", "org_abcdefabcdef"], ["key", "create", "--org", "Acme Ltd", "--name", "a\u0007b"], ["credits", "grant", "--org", "Acme Ltd", "--usd", "0"], ["credits", "grant", "--org", "Acme Ltd", "--usd", "1", "--idempotency-key", "has space"], ["audit", "--limit", "0"]]) {
+    for (const args of [
+      ["org", "create", "   "],
+      ["org", "create", "org_abcdefabcdef"],
+      ["key", "create", "--org", "Acme Ltd", "--name", "a\u0007b"],
+      ["credits", "grant", "--org", "Acme Ltd", "--usd", "0"],
+      ["credits", "grant", "--org", "Acme Ltd", "--usd", "1", "--idempotency-key", "has space"],
+      ["audit", "--limit", "0"],
+    ]) {
       const runs = await both(args);
       assert.equal(runs.http.code, 2, `tds ${args.join(" ")}`);
     }
@@ -267,23 +306,36 @@ describe("tds over HTTP (--url, TDS_URL) prints what tds on the database prints"
 
   it("records every change in the audit log: source cli on the database, http with client cli over the admin API", async () => {
     const audits = { db: await gateways.db.store.listAudit({ limit: 200 }), http: await gateways.http.store.listAudit({ limit: 200 }) };
-    const names = new Map([...(await gateways.db.store.listOrganizations()), ...(await gateways.http.store.listOrganizations())].map((o) => [o.id, o.name]));
+    const names = new Map(
+      [...(await gateways.db.store.listOrganizations()), ...(await gateways.http.store.listOrganizations())].map((o) => [o.id, o.name]),
+    );
     const actions = (mode: Mode) => audits[mode].entries.map((e) => e.action);
     assert.deepEqual(actions("http"), actions("db"));
-    assert.deepEqual(new Set(actions("http")), new Set(["organization.created", "key.created", "organization.paused", "organization.resumed", "credits.granted", "key.revoked"]));
+    assert.deepEqual(
+      new Set(actions("http")),
+      new Set(["organization.created", "key.created", "organization.paused", "organization.resumed", "credits.granted", "key.revoked"]),
+    );
     assert.equal(actions("http").filter((a) => a === "credits.granted").length, 3, "the replayed grant is not recorded again");
     for (const e of audits.db.entries) assert.deepEqual([e.source, e.client, e.remoteAddress], ["cli", null, null]);
     for (const e of audits.http.entries) assert.deepEqual([e.source, e.client, e.remoteAddress], ["http", "cli", "127.0.0.1"]);
 
     for (const mode of ["db", "http"] as const) {
       const run = await cli(["audit", "--limit", "200", "--json"], envs[mode]);
-      assert.deepEqual(json(run), audits[mode].entries.map((e) => auditEntryJson({ ...e, orgName: names.get(e.orgId) ?? null })));
+      assert.deepEqual(
+        json(run),
+        audits[mode].entries.map((e) => auditEntryJson({ ...e, orgName: names.get(e.orgId) ?? null })),
+      );
       const table = await cli(["audit", "--org", "Acme Ltd", "--limit", "3"], envs[mode]);
       assert.equal(table.code, 0, table.stderr);
       const lines = table.stdout.trimEnd().split("\n");
       assert.match(lines[0]!, /^TIME\s+ACTION\s+ORGANIZATION\s+TARGET\s+SOURCE\s+CLIENT\s+DETAILS$/);
       assert.equal(lines.length, 4);
-      assert.match(lines[1]!, mode === "db" ? /^\S+Z\s+key\.revoked\s+Acme Ltd\s+[a-z0-9]{12}\s+cli$/ : /^\S+Z\s+key\.revoked\s+Acme Ltd\s+[a-z0-9]{12}\s+http\s+cli$/);
+      assert.match(
+        lines[1]!,
+        mode === "db"
+          ? /^\S+Z\s+key\.revoked\s+Acme Ltd\s+[a-z0-9]{12}\s+cli$/
+          : /^\S+Z\s+key\.revoked\s+Acme Ltd\s+[a-z0-9]{12}\s+http\s+cli$/,
+      );
       assert.match(table.stderr, /^Showing the newest 3; more with --limit N/);
     }
     const grants = await cli(["audit", "--org", "Acme Ltd", "--limit", "200"], envs.http);
@@ -306,7 +358,10 @@ describe("tds over HTTP: failures and usage errors", () => {
     const wrong = await cli(["org", "list"], { TDS_URL: gw.url, TDS_ADMIN_TOKEN: `${TOKEN}x` });
     assert.equal(wrong.code, 1);
     assert.equal(wrong.stdout, "");
-    assert.equal(wrong.stderr, `tds: the gateway at ${gw.url} refused the admin token (Invalid admin token.); TDS_ADMIN_TOKEN must be the server's admin token\n`);
+    assert.equal(
+      wrong.stderr,
+      `tds: the gateway at ${gw.url} refused the admin token (Invalid admin token.); TDS_ADMIN_TOKEN must be the server's admin token\n`,
+    );
     const apiKey = await cli(["org", "list"], { TDS_URL: gw.url, TDS_ADMIN_TOKEN: gw.key });
     assert.equal(apiKey.code, 1);
     assert.match(apiKey.stderr, /API keys are not accepted by the admin API/);
@@ -324,22 +379,41 @@ describe("tds over HTTP: failures and usage errors", () => {
 
   it("--url takes the gateway's URL; --database wins over TDS_URL", async () => {
     const viaFlag = json<{ name: string }[]>(await cli(["--url", `${gw.url}/`, "org", "list", "--json"], { TDS_ADMIN_TOKEN: TOKEN }));
-    assert.deepEqual(viaFlag.map((o) => o.name), ["test-org"]);
-    const after = json<{ name: string }[]>(await cli(["org", "list", "--json", `--url=${gw.url}`], { TDS_ADMIN_TOKEN: TOKEN, TDS_DATABASE_URL: "mysql://nowhere/db" }));
+    assert.deepEqual(
+      viaFlag.map((o) => o.name),
+      ["test-org"],
+    );
+    const after = json<{ name: string }[]>(
+      await cli(["org", "list", "--json", `--url=${gw.url}`], { TDS_ADMIN_TOKEN: TOKEN, TDS_DATABASE_URL: "mysql://nowhere/db" }),
+    );
     assert.deepEqual(after, viaFlag);
-    const database = json<{ name: string }[]>(await cli(["--database", gw.config.databaseUrl, "org", "list", "--json"], { TDS_URL: "http://127.0.0.1:1", TDS_ADMIN_TOKEN: TOKEN }));
+    const database = json<{ name: string }[]>(
+      await cli(["--database", gw.config.databaseUrl, "org", "list", "--json"], { TDS_URL: "http://127.0.0.1:1", TDS_ADMIN_TOKEN: TOKEN }),
+    );
     assert.deepEqual(database, viaFlag);
   });
 
   it("exits 2 for --url without TDS_ADMIN_TOKEN, --url with --database, a bad URL, and tds migrate over HTTP", async () => {
     const cases: Array<[string[], Record<string, string>, RegExp]> = [
       [["--url", gw.url, "org", "list"], {}, /TDS_ADMIN_TOKEN/],
-      [["org", "list"], { TDS_URL: gw.url }, /^tds: TDS_URL works through the gateway's admin API, which needs its admin token: set TDS_ADMIN_TOKEN/],
-      [["--url", gw.url, "--database", gw.config.databaseUrl, "org", "list"], { TDS_ADMIN_TOKEN: TOKEN }, /--url and --database do not go together/],
+      [
+        ["org", "list"],
+        { TDS_URL: gw.url },
+        /^tds: TDS_URL works through the gateway's admin API, which needs its admin token: set TDS_ADMIN_TOKEN/,
+      ],
+      [
+        ["--url", gw.url, "--database", gw.config.databaseUrl, "org", "list"],
+        { TDS_ADMIN_TOKEN: TOKEN },
+        /--url and --database do not go together/,
+      ],
       [["--url", "ftp://example.com", "org", "list"], { TDS_ADMIN_TOKEN: TOKEN }, /--url must be an http:\/\/ or https:\/\/ URL/],
       [["--url", "not a url", "org", "list"], { TDS_ADMIN_TOKEN: TOKEN }, /--url must be the gateway's URL/],
       [["--url", `http://admin:${TOKEN}@127.0.0.1:1`, "org", "list"], { TDS_ADMIN_TOKEN: TOKEN }, /must not contain credentials/],
-      [["migrate", "--url", gw.url], { TDS_ADMIN_TOKEN: TOKEN }, /^tds: "tds migrate" works on the database only, not through the admin API \(--url\); leave out --url/],
+      [
+        ["migrate", "--url", gw.url],
+        { TDS_ADMIN_TOKEN: TOKEN },
+        /^tds: "tds migrate" works on the database only, not through the admin API \(--url\); leave out --url/,
+      ],
       [["migrate"], { TDS_URL: gw.url, TDS_ADMIN_TOKEN: TOKEN }, /unset TDS_URL or pass --database URL/],
     ];
     for (const [args, env, message] of cases) {
@@ -356,7 +430,14 @@ describe("tds over HTTP: failures and usage errors", () => {
 
   it("mentions --url and TDS_ADMIN_TOKEN in the help, and tds audit and tds org show", async () => {
     const help = await cli(["--help"], {});
-    for (const text of ["--url URL", "TDS_URL", "TDS_ADMIN_TOKEN", "tds audit [--org ORG] [--limit N]", "tds org show ORG", "[--idempotency-key KEY]"]) {
+    for (const text of [
+      "--url URL",
+      "TDS_URL",
+      "TDS_ADMIN_TOKEN",
+      "tds audit [--org ORG] [--limit N]",
+      "tds org show ORG",
+      "[--idempotency-key KEY]",
+    ]) {
       assert.ok(help.stdout.includes(text), `the help mentions ${text}`);
     }
   });
@@ -377,6 +458,9 @@ describe("tds over HTTP: failures and usage errors", () => {
       child.on("error", reject);
       child.on("close", (code) => resolve({ code: code ?? -1, stdout, stderr }));
     });
-    assert.deepEqual(json<{ name: string }[]>(run).map((o) => o.name), ["test-org"]);
+    assert.deepEqual(
+      json<{ name: string }[]>(run).map((o) => o.name),
+      ["test-org"],
+    );
   });
 });

@@ -1,16 +1,16 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
 import { runCli } from "../../src/cli/cli.ts";
-import { apiKeyMatches, keyIdOf } from "../../src/gateway/api-keys.ts";
+import { apiKeyMatches, keyIdOf } from "../../src/domain/api-keys.ts";
+import { usageRecordJson } from "../../src/presentation/usage-json.ts";
 import { openSqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
-import { usageRecordJson } from "../../src/store/usage-json.ts";
-import { type SeedRecord, seedUsage, paidSeedRecord } from "../support/usage-fixtures.ts";
+import { paidSeedRecord, type SeedRecord, seedUsage } from "../support/usage-fixtures.ts";
 
 const PROJECT = fileURLToPath(new URL("../../", import.meta.url));
 const BIN = join(PROJECT, "bin", "tds.mjs");
@@ -65,7 +65,11 @@ function openDb(): Database.Database {
 /** The database file and any -wal/-shm/-journal files next to it. */
 function databaseBytes(): Buffer {
   const folder = join(dir, "db");
-  return Buffer.concat(readdirSync(folder).filter((f) => f.startsWith("tds.sqlite")).map((f) => readFileSync(join(folder, f))));
+  return Buffer.concat(
+    readdirSync(folder)
+      .filter((f) => f.startsWith("tds.sqlite"))
+      .map((f) => readFileSync(join(folder, f))),
+  );
 }
 
 const ISO = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/;
@@ -77,7 +81,17 @@ describe("tds CLI", () => {
     const help = await tds(["--help"]);
     assert.equal(help.code, 0);
     assert.match(help.stdout, /^Usage: tds <group> <command>/);
-    for (const line of ["tds org create NAME", "tds org list", "tds org pause ORG", "tds org resume ORG", "tds key create --org ORG [--name NAME]", "tds key list --org ORG", "tds key revoke KEY_ID", "--json", "--database URL"]) {
+    for (const line of [
+      "tds org create NAME",
+      "tds org list",
+      "tds org pause ORG",
+      "tds org resume ORG",
+      "tds key create --org ORG [--name NAME]",
+      "tds key list --org ORG",
+      "tds key revoke KEY_ID",
+      "--json",
+      "--database URL",
+    ]) {
       assert.ok(help.stdout.includes(line), `usage mentions ${line}`);
     }
     assert.equal((await tds(["help"])).stdout, help.stdout);
@@ -91,7 +105,18 @@ describe("tds CLI", () => {
   });
 
   it("exits 2 with usage on stderr for bad usage", async () => {
-    const cases: string[][] = [["bogus"], ["org"], ["org", "destroy"], ["org", "create"], ["org", "create", "a", "b"], ["org", "list", "--bogus"], ["key", "create"], ["key", "create", "--org"], ["key", "revoke"], ["org", "create", "   "]];
+    const cases: string[][] = [
+      ["bogus"],
+      ["org"],
+      ["org", "destroy"],
+      ["org", "create"],
+      ["org", "create", "a", "b"],
+      ["org", "list", "--bogus"],
+      ["key", "create"],
+      ["key", "create", "--org"],
+      ["key", "revoke"],
+      ["org", "create", "   "],
+    ];
     const runs = await Promise.all(cases.map((args) => tds(args)));
     for (const [i, args] of cases.entries()) {
       const run = runs[i]!;
@@ -104,8 +129,15 @@ describe("tds CLI", () => {
   it("never creates the database: a command on a missing one exits 1 naming it; tds init creates it", async () => {
     const missing = await tds(["org", "list"]);
     assert.equal(missing.code, 1);
-    assert.match(missing.stderr, new RegExp(`^tds: No database at ${DB_FILE} \\(TDS_DATABASE_URL\\); the CLI never creates one\\..*tds init`));
-    assert.deepEqual(readdirSync(dir).filter((f) => f === "db"), [], "nothing was created");
+    assert.match(
+      missing.stderr,
+      new RegExp(`^tds: No database at ${DB_FILE} \\(TDS_DATABASE_URL\\); the CLI never creates one\\..*tds init`),
+    );
+    assert.deepEqual(
+      readdirSync(dir).filter((f) => f === "db"),
+      [],
+      "nothing was created",
+    );
     const init = json<{ created: boolean; database: string; schema_version: number }>(await tds(["init", "--json"]));
     assert.deepEqual({ created: init.created, database: init.database }, { created: true, database: `SQLite database ${DB_FILE}` });
     assert.ok(init.schema_version >= 6);
@@ -143,7 +175,10 @@ describe("tds CLI", () => {
 
   it("lists organizations as a JSON array and as a table", async () => {
     const list = json<Record<string, unknown>[]>(await tds(["org", "list", "--json"]));
-    assert.deepEqual(list.map((o) => o.name), ["Acme Ltd", "Zürich ☕ 組織"]);
+    assert.deepEqual(
+      list.map((o) => o.name),
+      ["Acme Ltd", "Zürich ☕ 組織"],
+    );
     assert.deepEqual(list[0], { id: state.acmeId, name: "Acme Ltd", paused: false, created_at: list[0]?.created_at });
     const table = await tds(["org", "list"]);
     assert.equal(table.code, 0);
@@ -211,7 +246,7 @@ describe("tds CLI", () => {
       ["org", "pause", "nobody"],
       ["org", "resume", "nobody", "--json"],
       ["key", "revoke", "zzzzzzzzzzzz"],
-      ["key", "revoke", "tds_zzzzzzzzzzzz_" + "A".repeat(43)],
+      ["key", "revoke", `tds_zzzzzzzzzzzz_${"A".repeat(43)}`],
     ];
     const runs = await Promise.all(cases.map((args) => tds(args)));
     for (const [i, args] of cases.entries()) {
@@ -261,7 +296,9 @@ describe("tds CLI", () => {
   it("--database overrides TDS_DATABASE_URL; a bad URL exits 1", async () => {
     const other = join(dir, "other", "x.sqlite");
     assert.equal((await tds(["--database", `sqlite:${other}`, "init"], { TDS_DATABASE_URL: "mysql://nowhere/db" })).code, 0);
-    const created = json(await tds(["--database", `sqlite:${other}`, "org", "create", "Elsewhere", "--json"], { TDS_DATABASE_URL: "mysql://nowhere/db" }));
+    const created = json(
+      await tds(["--database", `sqlite:${other}`, "org", "create", "Elsewhere", "--json"], { TDS_DATABASE_URL: "mysql://nowhere/db" }),
+    );
     assert.equal(created.name, "Elsewhere");
     const list = json<unknown[]>(await tds(["org", "list", "--json", `--database=${other}`]));
     assert.equal(list.length, 1);
@@ -278,7 +315,10 @@ describe("tds CLI", () => {
     const run = await runProcess(BIN, ["org", "list", "--json"], { TDS_DATABASE_URL: `sqlite:${DB_FILE}` });
     const list = JSON.parse(run.stdout) as { name: string }[];
     assert.equal(run.code, 0, run.stderr);
-    assert.deepEqual(list.map((o) => o.name), ["Acme Ltd", "Zürich ☕ 組織"]);
+    assert.deepEqual(
+      list.map((o) => o.name),
+      ["Acme Ltd", "Zürich ☕ 組織"],
+    );
     const bad = await runProcess(BIN, ["org", "pause", "nobody"], { TDS_DATABASE_URL: `sqlite:${DB_FILE}` });
     assert.equal(bad.code, 1);
   });
@@ -336,12 +376,18 @@ describe("tds credits and tds usage", () => {
     });
     const granted = json(await run(["credits", "grant", "--org", "Acme", "--usd", "12.50", "--note", "invoice 7", "--json"]));
     assert.deepEqual(Object.keys(granted), Object.keys(zero), "grant prints the balance, same shape as show");
-    assert.deepEqual([granted.available_microusd, granted.available_usd, granted.granted_microusd, granted.granted_usd], [12_500_000, "12.5", 12_500_000, "12.5"]);
+    assert.deepEqual(
+      [granted.available_microusd, granted.available_usd, granted.granted_microusd, granted.granted_usd],
+      [12_500_000, "12.5", 12_500_000, "12.5"],
+    );
     const human = await run(["credits", "grant", "--org", ids.acme!, "--usd", "0.000001"]);
     assert.equal(human.code, 0, human.stderr);
     assert.match(human.stdout, /Granted 0\.000001 USD to organization org_[a-z0-9]{12} \("Acme"\)/);
     const shown = json(await run(["credits", "show", "--org", ids.acme!, "--json"]));
-    assert.deepEqual([shown.available_microusd, shown.available_usd, shown.reserved_usd, shown.spent_usd, shown.granted_usd], [12_500_001, "12.500001", "0", "0", "12.500001"]);
+    assert.deepEqual(
+      [shown.available_microusd, shown.available_usd, shown.reserved_usd, shown.spent_usd, shown.granted_usd],
+      [12_500_001, "12.500001", "0", "0", "12.500001"],
+    );
     const table = await run(["credits", "show", "--org", "Acme"]);
     assert.equal(table.code, 0);
     assert.match(table.stdout, /available\s+12\.500001\s+12500001\n/);
@@ -350,10 +396,13 @@ describe("tds credits and tds usage", () => {
     const store = openSqliteStore(CREDITS_DB);
     try {
       const ledger = await store.listLedger(ids.acme);
-      assert.deepEqual(ledger.map((e) => [e.kind, e.availableDelta, e.grantedDelta, e.note, e.createdAtMs]), [
-        ["grant", 12_500_000, 12_500_000, "invoice 7", T0 + 60_000],
-        ["grant", 1, 1, null, T0 + 60_000],
-      ]);
+      assert.deepEqual(
+        ledger.map((e) => [e.kind, e.availableDelta, e.grantedDelta, e.note, e.createdAtMs]),
+        [
+          ["grant", 12_500_000, 12_500_000, "invoice 7", T0 + 60_000],
+          ["grant", 1, 1, null, T0 + 60_000],
+        ],
+      );
       assert.deepEqual(await store.getBalance(ids.other), { available: 0, reserved: 0, spent: 0, granted: 0 });
     } finally {
       await store.close();
@@ -426,7 +475,10 @@ describe("tds credits and tds usage", () => {
     }
 
     const all = json<Record<string, unknown>[]>(await run(["usage", "--org", "Acme", "--json"]));
-    assert.deepEqual(all.map((r) => r.request_id), ["req_c", "req_b", "req_a"]);
+    assert.deepEqual(
+      all.map((r) => r.request_id),
+      ["req_c", "req_b", "req_a"],
+    );
     assert.deepEqual(all[1], {
       request_id: "req_b",
       created_at: "2026-01-01T00:00:02.000Z",
@@ -451,14 +503,27 @@ describe("tds credits and tds usage", () => {
     assert.deepEqual([all[0]?.cost_microusd, all[0]?.cost_usd, all[0]?.over_reservation], [2_000_000, "2", true]);
     assert.equal(
       JSON.stringify(all[0]),
-      JSON.stringify(usageRecordJson({ ...record("req_c", ids.acme!, { createdAtMs: T0 + 3000, costMicrousd: 2_000_000, overReservation: true }), completedAtMs: T0 + 3000, deployment: null, attempts: 0 })),
+      JSON.stringify(
+        usageRecordJson({
+          ...record("req_c", ids.acme!, { createdAtMs: T0 + 3000, costMicrousd: 2_000_000, overReservation: true }),
+          completedAtMs: T0 + 3000,
+          deployment: null,
+          attempts: 0,
+        }),
+      ),
       "exactly usageRecordJson, key order included",
     );
 
     const limited = json<Record<string, unknown>[]>(await run(["usage", "--org", ids.acme!, "--limit", "2", "--json"]));
-    assert.deepEqual(limited.map((r) => r.request_id), ["req_c", "req_b"]);
+    assert.deepEqual(
+      limited.map((r) => r.request_id),
+      ["req_c", "req_b"],
+    );
     const failed = json<Record<string, unknown>[]>(await run(["usage", "--org", "Acme", "--outcome", "model_error", "--json"]));
-    assert.deepEqual(failed.map((r) => r.request_id), ["req_b"]);
+    assert.deepEqual(
+      failed.map((r) => r.request_id),
+      ["req_b"],
+    );
     assert.deepEqual(json<unknown[]>(await run(["usage", "--org", "Acme", "--outcome", "reservation_expired", "--json"])), []);
 
     const one = json(await run(["usage", "--org", "Acme", "--request-id", "req_b", "--json"]));
@@ -490,8 +555,15 @@ describe("tds credits and tds usage", () => {
       run(["--help"]),
     ]);
     assert.equal(json(shown).available_usd, "12.500001");
-    assert.deepEqual(json<Record<string, unknown>[]>(listed).map((r) => r.request_id), ["req_c"]);
-    for (const line of ["tds credits grant --org ORG --usd USD", "tds credits show --org ORG", "tds usage --org ORG [--request-id ID] [--limit N] [--outcome O]"]) {
+    assert.deepEqual(
+      json<Record<string, unknown>[]>(listed).map((r) => r.request_id),
+      ["req_c"],
+    );
+    for (const line of [
+      "tds credits grant --org ORG --usd USD",
+      "tds credits show --org ORG",
+      "tds usage --org ORG [--request-id ID] [--limit N] [--outcome O]",
+    ]) {
       assert.ok(help.stdout.includes(line), `usage mentions ${line}`);
     }
     const usageHelp = await run(["help", "usage"]);

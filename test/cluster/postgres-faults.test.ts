@@ -1,16 +1,22 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import pg from "pg";
-import { FixedClock } from "../../src/gateway/clock.ts";
 import type { ModelService } from "../../src/models/model-service.ts";
-import { createSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
+import { openSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
 import type { Store } from "../../src/store/store.ts";
-import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
+import { type FakeModelServer, startFakeModelServer } from "../fixtures/fake-model-server.ts";
 import { allUsage, assertLedgerMatches, eventually } from "../support/books.ts";
-import { createTestDatabase } from "../support/postgres-db.ts";
+import { FixedClock } from "../support/fixed-clock.ts";
 import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
+import { createTestDatabase } from "../support/postgres-db.ts";
 
-const PAID = { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "1000", TDS_RESERVATION_TTL_SECONDS: "60", TDS_MODEL_TIMEOUT_MS: "5000" };
+const PAID = {
+  TDS_SERVICE_MODE: "paid",
+  TDS_PRICE_PER_MILLION_INPUT_USD: "1",
+  TDS_RESERVE_TOKENS: "1000",
+  TDS_RESERVATION_TTL_SECONDS: "60",
+  TDS_MODEL_TIMEOUT_MS: "5000",
+};
 const GRANT = 50_000;
 
 async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Promise<T> {
@@ -27,7 +33,11 @@ async function withClient<T>(url: string, fn: (c: pg.Client) => Promise<T>): Pro
 async function assertBooks(store: Store, orgId: string, db: string) {
   const balance = await assertLedgerMatches(store, orgId);
   assert.equal(balance.reserved, 0, "no reservation left pending after the sweep");
-  const settled = await withClient(db, async (c) => (await c.query<{ s: string | null }>("SELECT sum(cost_microusd) AS s FROM reservations WHERE status = 'settled'")).rows[0]!.s);
+  const settled = await withClient(
+    db,
+    async (c) =>
+      (await c.query<{ s: string | null }>("SELECT sum(cost_microusd) AS s FROM reservations WHERE status = 'settled'")).rows[0]!.s,
+  );
   assert.equal(balance.spent, Number(settled ?? 0), "spent equals the sum of settled costs");
   return balance;
 }
@@ -37,7 +47,7 @@ describe("PostgreSQL backends killed around settlement", () => {
   let upstream: ModelService;
   before(async () => {
     fake = await startFakeModelServer();
-    upstream = createSystemOneHttpService({ baseUrl: fake.url });
+    upstream = openSystemOneHttpService({ baseUrl: fake.url });
   });
   after(async () => {
     await upstream.close();
@@ -86,7 +96,11 @@ describe("PostgreSQL backends killed around settlement", () => {
       const succeeded = records.filter((r) => r.outcome === "succeeded");
       assert.equal(succeeded.length, statuses.filter((s) => s === 200).length, "one succeeded record per answered request");
       assert.ok(records.length <= statuses.length, "at most one record per request");
-      assert.equal(balance.spent, succeeded.reduce((s, r) => s + r.costMicrousd, 0), "charged exactly what was answered");
+      assert.equal(
+        balance.spent,
+        succeeded.reduce((s, r) => s + r.costMicrousd, 0),
+        "charged exactly what was answered",
+      );
     } finally {
       await gw.close();
       await db.drop();

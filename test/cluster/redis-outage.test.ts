@@ -4,9 +4,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
-import { systemClock } from "../../src/gateway/clock.ts";
+import { systemClock } from "../../src/domain/clock.ts";
 import { MemoryRateLimiter } from "../../src/limits/memory-rate-limiter.ts";
-import { createRedisRateLimiter } from "../../src/limits/redis-rate-limiter.ts";
+import { openRedisRateLimiter } from "../../src/limits/redis-rate-limiter.ts";
 import { Metrics } from "../../src/observability/metrics.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
 import { freePort, startRedisServer, stopRedisServer } from "../support/redis-server.ts";
@@ -24,7 +24,7 @@ describe("Redis stopped and started under a running gateway", () => {
     let redis: ChildProcess | undefined = await startRedisServer(port, dir);
     const metrics = new Metrics();
     const warnings: string[] = [];
-    const limiter = createRedisRateLimiter({
+    const limiter = openRedisRateLimiter({
       url: `redis://127.0.0.1:${port}`,
       fallback: new MemoryRateLimiter(systemClock),
       logger: { warn: (_o, msg) => warnings.push(msg), info: () => {} },

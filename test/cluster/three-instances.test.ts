@@ -2,13 +2,13 @@ import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import pg from "pg";
-import { generateApiKey, newOrganizationId } from "../../src/gateway/api-keys.ts";
+import { generateApiKey, newOrganizationId } from "../../src/domain/api-keys.ts";
 import { openStore } from "../../src/store/open-store.ts";
 import type { Store } from "../../src/store/store.ts";
-import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
-import { createTestDatabase } from "../support/postgres-db.ts";
-import { startGatewayProcess, type GatewayProcess } from "../support/gateway-process.ts";
+import { type FakeModelServer, startFakeModelServer } from "../fixtures/fake-model-server.ts";
 import { sampleRequest, TICKET_HISTORY } from "../support/gateway-harness.ts";
+import { type GatewayProcess, startGatewayProcess } from "../support/gateway-process.ts";
+import { createTestDatabase } from "../support/postgres-db.ts";
 
 const REDIS_URL = process.env.TDS_TEST_REDIS_URL ?? "redis://127.0.0.1:6379";
 const LIMIT_PER_MINUTE = 20;
@@ -88,7 +88,10 @@ describe("three gateway processes on PostgreSQL + Redis share one truth", () => 
     await paid.store.grantCredits({ orgId: paid.orgId, amountMicrousd: CREDIT_FOR * RESERVATION_MICROUSD, nowMs: Date.now() });
     // A slow model: every reservation is attempted before any is settled.
     // Its token bound is over reserve_tokens (TICKET_HISTORY): each reservation is the cap, RESERVATION_MICROUSD.
-    const statuses = await burst(paid, sampleRequest({ state: { fake_behavior: "delay:1500", tag: randomBytes(4).toString("hex"), history: TICKET_HISTORY } }));
+    const statuses = await burst(
+      paid,
+      sampleRequest({ state: { fake_behavior: "delay:1500", tag: randomBytes(4).toString("hex"), history: TICKET_HISTORY } }),
+    );
     assert.equal(count(statuses, 200), CREDIT_FOR, JSON.stringify(statuses));
     assert.equal(count(statuses, 402), LIMIT_PER_MINUTE - CREDIT_FOR, "the rest of the rate limit found no credit");
     assert.equal(count(statuses, 429), 2 * LIMIT_PER_MINUTE, "exactly the limit passed the shared rate limiter");
@@ -97,16 +100,31 @@ describe("three gateway processes on PostgreSQL + Redis share one truth", () => 
     assert.equal(usage.length, CREDIT_FOR);
     const charged = usage.reduce((sum, r) => sum + r.costMicrousd, 0);
     const balance = await paid.store.getBalance(paid.orgId);
-    assert.deepEqual(balance, { available: CREDIT_FOR * RESERVATION_MICROUSD - charged, reserved: 0, spent: charged, granted: CREDIT_FOR * RESERVATION_MICROUSD });
+    assert.deepEqual(balance, {
+      available: CREDIT_FOR * RESERVATION_MICROUSD - charged,
+      reserved: 0,
+      spent: charged,
+      granted: CREDIT_FOR * RESERVATION_MICROUSD,
+    });
     const ledger = await paid.store.listLedger(paid.orgId);
-    assert.equal(ledger.reduce((s, e) => s + e.availableDelta, 0), balance.available);
-    assert.equal(ledger.reduce((s, e) => s + e.spentDelta, 0), balance.spent);
+    assert.equal(
+      ledger.reduce((s, e) => s + e.availableDelta, 0),
+      balance.available,
+    );
+    assert.equal(
+      ledger.reduce((s, e) => s + e.spentDelta, 0),
+      balance.spent,
+    );
 
     const client = new pg.Client({ connectionString: paid.db.url });
     await client.connect();
     const { rows } = await client.query<{ status: string; n: string }>("SELECT status, count(*) AS n FROM reservations GROUP BY status");
     await client.end();
-    assert.deepEqual(Object.fromEntries(rows.map((r) => [r.status, Number(r.n)])), { settled: CREDIT_FOR }, "every reservation resolved exactly once");
+    assert.deepEqual(
+      Object.fromEntries(rows.map((r) => [r.status, Number(r.n)])),
+      { settled: CREDIT_FOR },
+      "every reservation resolved exactly once",
+    );
     for (const r of usage) assert.equal((await paid.store.getReservation(r.requestId))?.costMicrousd, r.costMicrousd);
   });
 

@@ -23,7 +23,15 @@ function errorsOf(validate: typeof validateRequest, doc: unknown): ErrorObject[]
  */
 function reference(errors: readonly ErrorObject[]): FieldError[] {
   const describeOne = (e: ErrorObject) => toFieldErrors([e])[0] ?? null;
-  const typeNames: Record<string, string> = { object: "an object", array: "an array", string: "a string", number: "a number", integer: "an integer", boolean: "a boolean", null: "null" };
+  const typeNames: Record<string, string> = {
+    object: "an object",
+    array: "an array",
+    string: "a string",
+    number: "a number",
+    integer: "an integer",
+    boolean: "a boolean",
+    null: "null",
+  };
   const anyOfPaths = new Map<string, ErrorObject>();
   for (const e of errors) if (e.keyword === "anyOf") anyOfPaths.set(e.instancePath, e);
   const out: FieldError[] = [];
@@ -62,7 +70,9 @@ function byText(errors: FieldError[]): FieldError[] {
   const seen = new Set<string>();
   return errors.filter((e) => {
     const id = `${e.field}\u0000${e.message}`;
-    return seen.has(id) ? false : (seen.add(id), true);
+    if (seen.has(id)) return false;
+    seen.add(id);
+    return true;
   });
 }
 
@@ -101,7 +111,12 @@ describe("field errors", () => {
   });
 
   test("a body with thousands of problems: the first 50 listed, the exact total counted", () => {
-    const questions = Object.fromEntries(Array.from({ length: 32 }, (_, i) => [`q${i}`, { type: "noul", criteria: { true: 1, ...Object.fromEntries(Array.from({ length: 200 }, (_, k) => [`k${k}`, k])) } }]));
+    const questions = Object.fromEntries(
+      Array.from({ length: 32 }, (_, i) => [
+        `q${i}`,
+        { type: "noul", criteria: { true: 1, ...Object.fromEntries(Array.from({ length: 200 }, (_, k) => [`k${k}`, k])) } },
+      ]),
+    );
     const doc = { state: 1, questions, model: 5, ...Object.fromEntries(Array.from({ length: 1000 }, (_, k) => [`extra${k}`, k])) };
     const errors = errorsOf(validateRequest, doc);
     const summary = summarizeFieldErrors(errors);
@@ -114,14 +129,21 @@ describe("field errors", () => {
   });
 
   test("a nullable field's type mismatches collapse into one message; its deeper problems stay", () => {
-    const wrong = summarizeFieldErrors(errorsOf(validateRequest, { state: 1, questions: { n: { type: "noul", criteria: "yes" } }, model: 7 }));
+    const wrong = summarizeFieldErrors(
+      errorsOf(validateRequest, { state: 1, questions: { n: { type: "noul", criteria: "yes" } }, model: 7 }),
+    );
     assert.deepEqual(wrong.errors, [
       { field: "questions.n.criteria", message: "must be null or an object" },
       { field: "model", message: "must be a string or null" },
     ]);
     assert.equal(wrong.total, 2);
-    const deeper = summarizeFieldErrors(errorsOf(validateRequest, { state: 1, questions: { n: { type: "noul", criteria: { true: 1, maybe: 2, perhaps: 3 } } } }));
-    assert.deepEqual(deeper.errors.map((e) => e.field), ["questions.n.criteria.maybe", "questions.n.criteria.perhaps"]);
+    const deeper = summarizeFieldErrors(
+      errorsOf(validateRequest, { state: 1, questions: { n: { type: "noul", criteria: { true: 1, maybe: 2, perhaps: 3 } } } }),
+    );
+    assert.deepEqual(
+      deeper.errors.map((e) => e.field),
+      ["questions.n.criteria.maybe", "questions.n.criteria.perhaps"],
+    );
     assert.equal(deeper.total, 2);
   });
 
@@ -134,7 +156,10 @@ describe("field errors", () => {
       message: "must NOT have additional properties",
     });
     const summary = summarizeFieldErrors([e("#/a", "k1"), e("#/a", "k2"), e("#/b", "k1"), e("#/b", "k3")]);
-    assert.deepEqual(summary.errors.map((f) => f.field), ["x.k1", "x.k2", "x.k3"]);
+    assert.deepEqual(
+      summary.errors.map((f) => f.field),
+      ["x.k1", "x.k2", "x.k3"],
+    );
     assert.equal(summary.total, 3);
   });
 

@@ -11,9 +11,9 @@ import { describe, test } from "node:test";
 import type { ModelAnswerSet, ModelService } from "../../src/models/model-service.ts";
 import type { SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
 import type { AdmitCommand, CompleteCommand } from "../../src/store/store.ts";
+import { allUsage, assertLedgerMatches, eventually } from "../support/books.ts";
 import { errorBody, json } from "../support/contract-check.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
-import { allUsage, assertLedgerMatches, eventually } from "../support/books.ts";
 
 const PAID = { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "1000" };
 const GRANT = 100_000;
@@ -36,7 +36,11 @@ function scriptedModel(answer: (state: unknown) => ModelAnswerSet | Promise<Mode
   };
 }
 
-const ok = (inputTokens = 100): ModelAnswerSet => ({ answers: answersFor(), usage: { input_tokens: inputTokens, output_tokens: 3 }, latencyMs: 1 });
+const ok = (inputTokens = 100): ModelAnswerSet => ({
+  answers: answersFor(),
+  usage: { input_tokens: inputTokens, output_tokens: 3 },
+  latencyMs: 1,
+});
 
 describe("faults after admission", { timeout: 30_000 }, () => {
   test("an exception after admission that is not a storage error → 500, released at once, one gateway_error record; a retry runs anew", async () => {
@@ -69,7 +73,12 @@ describe("faults after admission", { timeout: 30_000 }, () => {
       assert.equal(retry.status, 200, JSON.stringify(retried));
       assert.notEqual(retried.request_id, requestId);
       const cost = retried.usage.cost_microusd as number;
-      assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), { available: GRANT - cost, reserved: 0, spent: cost, granted: GRANT });
+      assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), {
+        available: GRANT - cost,
+        reserved: 0,
+        spent: cost,
+        granted: GRANT,
+      });
       assert.deepEqual((await allUsage(gw.store, gw.orgId)).map((r) => r.outcome).sort(), ["gateway_error", "succeeded"]);
     } finally {
       await gw.close();
@@ -105,7 +114,11 @@ describe("faults after admission", { timeout: 30_000 }, () => {
       assert.equal((await pending).status, 200);
       await eventually("both requests completed", async () => (await allUsage(gw.store, gw.orgId)).every((r) => r.outcome !== "in_flight"));
       const records = await allUsage(gw.store, gw.orgId);
-      assert.deepEqual(records.map((r) => r.outcome), ["succeeded", "succeeded"], "the abandoned request is recorded as answered");
+      assert.deepEqual(
+        records.map((r) => r.outcome),
+        ["succeeded", "succeeded"],
+        "the abandoned request is recorded as answered",
+      );
       const spent = records.reduce((sum, r) => sum + r.costMicrousd, 0);
       assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), { available: GRANT - spent, reserved: 0, spent, granted: GRANT });
       for (const r of records) assert.equal((await gw.store.getReservation(r.requestId))?.status, "settled");
@@ -116,8 +129,15 @@ describe("faults after admission", { timeout: 30_000 }, () => {
   });
 
   test("absurd token counts from the model service are charged the reservation, never more, never a 500", async () => {
-    const model = scriptedModel(() => ({ answers: answersFor(), usage: { input_tokens: Number.MAX_SAFE_INTEGER, output_tokens: Number.MAX_SAFE_INTEGER }, latencyMs: 1 }));
-    const gw = await startGateway({ modelService: model, env: { ...PAID, TDS_PRICE_PER_MILLION_INPUT_USD: "1000", TDS_PRICE_PER_MILLION_OUTPUT_USD: "1000" } });
+    const model = scriptedModel(() => ({
+      answers: answersFor(),
+      usage: { input_tokens: Number.MAX_SAFE_INTEGER, output_tokens: Number.MAX_SAFE_INTEGER },
+      latencyMs: 1,
+    }));
+    const gw = await startGateway({
+      modelService: model,
+      env: { ...PAID, TDS_PRICE_PER_MILLION_INPUT_USD: "1000", TDS_PRICE_PER_MILLION_OUTPUT_USD: "1000" },
+    });
     try {
       await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 5_000_000, nowMs: Date.now() });
       const res = await gw.decide(sampleRequest());
@@ -127,7 +147,12 @@ describe("faults after admission", { timeout: 30_000 }, () => {
       assert.equal(body.usage.cost_microusd, 1_003_000);
       const record = await gw.store.getUsage(gw.orgId, body.request_id);
       assert.deepEqual([record?.outcome, record?.overReservation, record?.costMicrousd], ["succeeded", true, 1_003_000]);
-      assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), { available: 3_997_000, reserved: 0, spent: 1_003_000, granted: 5_000_000 });
+      assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), {
+        available: 3_997_000,
+        reserved: 0,
+        spent: 1_003_000,
+        granted: 5_000_000,
+      });
     } finally {
       await gw.close();
     }
@@ -162,12 +187,18 @@ describe("faults after admission", { timeout: 30_000 }, () => {
       const statuses = responses.map((r) => r.status);
       assert.deepEqual(statuses, [200, 200, 500, 200, 200, 200]);
       const together = batches.find((b) => b.completions.length > 1 && b.completions.some((c) => c.inputTokens === 4242));
-      assert.ok(together, `the poisoned completion was committed together with others: ${JSON.stringify(batches.map((b) => [b.admissions.length, b.completions.length]))}`);
+      assert.ok(
+        together,
+        `the poisoned completion was committed together with others: ${JSON.stringify(batches.map((b) => [b.admissions.length, b.completions.length]))}`,
+      );
 
       const bodies = await Promise.all(responses.map((r) => r.json() as Promise<Record<string, unknown>>));
       const poisonedId = responses[2]!.headers.get("x-service-request-id")!;
       // Its completion failed; the second one (nothing charged) runs after the answer.
-      await eventually("the poisoned request is completed", async () => (await gw.store.getUsage(gw.orgId, poisonedId))?.outcome !== "in_flight");
+      await eventually(
+        "the poisoned request is completed",
+        async () => (await gw.store.getUsage(gw.orgId, poisonedId))?.outcome !== "in_flight",
+      );
       const poisoned = await gw.store.getUsage(gw.orgId, poisonedId);
       assert.deepEqual([poisoned?.outcome, poisoned?.costMicrousd], ["gateway_error", 0]);
       assert.equal((await gw.store.getReservation(poisonedId))?.status, "released");
@@ -180,7 +211,12 @@ describe("faults after admission", { timeout: 30_000 }, () => {
         charged += (body.usage as { cost_microusd: number }).cost_microusd;
       }
       assert.ok(charged > 0);
-      assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), { available: GRANT - charged, reserved: 0, spent: charged, granted: GRANT });
+      assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), {
+        available: GRANT - charged,
+        reserved: 0,
+        spent: charged,
+        granted: GRANT,
+      });
       assert.equal((await allUsage(gw.store, gw.orgId)).length, N, "one final record per accepted request");
     } finally {
       await gw.close();

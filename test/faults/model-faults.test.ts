@@ -9,10 +9,10 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { utcDay } from "../../src/gateway/utc-day.ts";
+import { utcDay } from "../../src/domain/utc-day.ts";
+import { allUsage, assertLedgerMatches, recordsOf, snapshot } from "../support/books.ts";
 import { assertShape, errorBody, json } from "../support/contract-check.ts";
 import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
-import { allUsage, assertLedgerMatches, recordsOf, snapshot } from "../support/books.ts";
 
 /** 1 USD per million input tokens and 1000 reserved tokens: every reservation is 1000 microUSD. */
 const PAID = { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "1000", TDS_MODEL_TIMEOUT_MS: "300" };
@@ -53,9 +53,12 @@ const FAILURES: Array<{ behavior: string; status: 502 | 422; outcome: Outcome; d
   { behavior: "status:422", status: 422, outcome: "context_rejected", detail: /rejected the request's context/ },
 ];
 
-const failing = (behavior: string, extra: Record<string, unknown> = {}) => sampleRequest({ state: { fake_behavior: behavior, ticket: "charged twice", ...extra } });
+const failing = (behavior: string, extra: Record<string, unknown> = {}) =>
+  sampleRequest({ state: { fake_behavior: behavior, ticket: "charged twice", ...extra } });
 
-describe("model service failures in paid mode: documented status, balance and ledger untouched, one record each", { timeout: 30_000 }, () => {
+describe("model service failures in paid mode: documented status, balance and ledger untouched, one record each", {
+  timeout: 30_000,
+}, () => {
   let gw: Gateway;
   before(async () => {
     gw = await startGateway({ env: PAID });
@@ -79,7 +82,13 @@ describe("model service failures in paid mode: documented status, balance and le
       assert.deepEqual(balance, before.balance, "available, reserved, spent and granted unchanged");
       const ledger = await gw.store.listLedger(gw.orgId);
       assert.equal(ledger.length, before.ledger + 2, "one reserve and one release entry");
-      assert.deepEqual(ledger.slice(-2).map((e) => [e.kind, e.reservationId]), [["reserve", requestId], ["release", requestId]]);
+      assert.deepEqual(
+        ledger.slice(-2).map((e) => [e.kind, e.reservationId]),
+        [
+          ["reserve", requestId],
+          ["release", requestId],
+        ],
+      );
       // The reservation resolved exactly once: released, nothing pending.
       const reservation = await gw.store.getReservation(requestId);
       assert.equal(reservation?.status, "released");
@@ -129,14 +138,22 @@ describe("model service failures in preview mode: the day counters count each ac
       const body = await errorBody(res, f.status);
       assert.match(body.detail, f.detail, f.behavior);
       // (A failure that straddles 00:00 UTC would count on the new day; the suite does not run then for long.)
-      assert.deepEqual(await gw.store.previewUsage(gw.orgId, utcDay(Date.now())), day === utcDay(Date.now()) ? { org: counters.org + 1, global: counters.global + 1 } : { org: 1, global: 1 }, f.behavior);
+      assert.deepEqual(
+        await gw.store.previewUsage(gw.orgId, utcDay(Date.now())),
+        day === utcDay(Date.now()) ? { org: counters.org + 1, global: counters.global + 1 } : { org: 1, global: 1 },
+        f.behavior,
+      );
       const records = await recordsOf(gw.store, gw.orgId, res.headers.get("x-service-request-id")!);
       assert.equal(records.length, 1, f.behavior);
       assert.equal(records[0]!.outcome, f.outcome, f.behavior);
       assert.equal(records[0]!.mode, "preview");
       assert.equal(records[0]!.costMicrousd, 0);
       assert.equal((await allUsage(gw.store, gw.orgId)).length, usage + 1, f.behavior);
-      assert.deepEqual(await gw.store.getBalance(gw.orgId), { available: 0, reserved: 0, spent: 0, granted: 0 }, "preview touches no credits");
+      assert.deepEqual(
+        await gw.store.getBalance(gw.orgId),
+        { available: 0, reserved: 0, spent: 0, granted: 0 },
+        "preview touches no credits",
+      );
     }
   });
 });
@@ -146,7 +163,18 @@ describe("failures under concurrency and retries after a failure (paid)", { time
     const gw = await startGateway({ env: PAID });
     try {
       await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: GRANT, nowMs: Date.now() });
-      const kinds = ["ok", "delay:50", "hang", "hang-mid-body", "reset-mid-body", "status:503", "status:429", "garbage", "wrong-options", "context-rejected"];
+      const kinds = [
+        "ok",
+        "delay:50",
+        "hang",
+        "hang-mid-body",
+        "reset-mid-body",
+        "status:503",
+        "status:429",
+        "garbage",
+        "wrong-options",
+        "context-rejected",
+      ];
       const sent = Array.from({ length: 30 }, (_, i) => kinds[i % kinds.length]!);
       const responses = await Promise.all(sent.map((b, i) => gw.decide(failing(b, { i }))));
       let charged = 0;
@@ -165,7 +193,10 @@ describe("failures under concurrency and retries after a failure (paid)", { time
       const usage = await allUsage(gw.store, gw.orgId);
       assert.equal(usage.length, 30, "one record per accepted request");
       assert.deepEqual(new Set(usage.map((r) => r.requestId)), new Set(ids));
-      assert.equal(usage.filter((r) => r.outcome === "succeeded").reduce((s, r) => s + r.costMicrousd, 0), charged);
+      assert.equal(
+        usage.filter((r) => r.outcome === "succeeded").reduce((s, r) => s + r.costMicrousd, 0),
+        charged,
+      );
       for (const id of ids) assert.notEqual((await gw.store.getReservation(id))?.status, "pending", id);
       const ledger = await gw.store.listLedger(gw.orgId);
       for (const id of ids) {

@@ -10,122 +10,141 @@
  * Skipped with TDS_SKIP_POSTGRES=1.
  */
 import assert from "node:assert/strict";
-import { createServer, connect, type Server, type Socket } from "node:net";
+import { connect, createServer, type Server, type Socket } from "node:net";
 import { test } from "node:test";
 import pg from "pg";
-import { FixedClock } from "../../src/gateway/clock.ts";
+import { allUsage, assertLedgerMatches } from "../support/books.ts";
 import { errorBody, json } from "../support/contract-check.ts";
+import { FixedClock } from "../support/fixed-clock.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
 import { createTestDatabase, TEST_POSTGRES_URL } from "../support/postgres-db.ts";
-import { allUsage, assertLedgerMatches } from "../support/books.ts";
 
-const PAID = { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "1000", TDS_RESERVATION_TTL_SECONDS: "60", TDS_MODEL_TIMEOUT_MS: "5000" };
+const PAID = {
+  TDS_SERVICE_MODE: "paid",
+  TDS_PRICE_PER_MILLION_INPUT_USD: "1",
+  TDS_RESERVE_TOKENS: "1000",
+  TDS_RESERVATION_TTL_SECONDS: "60",
+  TDS_MODEL_TIMEOUT_MS: "5000",
+};
 const GRANT = 1_000_000;
 const WORKERS = 8;
 const KILL_PHASE_MS = 2000;
 const KILL_EVERY_MS = 60;
 const MAX_REQUESTS = 400;
 
-test(
-  "every backend of the gateway's database killed repeatedly during concurrent paid requests: 200 or 503, never a double charge, recovers",
-  { skip: process.env.TDS_SKIP_POSTGRES === "1" ? "TDS_SKIP_POSTGRES=1" : false, timeout: 30_000 },
-  async (t) => {
-    const db = await createTestDatabase("tds_kill");
-    const clock = new FixedClock(Date.now());
-    const gw = await startGateway({ clock, env: { ...PAID, TDS_DATABASE_URL: db.url } });
-    const admin = new pg.Client({ connectionString: TEST_POSTGRES_URL });
-    await admin.connect();
-    try {
-      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: GRANT, nowMs: clock.nowMs() });
-      assert.equal((await gw.decide(sampleRequest())).status, 200, "warm-up");
+test("every backend of the gateway's database killed repeatedly during concurrent paid requests: 200 or 503, never a double charge, recovers", {
+  skip: process.env.TDS_SKIP_POSTGRES === "1" ? "TDS_SKIP_POSTGRES=1" : false,
+  timeout: 30_000,
+}, async (t) => {
+  const db = await createTestDatabase("tds_kill");
+  const clock = new FixedClock(Date.now());
+  const gw = await startGateway({ clock, env: { ...PAID, TDS_DATABASE_URL: db.url } });
+  const admin = new pg.Client({ connectionString: TEST_POSTGRES_URL });
+  await admin.connect();
+  try {
+    await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: GRANT, nowMs: clock.nowMs() });
+    assert.equal((await gw.decide(sampleRequest())).status, 200, "warm-up");
 
-      const results: Array<{ status: number; requestId: string; cost: number | null; body: string }> = [];
-      let stop = false;
-      let sent = 0;
-      const worker = async (w: number) => {
-        while (!stop && sent < MAX_REQUESTS) {
-          const i = sent++;
-          // The model takes a little time, so kills land before, during and after the model call.
-          const res = await gw.decide(sampleRequest({ state: { fake_behavior: `delay:${5 + (i % 4) * 10}`, w, i } }));
-          const body = await res.text();
-          results.push({ status: res.status, requestId: res.headers.get("x-service-request-id")!, cost: res.status === 200 ? JSON.parse(body).usage.cost_microusd : null, body });
-        }
-      };
-      let kills = 0;
-      const killer = (async () => {
-        const until = Date.now() + KILL_PHASE_MS;
-        while (Date.now() < until) {
-          const { rows } = await admin.query<{ killed: boolean }>(
-            "SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
-            [db.name],
-          );
-          kills += rows.filter((r) => r.killed).length;
-          await new Promise((r) => setTimeout(r, KILL_EVERY_MS));
-        }
-        stop = true;
-      })();
-      await Promise.all([killer, ...Array.from({ length: WORKERS }, (_, w) => worker(w))]);
-
-      const by = (s: number) => results.filter((r) => r.status === s).length;
-      t.diagnostic(`${results.length} requests, ${kills} backends killed: ${by(200)} × 200, ${by(503)} × 503`);
-      assert.ok(kills >= 10, `backends were killed (${kills})`);
-      assert.ok(by(503) > 0, "some requests met a killed connection");
-      for (const r of results) {
-        assert.ok(r.status === 200 || r.status === 503, `status ${r.status}: ${r.body}`);
-        if (r.status === 503) assert.match(JSON.parse(r.body).detail, /Storage is temporarily unavailable/);
+    const results: Array<{ status: number; requestId: string; cost: number | null; body: string }> = [];
+    let stop = false;
+    let sent = 0;
+    const worker = async (w: number) => {
+      while (!stop && sent < MAX_REQUESTS) {
+        const i = sent++;
+        // The model takes a little time, so kills land before, during and after the model call.
+        const res = await gw.decide(sampleRequest({ state: { fake_behavior: `delay:${5 + (i % 4) * 10}`, w, i } }));
+        const body = await res.text();
+        results.push({
+          status: res.status,
+          requestId: res.headers.get("x-service-request-id")!,
+          cost: res.status === 200 ? JSON.parse(body).usage.cost_microusd : null,
+          body,
+        });
       }
-
-      // Reservations left pending by a failed settlement are returned by the sweep.
-      clock.advance(61_000);
-      await gw.app.sweepBooks();
-      const balance = await assertLedgerMatches(gw.store, gw.orgId);
-      assert.equal(balance.reserved, 0, "no reservation left pending");
-      const direct = new pg.Client({ connectionString: db.url });
-      await direct.connect();
-      const query = async <R extends pg.QueryResultRow>(sql: string) => direct.query<R>(sql);
-      const settled = await query<{ n: string; s: string | null }>("SELECT count(*) AS n, sum(cost_microusd) AS s FROM reservations WHERE status = 'settled'");
-      const pending = await query("SELECT id FROM reservations WHERE status = 'pending'");
-      await direct.end();
-      assert.equal(balance.spent, Number(settled.rows[0]!.s ?? 0), "spent equals the sum of settled costs");
-
-      // Every reservation resolved exactly once: one reserve entry and one resolution each.
-      const ledger = await gw.store.listLedger(gw.orgId);
-      const perReservation = new Map<string, string[]>();
-      for (const e of ledger) if (e.reservationId) perReservation.set(e.reservationId, [...(perReservation.get(e.reservationId) ?? []), e.kind]);
-      for (const [id, kinds] of perReservation) {
-        assert.equal(kinds.length, 2, `${id}: ${kinds.join(",")}`);
-        assert.equal(kinds[0], "reserve", id);
-        assert.ok(["settle", "release", "expire"].includes(kinds[1]!), `${id}: ${kinds.join(",")}`);
+    };
+    let kills = 0;
+    const killer = (async () => {
+      const until = Date.now() + KILL_PHASE_MS;
+      while (Date.now() < until) {
+        const { rows } = await admin.query<{ killed: boolean }>(
+          "SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+          [db.name],
+        );
+        kills += rows.filter((r) => r.killed).length;
+        await new Promise((r) => setTimeout(r, KILL_EVERY_MS));
       }
-      assert.equal(pending.rowCount, 0);
+      stop = true;
+    })();
+    await Promise.all([killer, ...Array.from({ length: WORKERS }, (_, w) => worker(w))]);
 
-      // Every 200 was charged exactly once, with the cost it showed; the charges are exactly the succeeded records.
-      const usage = await allUsage(gw.store, gw.orgId);
-      const byId = new Map(usage.map((r) => [r.requestId, r]));
-      for (const r of results.filter((x) => x.status === 200)) {
-        const record = byId.get(r.requestId);
-        assert.equal(record?.outcome, "succeeded", r.requestId);
-        assert.equal(record?.costMicrousd, r.cost);
-      }
-      const succeeded = usage.filter((r) => r.outcome === "succeeded");
-      assert.equal(balance.spent, succeeded.reduce((s, r) => s + r.costMicrousd, 0), "charged exactly the succeeded records");
-      assert.equal(Number(settled.rows[0]!.n), succeeded.length, "one settled reservation per succeeded record");
-      const chargedBut503 = results.filter((r) => r.status === 503 && byId.get(r.requestId)?.outcome === "succeeded");
-      t.diagnostic(`503s whose settlement had committed before the connection died (client saw 503, was charged once): ${chargedBut503.length}`);
-
-      // Recovers without a restart.
-      const after = await gw.decide(sampleRequest({ state: { after: true } }));
-      const body = await json(after);
-      assert.equal(after.status, 200, JSON.stringify(body));
-      await assertLedgerMatches(gw.store, gw.orgId);
-      await errorBody(await gw.decide("{"), 422);
-    } finally {
-      await admin.end();
-      await gw.close();
-      await db.drop();
+    const by = (s: number) => results.filter((r) => r.status === s).length;
+    t.diagnostic(`${results.length} requests, ${kills} backends killed: ${by(200)} × 200, ${by(503)} × 503`);
+    assert.ok(kills >= 10, `backends were killed (${kills})`);
+    assert.ok(by(503) > 0, "some requests met a killed connection");
+    for (const r of results) {
+      assert.ok(r.status === 200 || r.status === 503, `status ${r.status}: ${r.body}`);
+      if (r.status === 503) assert.match(JSON.parse(r.body).detail, /Storage is temporarily unavailable/);
     }
-  },
-);
+
+    // Reservations left pending by a failed settlement are returned by the sweep.
+    clock.advance(61_000);
+    await gw.app.sweepBooks();
+    const balance = await assertLedgerMatches(gw.store, gw.orgId);
+    assert.equal(balance.reserved, 0, "no reservation left pending");
+    const direct = new pg.Client({ connectionString: db.url });
+    await direct.connect();
+    const query = async <R extends pg.QueryResultRow>(sql: string) => direct.query<R>(sql);
+    const settled = await query<{ n: string; s: string | null }>(
+      "SELECT count(*) AS n, sum(cost_microusd) AS s FROM reservations WHERE status = 'settled'",
+    );
+    const pending = await query("SELECT id FROM reservations WHERE status = 'pending'");
+    await direct.end();
+    assert.equal(balance.spent, Number(settled.rows[0]!.s ?? 0), "spent equals the sum of settled costs");
+
+    // Every reservation resolved exactly once: one reserve entry and one resolution each.
+    const ledger = await gw.store.listLedger(gw.orgId);
+    const perReservation = new Map<string, string[]>();
+    for (const e of ledger)
+      if (e.reservationId) perReservation.set(e.reservationId, [...(perReservation.get(e.reservationId) ?? []), e.kind]);
+    for (const [id, kinds] of perReservation) {
+      assert.equal(kinds.length, 2, `${id}: ${kinds.join(",")}`);
+      assert.equal(kinds[0], "reserve", id);
+      assert.ok(["settle", "release", "expire"].includes(kinds[1]!), `${id}: ${kinds.join(",")}`);
+    }
+    assert.equal(pending.rowCount, 0);
+
+    // Every 200 was charged exactly once, with the cost it showed; the charges are exactly the succeeded records.
+    const usage = await allUsage(gw.store, gw.orgId);
+    const byId = new Map(usage.map((r) => [r.requestId, r]));
+    for (const r of results.filter((x) => x.status === 200)) {
+      const record = byId.get(r.requestId);
+      assert.equal(record?.outcome, "succeeded", r.requestId);
+      assert.equal(record?.costMicrousd, r.cost);
+    }
+    const succeeded = usage.filter((r) => r.outcome === "succeeded");
+    assert.equal(
+      balance.spent,
+      succeeded.reduce((s, r) => s + r.costMicrousd, 0),
+      "charged exactly the succeeded records",
+    );
+    assert.equal(Number(settled.rows[0]!.n), succeeded.length, "one settled reservation per succeeded record");
+    const chargedBut503 = results.filter((r) => r.status === 503 && byId.get(r.requestId)?.outcome === "succeeded");
+    t.diagnostic(
+      `503s whose settlement had committed before the connection died (client saw 503, was charged once): ${chargedBut503.length}`,
+    );
+
+    // Recovers without a restart.
+    const after = await gw.decide(sampleRequest({ state: { after: true } }));
+    const body = await json(after);
+    assert.equal(after.status, 200, JSON.stringify(body));
+    await assertLedgerMatches(gw.store, gw.orgId);
+    await errorBody(await gw.decide("{"), 422);
+  } finally {
+    await admin.end();
+    await gw.close();
+    await db.drop();
+  }
+});
 
 /**
  * A TCP proxy in front of PostgreSQL. In `terminateAtStartup` mode a new connection's startup answer
@@ -134,7 +153,9 @@ test(
  * what the client sees when its backend is terminated the moment it becomes ready (the random-kill test
  * above hits this now and then).
  */
-async function terminatingProxy(target: URL): Promise<{ port: number; terminateAtStartup: boolean; dropAll(): void; close(): Promise<void> }> {
+async function terminatingProxy(
+  target: URL,
+): Promise<{ port: number; terminateAtStartup: boolean; dropAll(): void; close(): Promise<void> }> {
   const sockets = new Set<Socket>();
   const fatal = (() => {
     const field = (code: string, text: string) => Buffer.concat([Buffer.from(code), Buffer.from(text), Buffer.from([0])]);
@@ -156,10 +177,11 @@ async function terminatingProxy(target: URL): Promise<{ port: number; terminateA
     dropAll() {
       for (const s of sockets) s.destroy();
     },
-    close: () => new Promise<void>((r) => {
-      state.dropAll();
-      server.close(() => r());
-    }),
+    close: () =>
+      new Promise<void>((r) => {
+        state.dropAll();
+        server.close(() => r());
+      }),
   };
   const server: Server = createServer((client) => {
     sockets.add(client);
@@ -206,35 +228,34 @@ async function terminatingProxy(target: URL): Promise<{ port: number; terminateA
   return state;
 }
 
-test(
-  "a backend terminated the moment a new pooled connection becomes ready: 503 (or a retry), the process stays up",
-  { skip: process.env.TDS_SKIP_POSTGRES === "1" ? "TDS_SKIP_POSTGRES=1" : false, timeout: 20_000 },
-  async () => {
-    const db = await createTestDatabase("tds_kill_startup");
-    const proxy = await terminatingProxy(new URL(db.url));
-    const viaProxy = new URL(db.url);
-    viaProxy.port = String(proxy.port);
-    const gw = await startGateway({ env: { ...PAID, TDS_DATABASE_URL: viaProxy.toString() } });
-    try {
-      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: GRANT, nowMs: Date.now() });
-      assert.equal((await gw.decide(sampleRequest())).status, 200, "warm-up through the proxy");
-      // Every pooled connection goes away; the next request needs a new one, and its backend dies as it becomes ready.
-      proxy.dropAll();
-      await new Promise((r) => setTimeout(r, 100));
-      proxy.terminateAtStartup = true;
-      const res = await gw.decide(sampleRequest({ state: { n: 1 } }));
-      const text = await res.text();
-      assert.ok(res.status === 503 || res.status === 200, `status ${res.status}: ${text}`);
-      if (res.status === 503) assert.match(JSON.parse(text).detail, /Storage is temporarily unavailable/);
-      proxy.terminateAtStartup = false;
-      const ok = await gw.decide(sampleRequest({ state: { n: 2 } }));
-      assert.equal(ok.status, 200, await ok.text());
-      const balance = await assertLedgerMatches(gw.store, gw.orgId);
-      assert.equal(balance.reserved, 0);
-    } finally {
-      await gw.close();
-      await proxy.close();
-      await db.drop();
-    }
-  },
-);
+test("a backend terminated the moment a new pooled connection becomes ready: 503 (or a retry), the process stays up", {
+  skip: process.env.TDS_SKIP_POSTGRES === "1" ? "TDS_SKIP_POSTGRES=1" : false,
+  timeout: 20_000,
+}, async () => {
+  const db = await createTestDatabase("tds_kill_startup");
+  const proxy = await terminatingProxy(new URL(db.url));
+  const viaProxy = new URL(db.url);
+  viaProxy.port = String(proxy.port);
+  const gw = await startGateway({ env: { ...PAID, TDS_DATABASE_URL: viaProxy.toString() } });
+  try {
+    await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: GRANT, nowMs: Date.now() });
+    assert.equal((await gw.decide(sampleRequest())).status, 200, "warm-up through the proxy");
+    // Every pooled connection goes away; the next request needs a new one, and its backend dies as it becomes ready.
+    proxy.dropAll();
+    await new Promise((r) => setTimeout(r, 100));
+    proxy.terminateAtStartup = true;
+    const res = await gw.decide(sampleRequest({ state: { n: 1 } }));
+    const text = await res.text();
+    assert.ok(res.status === 503 || res.status === 200, `status ${res.status}: ${text}`);
+    if (res.status === 503) assert.match(JSON.parse(text).detail, /Storage is temporarily unavailable/);
+    proxy.terminateAtStartup = false;
+    const ok = await gw.decide(sampleRequest({ state: { n: 2 } }));
+    assert.equal(ok.status, 200, await ok.text());
+    const balance = await assertLedgerMatches(gw.store, gw.orgId);
+    assert.equal(balance.reserved, 0);
+  } finally {
+    await gw.close();
+    await proxy.close();
+    await db.drop();
+  }
+});

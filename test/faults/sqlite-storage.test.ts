@@ -9,24 +9,30 @@
  */
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { closeSync, mkdtempSync, openSync, rmSync, rmdirSync, statfsSync, writeSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, rmdirSync, rmSync, statfsSync, writeSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import Database from "better-sqlite3";
 import { setTimeout as sleep } from "node:timers/promises";
-import { FixedClock } from "../../src/gateway/clock.ts";
-import { utcDay } from "../../src/gateway/utc-day.ts";
+import Database from "better-sqlite3";
+import { utcDay } from "../../src/domain/utc-day.ts";
 import type { ModelService } from "../../src/models/model-service.ts";
-import { createSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
+import { openSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
 import type { SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
 import type { Store } from "../../src/store/store.ts";
-import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
-import { errorBody, json } from "../support/contract-check.ts";
-import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
+import { type FakeModelServer, startFakeModelServer } from "../fixtures/fake-model-server.ts";
 import { allUsage, assertLedgerMatches, eventually } from "../support/books.ts";
+import { errorBody, json } from "../support/contract-check.ts";
+import { FixedClock } from "../support/fixed-clock.ts";
+import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
 
-const PAID = { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "1000", TDS_RESERVATION_TTL_SECONDS: "60", TDS_MODEL_TIMEOUT_MS: "5000" };
+const PAID = {
+  TDS_SERVICE_MODE: "paid",
+  TDS_PRICE_PER_MILLION_INPUT_USD: "1",
+  TDS_RESERVE_TOKENS: "1000",
+  TDS_RESERVATION_TTL_SECONDS: "60",
+  TDS_MODEL_TIMEOUT_MS: "5000",
+};
 const GRANT = 50_000;
 /** How long a durable step waits for the lock in these tests (the default is 2 s; the outcome is the same, sooner). */
 const STORAGE_WAIT_MS = 300;
@@ -56,7 +62,7 @@ describe("database locked by another connection's writer", { timeout: 30_000 }, 
   let upstream: ModelService;
   before(async () => {
     fake = await startFakeModelServer();
-    upstream = createSystemOneHttpService({ baseUrl: fake.url });
+    upstream = openSystemOneHttpService({ baseUrl: fake.url });
   });
   after(async () => {
     await upstream.close();
@@ -102,7 +108,10 @@ describe("database locked by another connection's writer", { timeout: 30_000 }, 
       const started = performance.now();
       await expect503(await t.gw.decide(sampleRequest({ state: { n: 1 } })));
       const waited = performance.now() - started;
-      assert.ok(waited >= STORAGE_WAIT_MS - 5 && waited < STORAGE_WAIT_MS + 1000, `answered after the storage wait, not at once nor much later: ${waited} ms`);
+      assert.ok(
+        waited >= STORAGE_WAIT_MS - 5 && waited < STORAGE_WAIT_MS + 1000,
+        `answered after the storage wait, not at once nor much later: ${waited} ms`,
+      );
       t.unlock();
       assert.equal(fake.calls.decide, calls, "no model call");
       assert.deepEqual(await t.gw.store.previewUsage(t.gw.orgId, day), { org: 1, global: 1 }, "the day counters did not move");
@@ -120,7 +129,9 @@ describe("database locked by another connection's writer", { timeout: 30_000 }, 
     try {
       t.intruder.exec("BEGIN IMMEDIATE");
       setTimeout(() => t.unlock(), STORAGE_WAIT_MS / 3);
-      const statuses = await Promise.all(Array.from({ length: 8 }, (_, i) => t.gw.decide(sampleRequest({ state: { i } })).then((r) => r.status)));
+      const statuses = await Promise.all(
+        Array.from({ length: 8 }, (_, i) => t.gw.decide(sampleRequest({ state: { i } })).then((r) => r.status)),
+      );
       assert.deepEqual(statuses, Array(8).fill(200));
       assert.equal((await allUsage(t.gw.store, t.gw.orgId)).filter((r) => r.outcome === "succeeded").length, 8);
     } finally {
@@ -140,11 +151,18 @@ describe("database locked by another connection's writer", { timeout: 30_000 }, 
       t.state.lockDuringCall = false;
       const firstId = first.headers.get("x-service-request-id")!;
       t.unlock();
-      await eventually("the first attempt is completed in the background", async () => (await t.gw.store.getUsage(t.gw.orgId, firstId))?.outcome !== "in_flight");
+      await eventually(
+        "the first attempt is completed in the background",
+        async () => (await t.gw.store.getUsage(t.gw.orgId, firstId))?.outcome !== "in_flight",
+      );
       const failed = await t.gw.store.getUsage(t.gw.orgId, firstId);
       assert.deepEqual([failed?.outcome, failed?.httpStatus, failed?.costMicrousd], ["gateway_error", 503, 0]);
       assert.equal((await t.gw.store.getReservation(firstId))?.status, "released");
-      assert.deepEqual(await assertLedgerMatches(t.gw.store, t.gw.orgId), { available: GRANT, reserved: 0, spent: 0, granted: GRANT }, "nothing charged");
+      assert.deepEqual(
+        await assertLedgerMatches(t.gw.store, t.gw.orgId),
+        { available: GRANT, reserved: 0, spent: 0, granted: GRANT },
+        "nothing charged",
+      );
 
       const retry = await t.gw.decide(sampleRequest(), key);
       const body = await json(retry);
@@ -155,7 +173,11 @@ describe("database locked by another connection's writer", { timeout: 30_000 }, 
       assert.equal(replay.headers.get("idempotent-replayed"), "true");
       assert.equal(await replay.text(), JSON.stringify(body));
       const cost = body.usage.cost_microusd as number;
-      assert.deepEqual(await assertLedgerMatches(t.gw.store, t.gw.orgId), { available: GRANT - cost, reserved: 0, spent: cost, granted: GRANT }, "charged once");
+      assert.deepEqual(
+        await assertLedgerMatches(t.gw.store, t.gw.orgId),
+        { available: GRANT - cost, reserved: 0, spent: cost, granted: GRANT },
+        "charged once",
+      );
       const records = await allUsage(t.gw.store, t.gw.orgId);
       assert.deepEqual(records.map((r) => r.outcome).sort(), ["gateway_error", "succeeded"], "one final record per accepted request");
     } finally {
@@ -175,8 +197,15 @@ describe("database locked by another connection's writer", { timeout: 30_000 }, 
       const requestId = res.headers.get("x-service-request-id")!;
       assert.equal((await t.gw.store.getUsage(t.gw.orgId, requestId))?.outcome, "in_flight", "admitted: recorded in flight");
       t.unlock();
-      await eventually("completed in the background", async () => (await t.gw.store.getUsage(t.gw.orgId, requestId))?.outcome === "gateway_error");
-      assert.deepEqual(await t.gw.store.previewUsage(t.gw.orgId, day), { org: 1, global: 1 }, "accepted, so it counts (once), with its record");
+      await eventually(
+        "completed in the background",
+        async () => (await t.gw.store.getUsage(t.gw.orgId, requestId))?.outcome === "gateway_error",
+      );
+      assert.deepEqual(
+        await t.gw.store.previewUsage(t.gw.orgId, day),
+        { org: 1, global: 1 },
+        "accepted, so it counts (once), with its record",
+      );
       assert.equal((await allUsage(t.gw.store, t.gw.orgId)).length, 1);
       assert.equal((await t.gw.decide(sampleRequest({ state: { n: 2 } }))).status, 200);
       assert.deepEqual(await t.gw.store.previewUsage(t.gw.orgId, day), { org: 2, global: 2 });
@@ -197,7 +226,11 @@ describe("database locked by another connection's writer", { timeout: 30_000 }, 
       const requestId = res.headers.get("x-service-request-id")!;
       // While the lock is held nothing can complete it (after a crash it would stay like this too).
       await sleep(STORAGE_WAIT_MS);
-      assert.deepEqual(await assertLedgerMatches(t.gw.store, t.gw.orgId), { available: GRANT - 1000, reserved: 1000, spent: 0, granted: GRANT }, "reserved, not charged");
+      assert.deepEqual(
+        await assertLedgerMatches(t.gw.store, t.gw.orgId),
+        { available: GRANT - 1000, reserved: 1000, spent: 0, granted: GRANT },
+        "reserved, not charged",
+      );
       clock.advance(61_000);
       t.unlock();
       await eventually("completed (by the background completion or the sweep)", async () => {
@@ -206,7 +239,10 @@ describe("database locked by another connection's writer", { timeout: 30_000 }, 
       });
       assert.deepEqual(await assertLedgerMatches(t.gw.store, t.gw.orgId), { available: GRANT, reserved: 0, spent: 0, granted: GRANT });
       assert.notEqual((await t.gw.store.getReservation(requestId))?.status, "pending");
-      assert.deepEqual((await allUsage(t.gw.store, t.gw.orgId)).map((r) => r.outcome), ["gateway_error"]);
+      assert.deepEqual(
+        (await allUsage(t.gw.store, t.gw.orgId)).map((r) => r.outcome),
+        ["gateway_error"],
+      );
     } finally {
       await t.close();
     }
@@ -265,12 +301,14 @@ function mountSmallDisk(bytes: number): SmallDisk | null {
 /** TDS_TEST_SIMULATE_DISK_FULL=1 runs the simulated variant even where mounting works. */
 const disk = process.env.TDS_TEST_SIMULATE_DISK_FULL === "1" ? null : mountSmallDisk(8 * 1024 * 1024);
 
-describe(`disk full (${disk ? "a real full tmpfs under the database" : "simulated: the store throws SQLITE_FULL"})`, { timeout: 30_000 }, () => {
+describe(`disk full (${disk ? "a real full tmpfs under the database" : "simulated: the store throws SQLITE_FULL"})`, {
+  timeout: 30_000,
+}, () => {
   let fake: FakeModelServer;
   let upstream: ModelService;
   before(async () => {
     fake = await startFakeModelServer();
-    upstream = createSystemOneHttpService({ baseUrl: fake.url });
+    upstream = openSystemOneHttpService({ baseUrl: fake.url });
   });
   after(async () => {
     await upstream.close();
@@ -312,7 +350,11 @@ describe(`disk full (${disk ? "a real full tmpfs under the database" : "simulate
   let n = 0;
   async function gatewayOnSmallDisk(env: Record<string, string>, clock: FixedClock, during: () => void = () => {}) {
     const file = disk ? join(disk.dir, `tds-${++n}.sqlite`) : null;
-    const gw = await startGateway({ clock, modelService: modelWith(upstream, during), env: { ...env, ...(file ? { TDS_DATABASE_URL: `sqlite:${file}` } : {}) } });
+    const gw = await startGateway({
+      clock,
+      modelService: modelWith(upstream, during),
+      env: { ...env, ...(file ? { TDS_DATABASE_URL: `sqlite:${file}` } : {}) },
+    });
     return gw;
   }
 
@@ -329,10 +371,13 @@ describe(`disk full (${disk ? "a real full tmpfs under the database" : "simulate
       try {
         for (let i = 0; i < 3; i++) await expect503(await gw.decide(sampleRequest({ state: { i } })));
         // What the store saw: SQLite's own "disk full" (ENOSPC → SQLITE_FULL), not some other failure.
-        await assert.rejects(gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 1, nowMs: clock.nowMs() }), (err: Error & { code?: string }) => {
-          assert.equal(err.code, "SQLITE_FULL", String(err));
-          return true;
-        });
+        await assert.rejects(
+          gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 1, nowMs: clock.nowMs() }),
+          (err: Error & { code?: string }) => {
+            assert.equal(err.code, "SQLITE_FULL", String(err));
+            return true;
+          },
+        );
       } finally {
         full.free();
       }
@@ -343,7 +388,12 @@ describe(`disk full (${disk ? "a real full tmpfs under the database" : "simulate
       const body = await json(ok);
       assert.equal(ok.status, 200, JSON.stringify(body));
       const total = spent + (body.usage.cost_microusd as number);
-      assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), { available: GRANT - total, reserved: 0, spent: total, granted: GRANT });
+      assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), {
+        available: GRANT - total,
+        reserved: 0,
+        spent: total,
+        granted: GRANT,
+      });
     } finally {
       full.free();
       await gw.close();
@@ -367,13 +417,24 @@ describe(`disk full (${disk ? "a real full tmpfs under the database" : "simulate
         full.free();
       }
       const requestId = res.headers.get("x-service-request-id")!;
-      assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), { available: GRANT - 1000, reserved: 1000, spent: 0, granted: GRANT }, "reserved, not charged");
-      assert.equal((await gw.store.getUsage(gw.orgId, requestId))?.outcome, "in_flight", "the background completion failed too (disk full)");
+      assert.deepEqual(
+        await assertLedgerMatches(gw.store, gw.orgId),
+        { available: GRANT - 1000, reserved: 1000, spent: 0, granted: GRANT },
+        "reserved, not charged",
+      );
+      assert.equal(
+        (await gw.store.getUsage(gw.orgId, requestId))?.outcome,
+        "in_flight",
+        "the background completion failed too (disk full)",
+      );
       clock.advance(61_000);
       assert.deepEqual(await gw.app.sweepBooks(), { abandoned: 1, expired: 0 });
       assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), { available: GRANT, reserved: 0, spent: 0, granted: GRANT });
       assert.equal((await gw.store.getReservation(requestId))?.status, "expired");
-      assert.deepEqual((await allUsage(gw.store, gw.orgId)).map((r) => r.outcome), ["gateway_error"]);
+      assert.deepEqual(
+        (await allUsage(gw.store, gw.orgId)).map((r) => r.outcome),
+        ["gateway_error"],
+      );
       const ok = await gw.decide(sampleRequest({ state: { after: true } }));
       assert.equal(ok.status, 200, await ok.text());
     } finally {

@@ -67,17 +67,19 @@ let preview: Gateway;
 const protoBefore = Object.getOwnPropertyNames(Object.prototype).sort();
 let rssBefore = 0;
 let heapBefore = 0;
-const gateways = () => [
-  ["paid", paid],
-  ["preview", preview],
-] as const;
+const gateways = () =>
+  [
+    ["paid", paid],
+    ["preview", preview],
+  ] as const;
 
 before(async () => {
   paid = await startGateway({ env: PAID });
   preview = await startGateway({ env: FUZZ_ENV });
   await paid.store.grantCredits({ orgId: paid.orgId, amountMicrousd: GRANT, nowMs: Date.now() });
   // Warm both (model list cached, statements prepared) before the memory baseline.
-  for (const [, gw] of gateways()) for (let i = 0; i < 20; i++) assert.equal((await gw.decide(sampleRequest({ state: { i } }))).status, 200);
+  for (const [, gw] of gateways())
+    for (let i = 0; i < 20; i++) assert.equal((await gw.decide(sampleRequest({ state: { i } }))).status, 200);
   await settle();
   rssBefore = rssMb();
   heapBefore = heapMb();
@@ -98,11 +100,17 @@ describe("fuzzed request bodies (paid and preview gateways, max_request_bytes 81
           let doc: unknown = clone(request);
           for (const m of mutations) doc = applyMutation(doc, m);
           const text = JSON.stringify(doc) ?? "null";
-          const out = await checkedExchange(gw, () => gw.decide(text), () => text, tally);
+          const out = await checkedExchange(
+            gw,
+            () => gw.decide(text),
+            () => text,
+            tally,
+          );
           // Size is judged in UTF-8 bytes: over the limit is always 413, an unmutated request under it always 200.
           if (utf8Bytes(text) > LIMIT) assert.equal(out.status, 413, `over the byte limit: ${out.text}`);
           else assert.notEqual(out.status, 413, `under the byte limit (${utf8Bytes(text)} bytes): ${out.text}`);
-          if (mutations.length === 0 && utf8Bytes(text) <= LIMIT) assert.equal(out.status, 200, `a valid request: ${out.text}\n${text.slice(0, 600)}`);
+          if (mutations.length === 0 && utf8Bytes(text) <= LIMIT)
+            assert.equal(out.status, 200, `a valid request: ${out.text}\n${text.slice(0, 600)}`);
         }),
         RUNS,
       );
@@ -114,18 +122,28 @@ describe("fuzzed request bodies (paid and preview gateways, max_request_bytes 81
     const tally = new Tally();
     const base = JSON.stringify({ ...sampleRequest(), state: "" });
     await runProperty(
-      fc.asyncProperty(fc.constantFrom("paid" as const, "preview" as const), fc.integer({ min: -40, max: 40 }), fc.constantFrom("a", "é", "€", "🙂"), async (mode, delta, unit) => {
-        const gw = mode === "paid" ? paid : preview;
-        // Pad the state to (limit + delta) bytes as closely as the unit allows.
-        const target = LIMIT + delta - utf8Bytes(base);
-        const unitBytes = utf8Bytes(unit);
-        let pad = unit.repeat(Math.max(0, Math.floor(target / unitBytes)));
-        pad += "x".repeat(Math.max(0, target - utf8Bytes(pad)));
-        const text = JSON.stringify({ ...sampleRequest(), state: pad });
-        const bytes = utf8Bytes(text);
-        const out = await checkedExchange(gw, () => gw.decide(text), () => `${bytes} bytes of ${JSON.stringify(unit)}`, tally);
-        assert.equal(out.status, bytes <= LIMIT ? 200 : 413, `${bytes} bytes: ${out.text.slice(0, 200)}`);
-      }),
+      fc.asyncProperty(
+        fc.constantFrom("paid" as const, "preview" as const),
+        fc.integer({ min: -40, max: 40 }),
+        fc.constantFrom("a", "é", "€", "🙂"),
+        async (mode, delta, unit) => {
+          const gw = mode === "paid" ? paid : preview;
+          // Pad the state to (limit + delta) bytes as closely as the unit allows.
+          const target = LIMIT + delta - utf8Bytes(base);
+          const unitBytes = utf8Bytes(unit);
+          let pad = unit.repeat(Math.max(0, Math.floor(target / unitBytes)));
+          pad += "x".repeat(Math.max(0, target - utf8Bytes(pad)));
+          const text = JSON.stringify({ ...sampleRequest(), state: pad });
+          const bytes = utf8Bytes(text);
+          const out = await checkedExchange(
+            gw,
+            () => gw.decide(text),
+            () => `${bytes} bytes of ${JSON.stringify(unit)}`,
+            tally,
+          );
+          assert.equal(out.status, bytes <= LIMIT ? 200 : 413, `${bytes} bytes: ${out.text.slice(0, 200)}`);
+        },
+      ),
       RUNS,
     );
     t.diagnostic(tally.toString());
@@ -135,18 +153,28 @@ describe("fuzzed request bodies (paid and preview gateways, max_request_bytes 81
     const tally = new Tally();
     const names = fc.constantFrom("__proto__", "constructor", "prototype", "toString", "hasOwnProperty", "__defineGetter__", "valueOf");
     await runProperty(
-      fc.asyncProperty(fc.constantFrom("paid" as const, "preview" as const), validRequest, fc.array(fc.tuple(fc.nat(), names, fc.jsonValue({ maxDepth: 2 })), { minLength: 1, maxLength: 4 }), async (mode, request, adds) => {
-        const gw = mode === "paid" ? paid : preview;
-        let doc: unknown = clone(request);
-        for (const [at, key, value] of adds) doc = applyMutation(doc, { kind: "add", at, key, value: value as never });
-        const text = JSON.stringify(doc);
-        const out = await checkedExchange(gw, () => gw.decide(text), () => text, tally);
-        if (out.status === 200) {
-          // The answers are keyed exactly by the question ids as sent, prototype names included.
-          const sent = Object.keys((JSON.parse(text) as { questions: object }).questions).sort();
-          assert.deepEqual(Object.keys((out.body as { answers: object }).answers).sort(), sent);
-        }
-      }),
+      fc.asyncProperty(
+        fc.constantFrom("paid" as const, "preview" as const),
+        validRequest,
+        fc.array(fc.tuple(fc.nat(), names, fc.jsonValue({ maxDepth: 2 })), { minLength: 1, maxLength: 4 }),
+        async (mode, request, adds) => {
+          const gw = mode === "paid" ? paid : preview;
+          let doc: unknown = clone(request);
+          for (const [at, key, value] of adds) doc = applyMutation(doc, { kind: "add", at, key, value: value as never });
+          const text = JSON.stringify(doc);
+          const out = await checkedExchange(
+            gw,
+            () => gw.decide(text),
+            () => text,
+            tally,
+          );
+          if (out.status === 200) {
+            // The answers are keyed exactly by the question ids as sent, prototype names included.
+            const sent = Object.keys((JSON.parse(text) as { questions: object }).questions).sort();
+            assert.deepEqual(Object.keys((out.body as { answers: object }).answers).sort(), sent);
+          }
+        },
+      ),
       RUNS,
     );
     assert.deepEqual(Object.getOwnPropertyNames(Object.prototype).sort(), protoBefore, "Object.prototype untouched");
@@ -159,14 +187,39 @@ describe("fuzzed request bodies (paid and preview gateways, max_request_bytes 81
     const valid = JSON.stringify(sampleRequest());
     const rawCase = fc.oneof(
       // Duplicate keys (raw JSON text) in any object of a valid request: the first or the second occurrence is the extra value.
-      fc.record({ kind: fc.constant("duplicate" as const), request: validRequest, at: fc.nat(), value: fc.jsonValue({ maxDepth: 2 }), first: fc.boolean() }),
+      fc.record({
+        kind: fc.constant("duplicate" as const),
+        request: validRequest,
+        at: fc.nat(),
+        value: fc.jsonValue({ maxDepth: 2 }),
+        first: fc.boolean(),
+      }),
       // Invalid UTF-8 inside a string of an otherwise valid body.
-      fc.record({ kind: fc.constant("utf8" as const), bytes: fc.array(fc.constantFrom(0x80, 0xbf, 0xc0, 0xc1, 0xf5, 0xff, 0xed, 0xa0, 0xe0), { minLength: 1, maxLength: 4 }), at: fc.nat() }),
+      fc.record({
+        kind: fc.constant("utf8" as const),
+        bytes: fc.array(fc.constantFrom(0x80, 0xbf, 0xc0, 0xc1, 0xf5, 0xff, 0xed, 0xa0, 0xe0), { minLength: 1, maxLength: 4 }),
+        at: fc.nat(),
+      }),
       fc.record({ kind: fc.constant("random" as const), bytes: fc.uint8Array({ minLength: 0, maxLength: 512 }) }),
       fc.record({
         kind: fc.constant("content-type" as const),
         type: fc.oneof(
-          fc.constantFrom("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "application/jsonx", "application/json-patch+json", "application/xml", "*/*", "", ";", "application/", "json", "application/json, text/plain", "text/json", "application/ld+json"),
+          fc.constantFrom(
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            "application/jsonx",
+            "application/json-patch+json",
+            "application/xml",
+            "*/*",
+            "",
+            ";",
+            "application/",
+            "json",
+            "application/json, text/plain",
+            "text/json",
+            "application/ld+json",
+          ),
           fc.string({ unit: fc.constantFrom(..."abcdefghijklmnopqrstuvwxyz/;=+-. \t*\"'0123456789"), maxLength: 40 }),
         ),
       }),
@@ -176,9 +229,19 @@ describe("fuzzed request bodies (paid and preview gateways, max_request_bytes 81
         const gw = mode === "paid" ? paid : preview;
         if (c.kind === "duplicate") {
           const text = stringifyWithDuplicate(c.request, c.at, c.value as Json, c.first);
-          const out = await checkedExchange(gw, () => gw.decide(text), () => text, tally);
+          const out = await checkedExchange(
+            gw,
+            () => gw.decide(text),
+            () => text,
+            tally,
+          );
           // Answered like the same document with the duplicate resolved as JSON.parse does (the last one wins).
-          const normal = await checkedExchange(gw, () => gw.decide(JSON.stringify(JSON.parse(text))), () => text, tally);
+          const normal = await checkedExchange(
+            gw,
+            () => gw.decide(JSON.stringify(JSON.parse(text))),
+            () => text,
+            tally,
+          );
           assert.equal(out.status, normal.status, `duplicate keys: ${text.slice(0, 400)}`);
           return;
         }
@@ -194,7 +257,12 @@ describe("fuzzed request bodies (paid and preview gateways, max_request_bytes 81
           } catch {
             validUtf8 = false;
           }
-          const out = await checkedExchange(gw, () => post(gw, new Uint8Array(body)), () => body.toString("hex"), tally);
+          const out = await checkedExchange(
+            gw,
+            () => post(gw, new Uint8Array(body)),
+            () => body.toString("hex"),
+            tally,
+          );
           if (validUtf8) assert.notEqual(out.status, 422, out.text);
           else {
             assert.equal(out.status, 422, out.text);
@@ -203,7 +271,12 @@ describe("fuzzed request bodies (paid and preview gateways, max_request_bytes 81
           return;
         }
         if (c.kind === "random") {
-          const out = await checkedExchange(gw, () => post(gw, c.bytes), () => Buffer.from(c.bytes).toString("hex"), tally);
+          const out = await checkedExchange(
+            gw,
+            () => post(gw, c.bytes),
+            () => Buffer.from(c.bytes).toString("hex"),
+            tally,
+          );
           assert.ok(out.status === 422 || out.status === 413, out.text);
           return;
         }
@@ -213,8 +286,14 @@ describe("fuzzed request bodies (paid and preview gateways, max_request_bytes 81
         } catch {
           fc.pre(false); // not a header value fetch can send
         }
-        const out = await checkedExchange(gw, () => post(gw, valid, { "content-type": type }), () => `content-type ${JSON.stringify(type)}`, tally);
-        if (!/^application\/json$/i.test(type.split(";")[0]!.trim())) assert.equal(out.status, 422, `content-type ${JSON.stringify(type)}: ${out.text}`);
+        const out = await checkedExchange(
+          gw,
+          () => post(gw, valid, { "content-type": type }),
+          () => `content-type ${JSON.stringify(type)}`,
+          tally,
+        );
+        if (!/^application\/json$/i.test(type.split(";")[0]!.trim()))
+          assert.equal(out.status, 422, `content-type ${JSON.stringify(type)}: ${out.text}`);
       }),
       RUNS,
     );
@@ -235,7 +314,12 @@ describe("deep nesting", { timeout: 30_000 }, () => {
               : where === "instructions"
                 ? `{"state":1,"questions":{"q":{"type":"noul","instructions":${deep}}}}`
                 : `{"state":1,"questions":{"q":{"type":"choice","criteria":{"a":${deep}}}}}`;
-          await checkedExchange(gw, () => gw.decide(text), () => `${depth} levels of arrays in ${where}`, tally);
+          await checkedExchange(
+            gw,
+            () => gw.decide(text),
+            () => `${depth} levels of arrays in ${where}`,
+            tally,
+          );
         }
       }
     }
@@ -254,9 +338,14 @@ describe("deep nesting", { timeout: 30_000 }, () => {
           ["instructions", `{"state":1,"questions":{"q":{"type":"noul","instructions":${"[".repeat(depth)}${"]".repeat(depth)}}}}`],
         ] as const) {
           try {
-            await checkedExchange(gw, () => gw.decide(text), () => `${depth} levels of arrays in ${label}`, tally);
+            await checkedExchange(
+              gw,
+              () => gw.decide(text),
+              () => `${depth} levels of arrays in ${label}`,
+              tally,
+            );
           } catch (err) {
-            failures.push((err as Error).message.split("\n")[0]!.slice(0, 200) + ` [${depth} levels in ${label}]`);
+            failures.push(`${(err as Error).message.split("\n")[0]!.slice(0, 200)} [${depth} levels in ${label}]`);
           }
         }
       }
@@ -296,14 +385,22 @@ describe("lying Content-Length and broken framing (raw sockets)", { timeout: 60_
     await runProperty(
       fc.asyncProperty(
         fc.constantFrom("paid" as const, "preview" as const),
-        fc.oneof(fc.constant(valid), fc.string({ maxLength: 300 }), fc.integer({ min: 1, max: valid.length - 1 }).map((n) => valid.slice(0, n))),
+        fc.oneof(
+          fc.constant(valid),
+          fc.string({ maxLength: 300 }),
+          fc.integer({ min: 1, max: valid.length - 1 }).map((n) => valid.slice(0, n)),
+        ),
         fc.integer({ min: 1, max: 12_000 }),
         fc.constantFrom("end" as const, "destroy" as const),
         async (mode, body, extra, after) => {
           const gw = mode === "paid" ? paid : preview;
           const before = await books(gw);
           const length = utf8Bytes(body) + extra;
-          const out = await rawExchange(gw.url, httpRequest(gw.key, ["Content-Type: application/json", `Content-Length: ${length}`], body), { after, waitMs: 3000 });
+          const out = await rawExchange(
+            gw.url,
+            httpRequest(gw.key, ["Content-Type: application/json", `Content-Length: ${length}`], body),
+            { after, waitMs: 3000 },
+          );
           const input = () => `Content-Length ${length} for ${utf8Bytes(body)} bytes, then ${after}: ${body.slice(0, 200)}`;
           for (const r of out.responses) tally.add(r.status);
           checkResponses(out.responses, input);
@@ -332,7 +429,11 @@ describe("lying Content-Length and broken framing (raw sockets)", { timeout: 60_
           const body = valid + suffix;
           // cut = 0: the Content-Length covers exactly the valid request and the suffix follows; else it stops inside it.
           const length = Math.max(1, utf8Bytes(valid) - cut);
-          const out = await rawExchange(gw.url, httpRequest(gw.key, ["Content-Type: application/json", `Content-Length: ${length}`], body), { after: "wait", waitMs: 600 });
+          const out = await rawExchange(
+            gw.url,
+            httpRequest(gw.key, ["Content-Type: application/json", `Content-Length: ${length}`], body),
+            { after: "wait", waitMs: 600 },
+          );
           const input = () => `Content-Length ${length} for ${utf8Bytes(body)} bytes: ${body.slice(0, 300)}`;
           for (const r of out.responses) tally.add(r.status);
           checkResponses(out.responses, input);
@@ -350,7 +451,11 @@ describe("lying Content-Length and broken framing (raw sockets)", { timeout: 60_
           if (gw === paid) {
             const record = added === 1 ? (await gw.store.listUsage(gw.orgId, { limit: 1 })).records[0]! : null;
             const cost = record?.costMicrousd ?? 0;
-            assert.deepEqual(after.balance, { ...before.balance, available: before.balance.available - cost, spent: before.balance.spent + cost }, input());
+            assert.deepEqual(
+              after.balance,
+              { ...before.balance, available: before.balance.available - cost, spent: before.balance.spent + cost },
+              input(),
+            );
           } else {
             assert.deepEqual(after.day, { org: before.day.org + added, global: before.day.global + added }, input());
           }
@@ -380,7 +485,10 @@ describe("lying Content-Length and broken framing (raw sockets)", { timeout: 60_
     for (const [, gw] of gateways()) {
       for (const [name, headers, payload] of cases) {
         const before = await books(gw);
-        const out = await rawExchange(gw.url, httpRequest(gw.key, ["Content-Type: application/json", ...headers], payload), { after: "end", waitMs: 3000 });
+        const out = await rawExchange(gw.url, httpRequest(gw.key, ["Content-Type: application/json", ...headers], payload), {
+          after: "end",
+          waitMs: 3000,
+        });
         for (const r of out.responses) tally.add(r.status);
         checkResponses(out.responses, () => name);
         for (const r of out.responses) assert.notEqual(r.status, 200, name);

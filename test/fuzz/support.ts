@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { connect } from "node:net";
 import fc from "fast-check";
-import { utcDay } from "../../src/gateway/utc-day.ts";
+import { utcDay } from "../../src/domain/utc-day.ts";
 import type { SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
 import { assertShape } from "../support/contract-check.ts";
 import type { Gateway } from "../support/gateway-harness.ts";
@@ -28,8 +28,27 @@ export function clone<T>(v: T): T {
 // ── generators ───────────────────────────────────────────────────────────────────────────────
 
 /** Names that break naive code: prototype members, path separators, unicode, the empty string. */
-export const trickyName = fc.constantFrom("__proto__", "constructor", "prototype", "toString", "hasOwnProperty", "valueOf", "a.b", "0", "", " ", "é", "🙂", "\u0000", "null", "length");
-const name = fc.oneof({ weight: 4, arbitrary: fc.string({ minLength: 1, maxLength: 12 }) }, { weight: 1, arbitrary: trickyName.filter((s) => s.length > 0) });
+export const trickyName = fc.constantFrom(
+  "__proto__",
+  "constructor",
+  "prototype",
+  "toString",
+  "hasOwnProperty",
+  "valueOf",
+  "a.b",
+  "0",
+  "",
+  " ",
+  "é",
+  "🙂",
+  "\u0000",
+  "null",
+  "length",
+);
+const name = fc.oneof(
+  { weight: 4, arbitrary: fc.string({ minLength: 1, maxLength: 12 }) },
+  { weight: 1, arbitrary: trickyName.filter((s) => s.length > 0) },
+);
 
 const anyJson = fc.jsonValue({ maxDepth: 3 }) as fc.Arbitrary<Json>;
 
@@ -76,8 +95,17 @@ export function pathsOf(doc: unknown, limit = 400): string[][] {
   const out: string[][] = [[]];
   const walk = (v: unknown, path: string[]) => {
     if (out.length >= limit) return;
-    if (Array.isArray(v)) v.forEach((x, i) => (out.push([...path, String(i)]), walk(x, [...path, String(i)])));
-    else if (isObject(v)) for (const k of Object.keys(v)) out.push([...path, k]), walk(v[k], [...path, k]);
+    if (Array.isArray(v)) {
+      for (const [i, x] of v.entries()) {
+        out.push([...path, String(i)]);
+        walk(x, [...path, String(i)]);
+      }
+    } else if (isObject(v)) {
+      for (const k of Object.keys(v)) {
+        out.push([...path, k]);
+        walk(v[k], [...path, k]);
+      }
+    }
   };
   walk(doc, []);
   return out;
@@ -108,10 +136,28 @@ export type Mutation =
   | { kind: "questions"; count: number };
 
 export const mutation: fc.Arbitrary<Mutation> = fc.oneof(
-  fc.record({ kind: fc.constant("replace" as const), at: fc.nat(), value: fc.oneof(anyJson, fc.constantFrom<Json>(null, 0, -1, 1e308, "", "noul", "choice", "score", [], {}, true)) }),
+  fc.record({
+    kind: fc.constant("replace" as const),
+    at: fc.nat(),
+    value: fc.oneof(anyJson, fc.constantFrom<Json>(null, 0, -1, 1e308, "", "noul", "choice", "score", [], {}, true)),
+  }),
   fc.record({ kind: fc.constant("delete" as const), at: fc.nat() }),
-  fc.record({ kind: fc.constant("add" as const), at: fc.nat(), key: fc.oneof(trickyName, fc.string({ maxLength: 8 }), fc.constantFrom("temperature", "messages", "stream", "tools", "type", "criteria", "state")), value: anyJson }),
-  fc.record({ kind: fc.constant("huge" as const), at: fc.nat(), bytes: fc.integer({ min: 1000, max: 9000 }), unit: fc.constantFrom("a", "é", "€", "🙂", "\\", "\"", "\u0000") }),
+  fc.record({
+    kind: fc.constant("add" as const),
+    at: fc.nat(),
+    key: fc.oneof(
+      trickyName,
+      fc.string({ maxLength: 8 }),
+      fc.constantFrom("temperature", "messages", "stream", "tools", "type", "criteria", "state"),
+    ),
+    value: anyJson,
+  }),
+  fc.record({
+    kind: fc.constant("huge" as const),
+    at: fc.nat(),
+    bytes: fc.integer({ min: 1000, max: 9000 }),
+    unit: fc.constantFrom("a", "é", "€", "🙂", "\\", '"', "\u0000"),
+  }),
   // At most 3 × 1000 levels: deeper documents could not be built and sent with JSON.stringify by the test itself
   // (8 KiB hold ~4,000 levels at most; deeper nesting is tested with the default limit, from raw text).
   fc.record({ kind: fc.constant("nest" as const), at: fc.nat(), depth: fc.integer({ min: 1, max: 1000 }), array: fc.boolean() }),
@@ -207,7 +253,9 @@ interface Books {
 }
 
 export async function books(gw: Gateway): Promise<Books> {
-  const row = (gw.store as SqliteStore).db.prepare<[string], { n: number }>("SELECT count(*) AS n FROM usage_records WHERE org_id = ?").get(gw.orgId)!;
+  const row = (gw.store as SqliteStore).db
+    .prepare<[string], { n: number }>("SELECT count(*) AS n FROM usage_records WHERE org_id = ?")
+    .get(gw.orgId)!;
   return {
     usage: row.n,
     calls: gw.fake!.calls.decide,
@@ -229,7 +277,10 @@ export class Tally {
     this.counts.set(status, (this.counts.get(status) ?? 0) + 1);
   }
   toString(): string {
-    return [...this.counts].sort((a, b) => a[0] - b[0]).map(([s, n]) => `${s}×${n}`).join(" ");
+    return [...this.counts]
+      .sort((a, b) => a[0] - b[0])
+      .map(([s, n]) => `${s}×${n}`)
+      .join(" ");
   }
 }
 
@@ -260,12 +311,21 @@ export async function checkedExchange(gw: Gateway, send: () => Promise<Response>
     if (paid) {
       assert.deepEqual(
         after.balance,
-        { available: before.balance.available - cost, reserved: before.balance.reserved, spent: before.balance.spent + cost, granted: before.balance.granted },
+        {
+          available: before.balance.available - cost,
+          reserved: before.balance.reserved,
+          spent: before.balance.spent + cost,
+          granted: before.balance.granted,
+        },
         `charged exactly the 200's cost — ${where()}`,
       );
     } else {
       assert.equal(cost, 0);
-      assert.deepEqual(after.day, { org: before.day.org + 1, global: before.day.global + 1 }, `one day-counter unit for a 200 — ${where()}`);
+      assert.deepEqual(
+        after.day,
+        { org: before.day.org + 1, global: before.day.global + 1 },
+        `one day-counter unit for a 200 — ${where()}`,
+      );
     }
   } else {
     assert.ok(res.status >= 400, `an error status — ${where()}`);
@@ -276,7 +336,11 @@ export async function checkedExchange(gw: Gateway, send: () => Promise<Response>
 }
 
 /** POST /v1/systemone with raw bytes and headers (the key added), as fetch sends it. */
-export function post(gw: Gateway, body: string | Uint8Array, headers: Record<string, string> = { "content-type": "application/json" }): Promise<Response> {
+export function post(
+  gw: Gateway,
+  body: string | Uint8Array,
+  headers: Record<string, string> = { "content-type": "application/json" },
+): Promise<Response> {
   return fetch(`${gw.url}/v1/systemone`, { method: "POST", headers: { authorization: `Bearer ${gw.key}`, ...headers }, body });
 }
 
@@ -366,7 +430,11 @@ export function parseResponses(data: Buffer): { responses: RawResponse[]; traili
  * Writes `bytes` on a fresh connection to the gateway, then (`after`) half-closes, destroys after
  * `holdMs`, or just waits; collects whatever comes back for at most `waitMs`.
  */
-export function rawExchange(url: string, bytes: Buffer, options: { after: "end" | "destroy" | "wait"; holdMs?: number; waitMs?: number }): Promise<RawExchange> {
+export function rawExchange(
+  url: string,
+  bytes: Buffer,
+  options: { after: "end" | "destroy" | "wait"; holdMs?: number; waitMs?: number },
+): Promise<RawExchange> {
   const { hostname, port } = new URL(url);
   return new Promise((resolve) => {
     const socket = connect(Number(port), hostname);

@@ -1,8 +1,8 @@
-import { describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { describe, test } from "node:test";
 import fc from "fast-check";
-import { checkAnswers } from "../../src/gateway/answer-check.ts";
 import type { Answer, Question } from "../../src/contract/decision.ts";
+import { checkAnswers } from "../../src/gateway/answer-check.ts";
 
 /** Round-trips through JSON: what a model service would send, and what a client would see. */
 function json<T = unknown>(value: unknown): T {
@@ -33,7 +33,8 @@ function expectProblem(raw: unknown, ...fragments: string[]): string {
   const result = checkAnswers(questions, raw);
   assert.equal(result.ok, false, `expected a problem containing ${fragments.join(", ")}`);
   if (result.ok) throw new Error("unreachable");
-  for (const f of fragments) assert.ok(result.problem.includes(f), `problem ${JSON.stringify(result.problem)} should include ${JSON.stringify(f)}`);
+  for (const f of fragments)
+    assert.ok(result.problem.includes(f), `problem ${JSON.stringify(result.problem)} should include ${JSON.stringify(f)}`);
   return result.problem;
 }
 
@@ -118,7 +119,13 @@ describe("checkAnswers: valid answers", () => {
     };
     const result = checkAnswers(qs, raw);
     assert.ok(result.ok);
-    assert.deepEqual(json(result.answers.s), { type: "score", score: 0, probabilities: { "0": 1 }, confidence: 1, legend: { "0": "only" } });
+    assert.deepEqual(json(result.answers.s), {
+      type: "score",
+      score: 0,
+      probabilities: { "0": 1 },
+      confidence: 1,
+      legend: { "0": "only" },
+    });
   });
 });
 
@@ -231,7 +238,7 @@ describe("checkAnswers: awkward ids and option names", () => {
     assert.deepEqual(Object.keys(result.answers).sort(), Object.keys(odd).sort());
     const printed = JSON.parse(JSON.stringify(result.answers)) as Record<string, Record<string, unknown>>;
     assert.ok(Object.hasOwn(printed, "__proto__"));
-    const proto = printed["__proto__"] as Record<string, unknown>;
+    const proto = printed.__proto__ as Record<string, unknown>;
     assert.equal(proto.choice, "__proto__");
     assert.deepEqual(Object.keys(proto.probabilities as object), ["__proto__", "constructor", "a.b", "ünï 🎲"]);
     assert.equal(Object.getPrototypeOf(result.answers), null);
@@ -241,7 +248,8 @@ describe("checkAnswers: awkward ids and option names", () => {
   test("an inherited __proto__ or constructor is not an answer", () => {
     const withoutProto = JSON.parse(JSON.stringify(raw)) as Record<string, unknown>;
     const copy: Record<string, unknown> = {};
-    for (const key of Object.keys(withoutProto)) if (key !== "__proto__") Object.defineProperty(copy, key, { value: withoutProto[key], enumerable: true });
+    for (const key of Object.keys(withoutProto))
+      if (key !== "__proto__") Object.defineProperty(copy, key, { value: withoutProto[key], enumerable: true });
     expectProblemFor(odd, copy, 'answer for question "__proto__" is missing');
     const noCtor = Object.fromEntries(Object.entries(withoutProto).filter(([k]) => k !== "constructor"));
     expectProblemFor(odd, noCtor, 'answer for question "constructor" is missing');
@@ -273,7 +281,7 @@ describe("checkAnswers: property", () => {
     fc.uniqueArray(optionArb, { minLength: 1, maxLength: 12 }).chain((options) =>
       fc.array(criteriaItem, { minLength: options.length, maxLength: options.length }).map((descs): Question => {
         const criteria = Object.create(null) as Record<string, unknown>;
-        options.forEach((o, i) => (criteria[o] = descs[i]));
+        for (const [i, o] of options.entries()) criteria[o] = descs[i];
         return json({ type: "choice", criteria });
       }),
     ),
@@ -284,7 +292,7 @@ describe("checkAnswers: property", () => {
   const questionsArb = fc.uniqueArray(idArb, { minLength: 1, maxLength: 8 }).chain((ids) =>
     fc.array(questionArb, { minLength: ids.length, maxLength: ids.length }).map((qs) => {
       const out = Object.create(null) as Record<string, Question>;
-      ids.forEach((id, i) => (out[id] = qs[i] as Question));
+      for (const [i, id] of ids.entries()) out[id] = qs[i] as Question;
       return json<Record<string, Question>>(out);
     }),
   );
@@ -300,13 +308,18 @@ describe("checkAnswers: property", () => {
   function answerArb(q: Question): fc.Arbitrary<unknown> {
     if (q.type === "noul") return fc.double({ min: 0, max: 1, noNaN: true }).map((noul) => ({ type: "noul", noul }));
     const keys = q.type === "choice" ? Object.keys(q.criteria) : q.criteria.map((_, i) => String(i));
-    return fc.tuple(distribution(keys.length), fc.nat({ max: keys.length - 1 }), fc.double({ min: 0, max: 1, noNaN: true })).map(([ps, pick, confidence]) => {
-      const probabilities = Object.create(null) as Record<string, number>;
-      keys.forEach((k, i) => (probabilities[k] = ps[i] as number));
-      if (q.type === "choice") return { type: "choice", choice: keys[pick], probabilities, confidence, extra: "dropped" };
-      const score = Math.min(keys.length - 1, ps.reduce((s, p, i) => s + i * p, 0));
-      return { type: "score", score, probabilities, confidence };
-    });
+    return fc
+      .tuple(distribution(keys.length), fc.nat({ max: keys.length - 1 }), fc.double({ min: 0, max: 1, noNaN: true }))
+      .map(([ps, pick, confidence]) => {
+        const probabilities = Object.create(null) as Record<string, number>;
+        for (const [i, k] of keys.entries()) probabilities[k] = ps[i] as number;
+        if (q.type === "choice") return { type: "choice", choice: keys[pick], probabilities, confidence, extra: "dropped" };
+        const score = Math.min(
+          keys.length - 1,
+          ps.reduce((s, p, i) => s + i * p, 0),
+        );
+        return { type: "score", score, probabilities, confidence };
+      });
   }
 
   test("random questions with random valid distributions pass; keys equal the question ids", () => {
@@ -319,7 +332,7 @@ describe("checkAnswers: property", () => {
         ([qs, answerList]) => {
           const ids = Object.keys(qs);
           const raw = Object.create(null) as Record<string, unknown>;
-          ids.forEach((id, i) => (raw[id] = answerList[i]));
+          for (const [i, id] of ids.entries()) raw[id] = answerList[i];
           const result = checkAnswers(qs, json(raw));
           if (!result.ok) throw new Error(result.problem);
           assert.deepEqual(Object.keys(result.answers), ids);

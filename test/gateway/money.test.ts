@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import fc from "fast-check";
-import { formatUsd, parseUsd, tokenCost } from "../../src/gateway/money.ts";
-import { msUntilUtcMidnight, utcDay } from "../../src/gateway/utc-day.ts";
+import { formatUsd, parseUsd, tokenCost } from "../../src/domain/money.ts";
+import { msUntilUtcMidnight, utcDay } from "../../src/domain/utc-day.ts";
 
 describe("money", () => {
   test("decimal USD strings ↔ integer microUSD, exactly", () => {

@@ -4,15 +4,15 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { errorBody } from "../support/contract-check.ts";
-import { startLossyProxy } from "../support/lossy-proxy.ts";
 import { assertLedgerMatches } from "../support/books.ts";
-import { type Gateway, sampleRequest, startGateway, decideWithKey } from "../support/gateway-harness.ts";
+import { errorBody } from "../support/contract-check.ts";
+import { decideWithKey, type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
+import { startLossyProxy } from "../support/lossy-proxy.ts";
 
 const ADMIN_TOKEN = "adm-7Yq2pVx9Lr4Tz8Kw1Nc6Hs3Bd5Fg0Jm";
 
 interface Json {
-  [key: string]: any; // eslint-disable-line @typescript-eslint/no-explicit-any
+  [key: string]: any;
 }
 
 function adminClient(gw: Gateway, token = ADMIN_TOKEN) {
@@ -33,7 +33,6 @@ function adminClient(gw: Gateway, token = ADMIN_TOKEN) {
     del: (path: string) => call("DELETE", path),
   };
 }
-
 
 describe("admin API: security", () => {
   let gw: Gateway;
@@ -60,7 +59,11 @@ describe("admin API: security", () => {
       assert.ok(typeof res.json.detail === "string");
     }
     const doc = (await (await fetch(`${off.url}/openapi.json`)).json()) as Json;
-    assert.equal(Object.keys(doc.paths).some((p) => p.startsWith("/admin/")), false, "not documented when disabled");
+    assert.equal(
+      Object.keys(doc.paths).some((p) => p.startsWith("/admin/")),
+      false,
+      "not documented when disabled",
+    );
   });
 
   test("missing, malformed and wrong tokens get 401; API keys are never accepted on /admin", async () => {
@@ -318,9 +321,14 @@ describe("admin API: organizations, keys, credits, usage, audit", () => {
     assert.equal(bad.status, 422);
     // Parallel retries of one grant: still once.
     const parallel = await Promise.all(
-      Array.from({ length: 8 }, () => admin.post(`/organizations/${org.id}/credits`, { amount_usd: "1" }, { "idempotency-key": "grant-par" })),
+      Array.from({ length: 8 }, () =>
+        admin.post(`/organizations/${org.id}/credits`, { amount_usd: "1" }, { "idempotency-key": "grant-par" }),
+      ),
     );
-    assert.deepEqual(parallel.map((r) => r.status), Array(8).fill(200));
+    assert.deepEqual(
+      parallel.map((r) => r.status),
+      Array(8).fill(200),
+    );
     assert.equal(parallel.filter((r) => r.headers.get("idempotent-replayed") === null).length, 1);
     assert.equal((await gw.store.getBalance(org.id)).granted, 6_000_000);
     assert.equal((await gw.store.listLedger(org.id)).length, 2);
@@ -380,7 +388,10 @@ describe("admin API: organizations, keys, credits, usage, audit", () => {
     assert.equal(summary.status, 200, summary.text);
     assert.equal(summary.json.days.length, 3);
     const today = summary.json.days.at(-1);
-    const records = [...(await gw.store.listUsage(a.id, { limit: 200 })).records, ...(await gw.store.listUsage(b.id, { limit: 200 })).records];
+    const records = [
+      ...(await gw.store.listUsage(a.id, { limit: 200 })).records,
+      ...(await gw.store.listUsage(b.id, { limit: 200 })).records,
+    ];
     const byOrg = new Map<string, Json>((summary.json.organizations as Json[]).map((o) => [o.id, o]));
     const usageA = byOrg.get(a.id)!;
     const usageB = byOrg.get(b.id)!;
@@ -435,10 +446,17 @@ describe("admin API: organizations, keys, credits, usage, audit", () => {
     assert.ok(!audit.text.includes(key.key), "never the key");
 
     const ids = (audit.json.data as Json[]).map((e) => e.id);
-    assert.deepEqual([...ids].sort((x, y) => y - x), ids, "newest first");
+    assert.deepEqual(
+      [...ids].sort((x, y) => y - x),
+      ids,
+      "newest first",
+    );
     const page1 = await admin.get(`/audit?org=Audited&limit=4`);
     const page2 = await admin.get(`/audit?org=Audited&limit=4&cursor=${encodeURIComponent(page1.json.next_cursor)}`);
-    assert.deepEqual([...page1.json.data, ...page2.json.data].map((e: Json) => e.id), ids);
+    assert.deepEqual(
+      [...page1.json.data, ...page2.json.data].map((e: Json) => e.id),
+      ids,
+    );
     assert.equal(page2.json.next_cursor, null);
     const everything = await admin.get("/audit?limit=200");
     assert.ok(everything.json.data.length > ids.length, "without org: every organization's entries");

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { DEFAULT_DOCS_ROOT } from "../../src/http/routes/api-docs.ts";
 import { CONSOLE_CSP } from "../../src/http/routes/console.ts";
-import { startGateway, type Gateway } from "../support/gateway-harness.ts";
+import { type Gateway, startGateway } from "../support/gateway-harness.ts";
 
 /** A GET with the path sent exactly as written (fetch would normalise "..", "%2e"). */
 function rawGet(url: string, path: string): Promise<{ status: number; body: string }> {
@@ -100,7 +100,14 @@ describe("GET /docs", () => {
         pending.push(...references(text).map((ref) => new URL(ref, url)));
       }
     }
-    for (const expected of ["/console/console.css", "/console/dom.js", "/console/favicon.svg", "/console/", "/openapi.json", "/docs/docs.css"]) {
+    for (const expected of [
+      "/console/console.css",
+      "/console/dom.js",
+      "/console/favicon.svg",
+      "/console/",
+      "/openapi.json",
+      "/docs/docs.css",
+    ]) {
       assert.ok(checked.has(new URL(expected, gw.url).href), `the page refers to ${expected}`);
     }
   });
@@ -110,7 +117,13 @@ describe("GET /docs", () => {
     assert.equal(missing.status, 404);
     assert.equal(((await missing.json()) as { detail: string }).detail, "No such docs file.");
     assert.equal((await fetch(`${gw.url}/docs/readme.md`)).status, 404);
-    for (const path of ["/docs/../package.json", "/docs/..%2fconsole.js", "/docs/%2e%2e/index.html", "/docs/.hidden.js", "/docs//etc/passwd"]) {
+    for (const path of [
+      "/docs/../package.json",
+      "/docs/..%2fconsole.js",
+      "/docs/%2e%2e/index.html",
+      "/docs/.hidden.js",
+      "/docs//etc/passwd",
+    ]) {
       const res = await rawGet(gw.url, path);
       assert.ok(res.status === 404 || res.status === 400, `${path}: ${res.status}`);
       assert.ok(!res.body.includes("typed-decision-service") && !res.body.includes("root:"), path);
@@ -121,6 +134,9 @@ describe("GET /docs", () => {
     const doc = (await (await fetch(`${gw.url}/openapi.json`)).json()) as { paths: Record<string, unknown> };
     const paths = Object.keys(doc.paths);
     assert.ok(paths.includes("/v1/systemone") && paths.includes("/admin/v1/audit"), "the document lists the API");
-    assert.deepEqual(paths.filter((p) => p === "/docs" || p.startsWith("/docs/")), []);
+    assert.deepEqual(
+      paths.filter((p) => p === "/docs" || p.startsWith("/docs/")),
+      [],
+    );
   });
 });

@@ -39,7 +39,7 @@ describe("API keys", () => {
 
   test("a revoked key is 401; another key of the same org keeps working", async () => {
     const other = await gw.newOrg("revocation-org");
-    const { generateApiKey } = await import("../../src/gateway/api-keys.ts");
+    const { generateApiKey } = await import("../../src/domain/api-keys.ts");
     const second = generateApiKey();
     await gw.store.createApiKey({ id: second.id, orgId: other.orgId, name: null, hash: second.hash, nowMs: Date.now() });
     assert.equal((await post(`Bearer ${other.key}`)).status, 200);

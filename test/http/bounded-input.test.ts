@@ -73,7 +73,10 @@ async function sendWhileHealthPolled(gw: Gateway, body: string): Promise<{ res: 
 }
 
 function assertHealthAnswered(health: HealthLog, what: string): void {
-  assert.ok(health.statuses.every((s) => s === 200), `${what}: /healthz statuses ${health.statuses.join(",")}`);
+  assert.ok(
+    health.statuses.every((s) => s === 200),
+    `${what}: /healthz statuses ${health.statuses.join(",")}`,
+  );
   assert.ok(health.startedMeanwhile >= 1, `${what}: a /healthz request was sent while the body was processed, and answered`);
 }
 
@@ -138,7 +141,8 @@ describe("bodies of ~1 MiB: every one answered, /healthz answered meanwhile", { 
   for (const shape of [
     {
       name: "32 questions, each with thousands of unknown fields",
-      make: (k: number) => JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "noul", ...many(k, (i) => [`k${i}`, 1]) })) }),
+      make: (k: number) =>
+        JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "noul", ...many(k, (i) => [`k${i}`, 1]) })) }),
       total: (k: number) => 32 * k,
       first: { field: "questions.q0.k0", message: "is not a field of the contract (unknown fields are rejected)" },
     },
@@ -150,7 +154,11 @@ describe("bodies of ~1 MiB: every one answered, /healthz answered meanwhile", { 
     },
     {
       name: "noul criteria with thousands of unknown keys",
-      make: (k: number) => JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "noul", criteria: { true: 1, ...many(k, (i) => [`k${i}`, 1]) } })) }),
+      make: (k: number) =>
+        JSON.stringify({
+          state: 1,
+          questions: questions(32, () => ({ type: "noul", criteria: { true: 1, ...many(k, (i) => [`k${i}`, 1]) } })),
+        }),
       total: (k: number) => 32 * k,
       first: { field: "questions.q0.criteria.k0", message: "is not a field of the contract (unknown fields are rejected)" },
     },
@@ -163,7 +171,10 @@ describe("bodies of ~1 MiB: every one answered, /healthz answered meanwhile", { 
       assert.equal(err.errors?.length, MAX_FIELD_ERRORS);
       assert.deepEqual(err.errors![0], shape.first);
       assert.equal(new Set(err.errors!.map((e) => e.field)).size, MAX_FIELD_ERRORS, "50 different problems");
-      assert.equal(err.detail, `Invalid request body: ${shape.first.field}: ${shape.first.message} (and ${total - 1} more) (showing the first ${MAX_FIELD_ERRORS} of ${total} problems)`);
+      assert.equal(
+        err.detail,
+        `Invalid request body: ${shape.first.field}: ${shape.first.message} (and ${total - 1} more) (showing the first ${MAX_FIELD_ERRORS} of ${total} problems)`,
+      );
     });
   }
 
@@ -174,7 +185,12 @@ describe("bodies of ~1 MiB: every one answered, /healthz answered meanwhile", { 
   });
 
   test("32 choice questions of 255 options with long names: 200", async () => {
-    const { body } = fit((k) => JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "choice", criteria: many(255, (i) => [`${"option ".repeat(k)}${i}`, null]) })) }));
+    const { body } = fit((k) =>
+      JSON.stringify({
+        state: 1,
+        questions: questions(32, () => ({ type: "choice", criteria: many(255, (i) => [`${"option ".repeat(k)}${i}`, null]) })),
+      }),
+    );
     const answer = await accepted(body, "255 options × 32");
     assert.equal(Object.keys(answer.answers.q31.probabilities).length, 255);
   });
@@ -183,14 +199,23 @@ describe("bodies of ~1 MiB: every one answered, /healthz answered meanwhile", { 
     const { body } = fit((k) =>
       JSON.stringify({
         state: { ticket: "s".repeat(8 * k), history: Array.from({ length: 50 }, (_, i) => ({ i, text: "h".repeat(k) })) },
-        questions: questions(32, () => ({ type: "choice", instructions: { text: "i".repeat(k) }, criteria: { a: "a".repeat(k), b: ["b".repeat(k)], c: null } })),
+        questions: questions(32, () => ({
+          type: "choice",
+          instructions: { text: "i".repeat(k) },
+          criteria: { a: "a".repeat(k), b: ["b".repeat(k)], c: null },
+        })),
       }),
     );
     await accepted(body, "huge values");
   });
 
   test("32 score questions of 255 levels: 200", async () => {
-    const { body } = fit((k) => JSON.stringify({ state: 1, questions: questions(32, () => ({ type: "score", criteria: Array.from({ length: 255 }, (_, i) => `${"level ".repeat(k)}${i}`) })) }));
+    const { body } = fit((k) =>
+      JSON.stringify({
+        state: 1,
+        questions: questions(32, () => ({ type: "score", criteria: Array.from({ length: 255 }, (_, i) => `${"level ".repeat(k)}${i}`) })),
+      }),
+    );
     const answer = await accepted(body, "255 levels × 32");
     assert.equal(Object.keys(answer.answers.q0.legend).length, 255);
   });
@@ -201,35 +226,60 @@ describe("bodies of ~1 MiB: every one answered, /healthz answered meanwhile", { 
     await accepted(body, "state at the depth limit");
     // body, questions, q, criteria: 4 levels; 252 more reach 256.
     const { body: inCriteria } = fit(
-      (k) => `{"state":1,"questions":{${Array.from({ length: 32 }, (_, q) => `"q${q}":{"type":"choice","instructions":${nest(253)},"criteria":{${Array.from({ length: k }, (_, i) => `"o${i}":${nest(252)}`).join(",")}}}`).join(",")}}}`,
+      (k) =>
+        `{"state":1,"questions":{${Array.from({ length: 32 }, (_, q) => `"q${q}":{"type":"choice","instructions":${nest(253)},"criteria":{${Array.from({ length: k }, (_, i) => `"o${i}":${nest(252)}`).join(",")}}}`).join(",")}}}`,
     );
     await accepted(inCriteria, "criteria values at the depth limit");
   });
 
   test("one array 257 levels deep among many at the limit, and ~500,000 levels: 422", async () => {
-    const { body } = fit((k) => `{"state":[${Array.from({ length: k }, (_, i) => nest(i === k - 1 ? 255 : 254)).join(",")}],"questions":{"q":{"type":"noul"}}}`);
+    const { body } = fit(
+      (k) =>
+        `{"state":[${Array.from({ length: k }, (_, i) => nest(i === k - 1 ? 255 : 254)).join(",")}],"questions":{"q":{"type":"noul"}}}`,
+    );
     assert.match((await rejected(body, 422, "257 levels")).detail, /deeper than 256 levels/);
     const { body: deep } = fit((k) => `{"state":${nest(k)},"questions":{"q":{"type":"noul"}}}`);
     assert.match((await rejected(deep, 422, "~500,000 levels")).detail, /deeper than 256 levels/);
   });
 
   test("a state object with ~80,000 keys, many numbers, many empty arrays: 200", async () => {
-    await accepted(fit((k) => JSON.stringify({ state: many(k, (i) => [`k${i}`, i]), questions: { q: { type: "noul" } } })).body, "many keys");
-    await accepted(fit((k) => JSON.stringify({ state: Array.from({ length: k }, (_, i) => i * 1.25 - 7), questions: { q: { type: "noul" } } })).body, "many numbers");
-    await accepted(fit((k) => `{"state":[${Array.from({ length: k }, (_, i) => (i % 2 ? "[]" : "{}")).join(",")}],"questions":{"q":{"type":"noul"}}}`).body, "empty arrays");
+    await accepted(
+      fit((k) => JSON.stringify({ state: many(k, (i) => [`k${i}`, i]), questions: { q: { type: "noul" } } })).body,
+      "many keys",
+    );
+    await accepted(
+      fit((k) => JSON.stringify({ state: Array.from({ length: k }, (_, i) => i * 1.25 - 7), questions: { q: { type: "noul" } } })).body,
+      "many numbers",
+    );
+    await accepted(
+      fit((k) => `{"state":[${Array.from({ length: k }, (_, i) => (i % 2 ? "[]" : "{}")).join(",")}],"questions":{"q":{"type":"noul"}}}`)
+        .body,
+      "empty arrays",
+    );
   });
 
   test("very long strings: in state and an option name 200; a model name, a question id, a type tag 422", async () => {
     await accepted(fit((k) => JSON.stringify({ state: "x".repeat(k), questions: { q: { type: "noul" } } })).body, "long state");
-    await accepted(fit((k) => `{"state":"${"\\u00e9\\n\\\"".repeat(k)}","questions":{"q":{"type":"noul"}}}`).body, "escapes");
-    await accepted(fit((k) => JSON.stringify({ state: 1, questions: { q: { type: "choice", criteria: { ["o".repeat(k)]: null, b: null } } } })).body, "long option");
+    await accepted(fit((k) => `{"state":"${'\\u00e9\\n\\"'.repeat(k)}","questions":{"q":{"type":"noul"}}}`).body, "escapes");
+    await accepted(
+      fit((k) => JSON.stringify({ state: 1, questions: { q: { type: "choice", criteria: { ["o".repeat(k)]: null, b: null } } } })).body,
+      "long option",
+    );
 
-    const model = await rejected(fit((k) => JSON.stringify({ state: 1, model: "m".repeat(k), questions: { q: { type: "noul" } } })).body, 422, "long model");
+    const model = await rejected(
+      fit((k) => JSON.stringify({ state: 1, model: "m".repeat(k), questions: { q: { type: "noul" } } })).body,
+      422,
+      "long model",
+    );
     assert.deepEqual(model.errors, [{ field: "model", message: "must be at most 100 characters long" }]);
     const { body: idBody, n } = fit((k) => JSON.stringify({ state: 1, questions: { ["x".repeat(k)]: { type: "noul" } } }));
     const id = await rejected(idBody, 422, "long question id");
     assert.deepEqual(id.errors, [{ field: `questions.${"x".repeat(n)}`, message: `id must be 1 to 100 characters long (it has ${n})` }]);
-    const tag = await rejected(fit((k) => JSON.stringify({ state: 1, questions: { q: { type: "t".repeat(k) } } })).body, 422, "long type tag");
+    const tag = await rejected(
+      fit((k) => JSON.stringify({ state: 1, questions: { q: { type: "t".repeat(k) } } })).body,
+      422,
+      "long type tag",
+    );
     assert.equal(tag.errors?.length, 1);
     assert.equal(tag.errors![0]!.field, "questions.q.type");
     assert.ok(tag.errors![0]!.message.length < 200, "the tag is not echoed whole");

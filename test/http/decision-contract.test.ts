@@ -141,7 +141,10 @@ describe("POST /v1/systemone contract", () => {
       }),
       422,
     );
-    assert.deepEqual(fields(body).sort(), ["questions.a.weight", "questions.b.type", "questions.c.type", "questions.d.criteria", "state"].sort());
+    assert.deepEqual(
+      fields(body).sort(),
+      ["questions.a.weight", "questions.b.type", "questions.c.type", "questions.d.criteria", "state"].sort(),
+    );
     assert.match(body.detail, /Invalid request body/);
   });
 
@@ -235,7 +238,11 @@ describe("shapes that slip past naive validators", () => {
   test("a question that is an array, even under __proto__, is rejected before the model", async () => {
     const gw = await startGateway();
     try {
-      for (const text of ['{"state":{},"questions":{" ":[]}}', '{"state":{},"questions":{"__proto__":[]}}', '{"state":{},"questions":{"q":null}}']) {
+      for (const text of [
+        '{"state":{},"questions":{" ":[]}}',
+        '{"state":{},"questions":{"__proto__":[]}}',
+        '{"state":{},"questions":{"q":null}}',
+      ]) {
         const body = await errorBody(await gw.decide(text), 422);
         assert.match(body.errors![0]!.message, /must be an object/, text);
       }

@@ -5,6 +5,7 @@ import fc from "fast-check";
 import { scanJson } from "../../src/http/json-members.ts";
 
 const memberTexts = (text: string, names: string[]) => scanJson(text, 256, names).members;
+
 import { errorBody, json } from "../support/contract-check.ts";
 import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
 
@@ -39,7 +40,8 @@ describe("values reach the model exactly as sent", () => {
   });
 
   test("numbers beyond 2^53 or the double range, and every other byte of state and questions, are forwarded as written", async () => {
-    const state = '{"big": 12345678901234567890, "huge": 1e999999, "tiny": 1e-400, "pi": 3.14159265358979323846264338, "text": "caf\\u00e9 \\"x\\""}';
+    const state =
+      '{"big": 12345678901234567890, "huge": 1e999999, "tiny": 1e-400, "pi": 3.14159265358979323846264338, "text": "caf\\u00e9 \\"x\\""}';
     const questions = '{"q": {"type": "noul", "instructions": {"threshold": 9007199254740993}}}';
     const res = await gw.decide(`{"questions": ${questions}, "model": null, "state": ${state}}`);
     assert.equal(res.status, 200, await res.clone().text());
@@ -64,7 +66,10 @@ describe("scanJson: member texts and depth", () => {
         const entries = Object.entries(object);
         const texts = entries.map(([k, v]) => [k, JSON.stringify(v, null, ws.length > 2 ? 1 : 0)] as const);
         const text = `${ws}{${ws}${texts.map(([k, v]) => `${JSON.stringify(k)}${ws}:${ws}${v}`).join(`${ws},${ws}`)}${ws}}${ws}`;
-        const found = memberTexts(text, entries.map(([k]) => k));
+        const found = memberTexts(
+          text,
+          entries.map(([k]) => k),
+        );
         for (const [k, v] of texts) assert.equal(found.get(k), v);
       }),
     );
@@ -73,17 +78,20 @@ describe("scanJson: member texts and depth", () => {
   test("depth: deeper than the limit is found without parsing; brackets inside strings do not count", () => {
     assert.equal(scanJson(`${"[".repeat(256)}${"]".repeat(256)}`, 256, []).deeperThanLimit, false);
     assert.equal(scanJson(`${"[".repeat(257)}${"]".repeat(257)}`, 256, []).deeperThanLimit, true);
-    assert.equal(scanJson(`{"a": "${"[".repeat(300)}", "b": [[{"c": "\\\"{["}]]}`, 2, []).deeperThanLimit, true, "three levels");
-    assert.equal(scanJson(`{"a": "${"[".repeat(300)}", "b": ["\\\"{["]}`, 2, []).deeperThanLimit, false);
+    assert.equal(scanJson(`{"a": "${"[".repeat(300)}", "b": [[{"c": "\\"{["}]]}`, 2, []).deeperThanLimit, true, "three levels");
+    assert.equal(scanJson(`{"a": "${"[".repeat(300)}", "b": ["\\"{["]}`, 2, []).deeperThanLimit, false);
     assert.equal(scanJson('{"unterminated": "abc', 256, ["unterminated"]).deeperThanLimit, false, "invalid JSON ends the scan");
   });
 
   test("keys with escapes, strings with brackets and escaped quotes", () => {
     const text = '{"st\\u0061te": {"a": "}]\\\\", "b": ["\\"{", {"c": []}]}, "questions": "x"}';
-    assert.deepEqual([...memberTexts(text, ["state", "questions"])], [
-      ["state", '{"a": "}]\\\\", "b": ["\\"{", {"c": []}]}'],
-      ["questions", '"x"'],
-    ]);
+    assert.deepEqual(
+      [...memberTexts(text, ["state", "questions"])],
+      [
+        ["state", '{"a": "}]\\\\", "b": ["\\"{", {"c": []}]}'],
+        ["questions", '"x"'],
+      ],
+    );
   });
 });
 

@@ -1,13 +1,18 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { TypeSafeClient, choice, noul, score } from "@typesafe-ai/sdk";
-import { FixedClock } from "../../src/gateway/clock.ts";
+import { choice, noul, score, TypeSafeClient } from "@typesafe-ai/sdk";
 import type { SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
-import { errorBody, json } from "../support/contract-check.ts";
+import { errorBody } from "../support/contract-check.ts";
+import { FixedClock } from "../support/fixed-clock.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
 import { startLossyProxy } from "../support/lossy-proxy.ts";
 
-const PAID = { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "1000", TDS_REQUESTS_PER_MINUTE: "1000" };
+const PAID = {
+  TDS_SERVICE_MODE: "paid",
+  TDS_PRICE_PER_MILLION_INPUT_USD: "1",
+  TDS_RESERVE_TOKENS: "1000",
+  TDS_REQUESTS_PER_MINUTE: "1000",
+};
 
 describe("Idempotency-Key", () => {
   test("the same key and body replays the stored response; charged and counted once", async () => {
@@ -110,7 +115,11 @@ describe("Idempotency-Key", () => {
       clock.set(Date.parse("2026-11-24T12:30:00Z"));
       assert.equal((await gw.decide(sampleRequest(), { "idempotency-key": "fresh" })).status, 200);
       assert.equal(count("idempotency_keys"), 3);
-      assert.deepEqual(db.prepare("SELECT DISTINCT day FROM preview_counters ORDER BY day").pluck().all(), ["2026-11-20", "2026-11-21", "2026-11-24"]);
+      assert.deepEqual(db.prepare("SELECT DISTINCT day FROM preview_counters ORDER BY day").pluck().all(), [
+        "2026-11-20",
+        "2026-11-21",
+        "2026-11-24",
+      ]);
       // 2026-11-24: "old" and "newer" are past their 24 hours; counters of days before 2026-11-21 go.
       assert.deepEqual(await gw.app.purgeBooks(), { idempotencyKeys: 2, previewCounters: 2 });
       assert.deepEqual(db.prepare("SELECT key FROM idempotency_keys").pluck().all(), ["fresh"]);
@@ -142,7 +151,11 @@ describe("Idempotency-Key", () => {
         .systemOne(
           {
             state: "I was charged twice.",
-            questions: { topic: choice("Topic?", { billing: null, other: null }), mood: score("Mood?", ["calm", "angry"]), refund: noul("Refund?") },
+            questions: {
+              topic: choice("Topic?", { billing: null, other: null }),
+              mood: score("Mood?", ["calm", "angry"]),
+              refund: noul("Refund?"),
+            },
           },
           { headers: { "Idempotency-Key": "sdk-retry-1" } },
         )

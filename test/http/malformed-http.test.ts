@@ -57,11 +57,16 @@ function slowClient(url: string, head: string, trickle = "", everyMs = 200): Pro
 test("deadlines hold: a lying Content-Length, a trickling body and headers that never end are cut off with 408", async () => {
   const gw = await startGateway({ requestTimeoutMs: 2000, headersTimeoutMs: 1000 });
   try {
-    const post = (length: number) => `POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.key}\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\n\r\n`;
+    const post = (length: number) =>
+      `POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.key}\r\nContent-Type: application/json\r\nContent-Length: ${length}\r\n\r\n`;
     const cases = [
       { name: "lying Content-Length", run: slowClient(gw.url, `${post(1000)}{"state":`), deadline: 2000 },
       { name: "trickling body", run: slowClient(gw.url, post(1000), "x".repeat(1000), 100), deadline: 2000 },
-      { name: "endless headers", run: slowClient(gw.url, "POST /v1/systemone HTTP/1.1\r\nHost: x\r\n", "X-Slow: 1\r\n".repeat(100), 100), deadline: 1000 },
+      {
+        name: "endless headers",
+        run: slowClient(gw.url, "POST /v1/systemone HTTP/1.1\r\nHost: x\r\n", "X-Slow: 1\r\n".repeat(100), 100),
+        deadline: 1000,
+      },
     ];
     for (const c of cases) {
       const { answer, closedAfterMs } = await c.run;
@@ -84,13 +89,19 @@ test("a client that goes away in the middle of its body is logged at info as suc
   try {
     const socket = connect(Number(new URL(gw.url).port), "127.0.0.1");
     socket.on("error", () => undefined);
-    socket.write(`POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.key}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"state":`);
+    socket.write(
+      `POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${gw.key}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"state":`,
+    );
     await new Promise<void>((resolve) => socket.on("ready", () => setTimeout(resolve, 100)));
     socket.destroy();
     await eventually("the abort is logged", async () => lines.some((l) => /client closed the connection/.test(l.msg)));
     const abort = lines.find((l) => /client closed the connection/.test(l.msg))!;
     assert.equal(abort.level, 30, "info");
-    assert.deepEqual(lines.filter((l) => l.level >= 40).map((l) => l.msg), [], "no warning or error for it");
+    assert.deepEqual(
+      lines.filter((l) => l.level >= 40).map((l) => l.msg),
+      [],
+      "no warning or error for it",
+    );
   } finally {
     await gw.close();
   }

@@ -7,10 +7,10 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { after, before, describe, test, type TestContext } from "node:test";
+import { after, before, describe, type TestContext, test } from "node:test";
 import type { RouterOptions } from "../../src/models/routing/types.ts";
-import { makeModelDir, type ModelDir } from "../fixtures/gguf/tiny-model.ts";
-import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
+import { type FakeModelServer, startFakeModelServer } from "../fixtures/fake-model-server.ts";
+import { type ModelDir, makeModelDir } from "../fixtures/gguf/tiny-model.ts";
 import { allUsage, assertLedgerMatches } from "../support/books.ts";
 import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
 
@@ -81,7 +81,12 @@ interface Outcome {
 /**
  * Sends `total` requests with `concurrency` in flight; `onDone(n)` runs after the n-th completes (to act mid-load).
  */
-async function drive(gw: Gateway, total: number, concurrency: number, onDone: (n: number) => Promise<void> | void = () => {}): Promise<Outcome[]> {
+async function drive(
+  gw: Gateway,
+  total: number,
+  concurrency: number,
+  onDone: (n: number) => Promise<void> | void = () => {},
+): Promise<Outcome[]> {
   const outcomes: Outcome[] = [];
   let next = 0;
   const body = JSON.stringify(sampleRequest());
@@ -113,7 +118,10 @@ async function sendUntil(gw: Gateway, until: () => boolean, limitMs: number): Pr
   return { sent: statuses.length, ms: performance.now() - started, statuses };
 }
 
-async function readyz(gw: Gateway): Promise<{ status: number; body: { checks: { models: string }; models: Record<string, { state: string; healthy: number; deployments: number }> } }> {
+async function readyz(gw: Gateway): Promise<{
+  status: number;
+  body: { checks: { models: string }; models: Record<string, { state: string; healthy: number; deployments: number }> };
+}> {
   const res = await fetch(`${gw.url}/readyz`);
   return { status: res.status, body: (await res.json()) as never };
 }
@@ -130,7 +138,10 @@ describe("routing across three model services", () => {
       const outcomes = await drive(gw, 3000, 12);
       assert.equal(outcomes.filter((o) => o.status !== 200).length, 0);
       const calls = servers.map((s) => s.calls.decide);
-      assert.equal(calls.reduce((a, b) => a + b, 0), 3000);
+      assert.equal(
+        calls.reduce((a, b) => a + b, 0),
+        3000,
+      );
       const shares = calls.map((c) => c / 3000);
       report(t, `calls ${calls.join(" / ")}; shares ${shares.map((s) => s.toFixed(3)).join(" / ")} (expected 0.167 / 0.333 / 0.500)`);
       for (const [i, expected] of [1 / 6, 2 / 6, 3 / 6].entries()) {
@@ -165,7 +176,10 @@ describe("routing across three model services", () => {
       assert.equal(killedAt, 300);
       const failed = outcomes.filter((o) => o.status !== 200);
       const pastDeadline = failed.filter((o) => o.ms >= 3000);
-      report(t, `${outcomes.length} requests, ${failed.length} failed (${pastDeadline.length} of them past the 3 s deadline); slowest ${Math.max(...outcomes.map((o) => o.ms)).toFixed(0)} ms`);
+      report(
+        t,
+        `${outcomes.length} requests, ${failed.length} failed (${pastDeadline.length} of them past the 3 s deadline); slowest ${Math.max(...outcomes.map((o) => o.ms)).toFixed(0)} ms`,
+      );
       assert.deepEqual(
         failed.filter((o) => o.ms < 3000),
         [],
@@ -187,7 +201,10 @@ describe("routing across three model services", () => {
       const back = await sendUntil(gw, () => b.calls.decide > 0, 5000);
       report(t, `the restarted server received traffic again after ${back.ms.toFixed(0)} ms (${back.sent} requests)`);
       assert.ok(b.calls.decide > 0, "the restarted server receives traffic again (within 5 s)");
-      assert.deepEqual(back.statuses.filter((s) => s !== 200), []);
+      assert.deepEqual(
+        back.statuses.filter((s) => s !== 200),
+        [],
+      );
       assert.deepEqual((await readyz(gw)).body.models.decider, { state: "ok", healthy: 3, deployments: 3 });
     } finally {
       await gw.close();
@@ -199,25 +216,38 @@ describe("routing across three model services", () => {
     test(`one server answering ${behavior}: traffic moves away within a bounded number of requests, none fails`, async (t) => {
       const servers = await startServers(3);
       // A long first cooldown: once it starts, the server gets no call for the rest of the test.
-      const gw = await routedGateway(servers, { router: { ...FAST, cooldownInitialMs: 60_000, cooldownMaxMs: 60_000, healthCheckIntervalMs: null } });
+      const gw = await routedGateway(servers, {
+        router: { ...FAST, cooldownInitialMs: 60_000, cooldownMaxMs: 60_000, healthCheckIntervalMs: null },
+      });
       try {
         servers[0]!.setBehavior(behavior);
         const outcomes = await drive(gw, 300, 4);
         const failed = outcomes.filter((o) => o.status !== 200);
         const reached = servers[0]!.calls.decide;
-        report(t, `${reached} of 300 requests reached the failing server; ${failed.length} failed; slowest ${Math.max(...outcomes.map((o) => o.ms)).toFixed(0)} ms`);
+        report(
+          t,
+          `${reached} of 300 requests reached the failing server; ${failed.length} failed; slowest ${Math.max(...outcomes.map((o) => o.ms)).toFixed(0)} ms`,
+        );
         assert.deepEqual(failed, []);
         // failureThreshold consecutive failures start the cooldown; up to `concurrency` more were already on their way.
         assert.ok(reached <= FAST.failureThreshold! + 4, `${reached} requests reached it`);
         assert.ok(reached >= 1);
         const slow = outcomes.filter((o) => o.ms >= FAST.attemptTimeoutMs!);
-        if (behavior === "hang") assert.ok(slow.length <= reached, "only requests that met the hanging server waited for its attempt timeout");
+        if (behavior === "hang")
+          assert.ok(slow.length <= reached, "only requests that met the hanging server waited for its attempt timeout");
         const records = await allUsage(gw.store, gw.orgId);
-        assert.equal(records.filter((r) => r.attempts === 2).length, reached, "each request that met it was answered by another deployment");
+        assert.equal(
+          records.filter((r) => r.attempts === 2).length,
+          reached,
+          "each request that met it was answered by another deployment",
+        );
         assert.deepEqual((await readyz(gw)).body.models.decider, { state: "degraded", healthy: 2, deployments: 3 });
         const metrics = await (await fetch(`${gw.url}/metrics`)).text();
         const outcome = behavior === "hang" ? "timeout" : "bad_status";
-        assert.match(metrics, new RegExp(`tds_deployment_attempts_total\\{model="decider",deployment="a",outcome="${outcome}"\\} ${reached}\\n`));
+        assert.match(
+          metrics,
+          new RegExp(`tds_deployment_attempts_total\\{model="decider",deployment="a",outcome="${outcome}"\\} ${reached}\\n`),
+        );
         assert.match(metrics, /tds_deployment_healthy\{model="decider",deployment="a",state="cooling_down"\} 0\n/);
         assert.match(metrics, /tds_deployment_healthy\{model="decider",deployment="b",state="healthy"\} 1\n/);
         assert.match(metrics, /tds_deployment_latency_seconds_count\{model="decider",deployment="b"\} \d+\n/);
@@ -231,12 +261,17 @@ describe("routing across three model services", () => {
 
   test("all down: 502 in under 100 ms naming the model; /readyz says which model has no healthy deployment", async (t) => {
     const servers = await startServers(3);
-    const gw = await routedGateway(servers, { router: { ...FAST, healthCheckIntervalMs: null, cooldownInitialMs: 10_000, cooldownMaxMs: 10_000 } });
+    const gw = await routedGateway(servers, {
+      router: { ...FAST, healthCheckIntervalMs: null, cooldownInitialMs: 10_000, cooldownMaxMs: 10_000 },
+    });
     try {
       for (const s of servers) s.setBehavior("hang");
       // Until every deployment has cooled down, requests wait for attempt timeouts.
       const warm = await drive(gw, 8, 4);
-      assert.ok(warm.every((o) => o.status === 502 || o.status === 504), JSON.stringify(warm));
+      assert.ok(
+        warm.every((o) => o.status === 502 || o.status === 504),
+        JSON.stringify(warm),
+      );
       const times: number[] = [];
       for (let i = 0; i < 20; i++) {
         const started = performance.now();
@@ -267,7 +302,9 @@ describe("routing across three model services", () => {
 describe("replicas from a comma-separated TDS_MODEL_SERVICE_URL", () => {
   test("each model the replicas list is offered, with a deployment on every replica that lists it", async () => {
     const one = await startFakeModelServer({ models: [{ name: "shared", context: { max_state: 3000 } }] });
-    const two = await startFakeModelServer({ models: [{ name: "shared", context: { max_state: 2000, max_branch: 5000 } }, { name: "only-two" }] });
+    const two = await startFakeModelServer({
+      models: [{ name: "shared", context: { max_state: 2000, max_branch: 5000 } }, { name: "only-two" }],
+    });
     const gw = await startGateway({ fake: false, env: { TDS_MODEL_SERVICE_URL: `${one.url}, ${two.url}` } });
     try {
       const listed = (await (await gw.get("/v1/models")).json()) as { models: unknown[] };
@@ -282,7 +319,10 @@ describe("replicas from a comma-separated TDS_MODEL_SERVICE_URL", () => {
       }
       assert.equal(one.received.filter((c) => c.model === "only-two").length, 0, "a model is sent only to replicas that list it");
       assert.equal(two.received.filter((c) => c.model === "only-two").length, 20);
-      assert.ok(one.received.length > 0 && two.received.filter((c) => c.model === "shared").length > 0, "the shared model is spread over both");
+      assert.ok(
+        one.received.length > 0 && two.received.filter((c) => c.model === "shared").length > 0,
+        "the shared model is spread over both",
+      );
       const records = await allUsage(gw.store, gw.orgId);
       assert.deepEqual(
         new Set(records.map((r) => r.deployment)),
@@ -306,7 +346,13 @@ describe("a fallback deployment on the in-process engine", () => {
 
   test("is used only while the primaries are down", async (t) => {
     const servers = await startServers(2);
-    const gw = await routedGateway(servers, { extra: [{ engine: "llama", source: models.model("tiny"), fallback: true }], engines: true });
+    // The engine answers one call at a time; on a loaded machine a queued call may take seconds, so this test's deadline is
+    // generous: it is about which deployment answers, not how fast.
+    const gw = await routedGateway(servers, {
+      extra: [{ engine: "llama", source: models.model("tiny"), fallback: true }],
+      engines: true,
+      env: { TDS_MODEL_TIMEOUT_MS: "20000" },
+    });
     let [a, b] = servers as [FakeModelServer, FakeModelServer];
     try {
       // The engine loads in the background; an active check marks it healthy once it has.
@@ -314,7 +360,10 @@ describe("a fallback deployment on the in-process engine", () => {
       assert.deepEqual((await readyz(gw)).body.models.decider, { state: "ok", healthy: 3, deployments: 3 });
 
       const before = await drive(gw, 60, 4);
-      assert.deepEqual(before.filter((o) => o.status !== 200), []);
+      assert.deepEqual(
+        before.filter((o) => o.status !== 200),
+        [],
+      );
       assert.equal(a.calls.decide + b.calls.decide, 60, "primaries up: every request goes to them");
 
       await a.close();
@@ -324,7 +373,10 @@ describe("a fallback deployment on the in-process engine", () => {
       report(t, `primaries down: ${failed.length} of 30 failed`);
       assert.deepEqual(failed, [], "each request goes on to the fallback after the primaries fail");
       let records = await allUsage(gw.store, gw.orgId);
-      assert.ok(records.slice(0, 30).every((r) => r.deployment === "in-process"), "answered by the engine");
+      assert.ok(
+        records.slice(0, 30).every((r) => r.deployment === "in-process"),
+        "answered by the engine",
+      );
       assert.equal(records.slice(30).filter((r) => r.deployment === "in-process").length, 0);
 
       a = await restart(a);
@@ -333,7 +385,10 @@ describe("a fallback deployment on the in-process engine", () => {
       const back = await sendUntil(gw, () => a.calls.decide + b.calls.decide > 0, 5000);
       report(t, `primaries took traffic again after ${back.ms.toFixed(0)} ms`);
       const after = await drive(gw, 40, 2);
-      assert.deepEqual(after.filter((o) => o.status !== 200), []);
+      assert.deepEqual(
+        after.filter((o) => o.status !== 200),
+        [],
+      );
       records = await allUsage(gw.store, gw.orgId);
       assert.deepEqual(
         records.slice(0, 40).filter((r) => r.deployment === "in-process"),
@@ -364,7 +419,11 @@ describe("money on a retried request", () => {
         const body = (await res.json()) as { usage: { cost_usd: string } };
         assert.equal(res.status, 200, JSON.stringify(body));
         const requestId = res.headers.get("x-service-request-id")!;
-        const record = (await (await gw.get(`/v1/usage/${requestId}`)).json()) as { deployment: string; attempts: number; cost_usd: string };
+        const record = (await (await gw.get(`/v1/usage/${requestId}`)).json()) as {
+          deployment: string;
+          attempts: number;
+          cost_usd: string;
+        };
         assert.equal(record.deployment, "b", "only b answers");
         if (record.attempts === 2) retried = requestId;
         else assert.equal(record.attempts, 1);

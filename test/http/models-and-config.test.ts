@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { writeFileSync, mkdtempSync } from "node:fs";
+import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -43,7 +43,13 @@ describe("GET /v1/models, GET /api/config, GET /openapi.json", () => {
     assert.equal(body.pricing.price_per_million_input_usd, null);
     assert.deepEqual(
       { ...body.pricing.reservation, rule: typeof body.pricing.reservation.rule },
-      { rule: "string", prompt_overhead_tokens: 256, question_overhead_tokens: 64, output_tokens_per_question: 1, cap_tokens: body.limits.reserve_tokens },
+      {
+        rule: "string",
+        prompt_overhead_tokens: 256,
+        question_overhead_tokens: 64,
+        output_tokens_per_question: 1,
+        cap_tokens: body.limits.reserve_tokens,
+      },
     );
     assert.ok(!JSON.stringify(body).includes(gw.fake!.url), "the upstream URL is not published");
   });
@@ -88,7 +94,13 @@ describe("configured models, aliases and prices", () => {
         default_model: "decider",
         aliases: { "jev-latest": "decider" },
         models: [
-          { name: "decider", upstream_name: "fake-large", aliases: ["decider-v1"], context: { max_state: 1000, max_branch: 1200 }, price_per_million_input_usd: "2.50" },
+          {
+            name: "decider",
+            upstream_name: "fake-large",
+            aliases: ["decider-v1"],
+            context: { max_state: 1000, max_branch: 1200 },
+            price_per_million_input_usd: "2.50",
+          },
           { name: "small", upstream_name: "fake-small" },
         ],
       }),
@@ -101,7 +113,12 @@ describe("configured models, aliases and prices", () => {
       assert.ok(small.context, "the fake publishes a context for fake-small");
       assert.deepEqual(
         models,
-        { models: [{ name: "decider", context: { max_state: 1000, max_branch: 1200 } }, { name: "small", context: small.context }] },
+        {
+          models: [
+            { name: "decider", context: { max_state: 1000, max_branch: 1200 } },
+            { name: "small", context: small.context },
+          ],
+        },
         "a configured context is published as is; otherwise the context its deployment publishes",
       );
       for (const [requested, name, upstream] of [
@@ -120,7 +137,9 @@ describe("configured models, aliases and prices", () => {
       const unknown = await errorBody(await gw.decide({ ...sampleRequest(), model: "fake-large" }), 422);
       assert.equal(unknown.errors?.[0]?.field, "model");
       const config = await json(await fetch(`${gw.url}/api/config`));
-      assert.deepEqual(config.pricing.models, [{ name: "decider", price_per_million_input_usd: "2.5", price_per_million_output_usd: null }]);
+      assert.deepEqual(config.pricing.models, [
+        { name: "decider", price_per_million_input_usd: "2.5", price_per_million_output_usd: null },
+      ]);
     } finally {
       await gw.close();
     }

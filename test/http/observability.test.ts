@@ -10,7 +10,7 @@ function metricValue(text: string, name: string, labels: Record<string, string> 
   const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
   const line = text
     .split("\n")
-    .find((l) => l.startsWith(`${name}{`) || l.startsWith(`${name} `) ? wanted.every((w) => l.includes(w)) : false);
+    .find((l) => (l.startsWith(`${name}{`) || l.startsWith(`${name} `) ? wanted.every((w) => l.includes(w)) : false));
   return line ? Number(line.slice(line.lastIndexOf(" ") + 1)) : 0;
 }
 
@@ -50,7 +50,10 @@ describe("observability", () => {
       assert.equal(metricValue(text, "tds_model_errors_total", { kind: "bad_status" }), 1);
       assert.equal(metricValue(text, "tds_reservations_total", { outcome: "released" }), 1);
       assert.equal(metricValue(text, "tds_reservations_total", { outcome: "settled" }), statuses.filter((s) => s === 200).length);
-      assert.equal(metricValue(text, "tds_admission_rejections_total", { reason: "rate_limited" }), statuses.filter((s) => s === 429).length);
+      assert.equal(
+        metricValue(text, "tds_admission_rejections_total", { reason: "rate_limited" }),
+        statuses.filter((s) => s === 429).length,
+      );
       assert.equal(metricValue(text, "tds_admission_rejections_total", { reason: "insufficient_credits" }), 1);
       assert.equal(metricValue(text, "tds_reservations_total", { outcome: "insufficient" }), 1);
       assert.equal(metricValue(text, "tds_gateway_latency_seconds_count"), statuses.filter((s) => s === 200).length);

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
-import { TypeSafeClient, choice, noul, score, UnprocessableEntityError, AuthenticationError } from "@typesafe-ai/sdk";
+import { AuthenticationError, choice, noul, score, TypeSafeClient, UnprocessableEntityError } from "@typesafe-ai/sdk";
 import { type Gateway, startGateway } from "../support/gateway-harness.ts";
 
 describe("the official @typesafe-ai/sdk against the gateway", () => {

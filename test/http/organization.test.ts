@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { OrganizationResponse, UsageSummaryResponse, type UsageDay } from "../../src/contract/organization.ts";
+import { OrganizationResponse, type UsageDay, UsageSummaryResponse } from "../../src/contract/organization.ts";
 import { compileSchema } from "../../src/contract/validation.ts";
-import { FixedClock } from "../../src/gateway/clock.ts";
 import { errorBody, json } from "../support/contract-check.ts";
+import { FixedClock } from "../support/fixed-clock.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
 import { finalRecord, type SeedRecord, seedUsage } from "../support/usage-fixtures.ts";
 
@@ -107,8 +107,14 @@ describe("GET /v1/usage/summary", () => {
       const body = await json(await gw.get("/v1/usage/summary?days=3"));
       assert.ok(validSummary(body), JSON.stringify(validSummary.errors));
       assert.equal(body.truncated, false);
-      assert.deepEqual(body.days.map((d: { date: string }) => d.date), ["2026-11-18", "2026-11-19", "2026-11-20"]);
-      assert.deepEqual(body.days.map((d: { requests: number }) => d.requests), [2, 0, 2]);
+      assert.deepEqual(
+        body.days.map((d: { date: string }) => d.date),
+        ["2026-11-18", "2026-11-19", "2026-11-20"],
+      );
+      assert.deepEqual(
+        body.days.map((d: { requests: number }) => d.requests),
+        [2, 0, 2],
+      );
       const [first, empty, last] = body.days as [UsageDay, UsageDay, UsageDay];
       assert.ok(first.input_tokens > 0 && first.output_tokens > 0);
       assert.deepEqual(empty, { date: "2026-11-19", requests: 0, input_tokens: 0, output_tokens: 0, cost_microusd: 0, cost_usd: "0" });
@@ -122,10 +128,16 @@ describe("GET /v1/usage/summary", () => {
       assert.equal(fourteen.days[0].date, "2026-11-07");
       assert.equal(fourteen.days.at(-1).date, "2026-11-20");
       assert.equal(fourteen.days.find((d: { date: string }) => d.date === "2026-11-17").requests, 1);
-      assert.equal(fourteen.days.reduce((s: number, d: { requests: number }) => s + d.requests, 0), 5);
+      assert.equal(
+        fourteen.days.reduce((s: number, d: { requests: number }) => s + d.requests, 0),
+        5,
+      );
 
       const one = await json(await gw.get("/v1/usage/summary?days=1"));
-      assert.deepEqual(one.days.map((d: { date: string }) => d.date), ["2026-11-20"]);
+      assert.deepEqual(
+        one.days.map((d: { date: string }) => d.date),
+        ["2026-11-20"],
+      );
       assert.equal((await json(await gw.get("/v1/usage/summary?days=31"))).days.length, 31);
 
       for (const bad of ["days=0", "days=32", "days=abc", "days=-1", "days=1.5", "colour=red"]) {
@@ -139,7 +151,9 @@ describe("GET /v1/usage/summary", () => {
   });
 
   test("paid costs add up exactly per day", async () => {
-    const gw = await startGateway({ env: { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "0.7", TDS_RESERVE_TOKENS: "1000" } });
+    const gw = await startGateway({
+      env: { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "0.7", TDS_RESERVE_TOKENS: "1000" },
+    });
     try {
       await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 1_000_000, nowMs: Date.now() });
       let total = 0;
@@ -162,13 +176,19 @@ describe("GET /v1/usage/summary", () => {
       const body = await json(await gw.get("/v1/usage/summary?days=2"));
       assert.ok(validSummary(body), JSON.stringify(validSummary.errors));
       assert.equal(body.truncated, true);
-      assert.equal(body.days.reduce((s: number, d: { requests: number }) => s + d.requests, 0), 10_000);
+      assert.equal(
+        body.days.reduce((s: number, d: { requests: number }) => s + d.requests, 0),
+        10_000,
+      );
 
       // Exactly the bound is not truncated.
       const other = await gw.newOrg("exact");
       for (let i = 0; i < 10_000; i++) await seedUsage(gw.store, [usageRecord(other.orgId, other.keyId, `req_exact${i}`, now - i * 1000)]);
       const exact = await json(await fetch(`${gw.url}/v1/usage/summary?days=2`, { headers: { authorization: `Bearer ${other.key}` } }));
-      assert.equal(exact.days.reduce((s: number, d: { requests: number }) => s + d.requests, 0), 10_000);
+      assert.equal(
+        exact.days.reduce((s: number, d: { requests: number }) => s + d.requests, 0),
+        10_000,
+      );
       assert.equal(exact.truncated, false);
     } finally {
       await gw.close();
@@ -189,7 +209,10 @@ describe("OpenAPI", () => {
       const summary = doc.paths["/v1/usage/summary"].get;
       assert.deepEqual(summary.security, [{ bearer: [] }]);
       assert.equal(summary.responses["200"].content["application/json"].schema.title, "UsageSummary");
-      assert.deepEqual(summary.parameters.map((p: { name: string; in: string }) => [p.name, p.in]), [["days", "query"]]);
+      assert.deepEqual(
+        summary.parameters.map((p: { name: string; in: string }) => [p.name, p.in]),
+        [["days", "query"]],
+      );
       for (const path of Object.keys(doc.paths)) assert.ok(!path.startsWith("/console") && path !== "/", path);
     } finally {
       await gw.close();

@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { FixedClock } from "../../src/gateway/clock.ts";
 import type { ModelService } from "../../src/models/model-service.ts";
-import { createSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
+import { openSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
 import { startFakeModelServer } from "../fixtures/fake-model-server.ts";
-import { assertShape, errorBody, json } from "../support/contract-check.ts";
 import { assertLedgerMatches } from "../support/books.ts";
+import { assertShape, errorBody, json } from "../support/contract-check.ts";
+import { FixedClock } from "../support/fixed-clock.ts";
 import { sampleRequest, startGateway, TICKET_HISTORY } from "../support/gateway-harness.ts";
 
 /** 1 USD per million input tokens = 1 microUSD per token; 1000 tokens reserved = 1000 microUSD per request. */
@@ -15,7 +15,6 @@ const PAID = {
   TDS_RESERVE_TOKENS: "1000",
   TDS_REQUESTS_PER_MINUTE: "100000",
 };
-
 
 describe("paid mode", () => {
   test("credits for exactly k reservations, 5k parallel requests: exactly k succeed, the rest get 402, the books balance", async () => {
@@ -31,7 +30,11 @@ describe("paid mode", () => {
       const refused = responses.filter((r) => r.status === 402);
       assert.equal(ok.length, k);
       assert.equal(refused.length, 4 * k);
-      for (const r of refused) assert.match((await errorBody(r, 402)).detail, /cannot cover the reservation of this request: 0\.001 USD for at most 1000 input and 3 output tokens/);
+      for (const r of refused)
+        assert.match(
+          (await errorBody(r, 402)).detail,
+          /cannot cover the reservation of this request: 0\.001 USD for at most 1000 input and 3 output tokens/,
+        );
       let charged = 0;
       for (const r of ok) {
         const b = await json(r);
@@ -57,7 +60,11 @@ describe("paid mode", () => {
       const res = await gw.decide(sampleRequest({ state: { fake_behavior: "tokens:1000001:3", history: TICKET_HISTORY } }));
       const tooMany = await json(res);
       assert.equal(res.status, 200);
-      assert.equal(tooMany.usage.cost_microusd, 256, "over the reservation: charged the reservation, 1000 input × 0.25 + 3 output × 2 USD per million");
+      assert.equal(
+        tooMany.usage.cost_microusd,
+        256,
+        "over the reservation: charged the reservation, 1000 input × 0.25 + 3 output × 2 USD per million",
+      );
       const record = await gw.store.getUsage(gw.orgId, tooMany.request_id);
       assert.equal(record?.overReservation, true);
 
@@ -107,7 +114,7 @@ describe("paid mode", () => {
   test("a reservation that expires during the model call gives 409 and charges nothing", async () => {
     const clock = new FixedClock(Date.parse("2026-11-26T10:00:00Z"));
     const fake = await startFakeModelServer();
-    const upstream = createSystemOneHttpService({ baseUrl: fake.url });
+    const upstream = openSystemOneHttpService({ baseUrl: fake.url });
     // A model call that outlives the reservation: the clock passes its expiry while the model works.
     const slow: ModelService = {
       listModels: (o) => upstream.listModels(o),
@@ -168,7 +175,10 @@ describe("paid mode", () => {
       assert.deepEqual(await gw.store.getBalance(gw.orgId), { available: 3000, reserved: 0, spent: 0, granted: 3000 });
       assert.equal((await gw.store.getReservation("req_stuck"))?.status, "expired");
       const record = await gw.store.getUsage(gw.orgId, "req_stuck");
-      assert.deepEqual([record?.outcome, record?.httpStatus, record?.costMicrousd, record?.completedAtMs], ["gateway_error", null, 0, clock.nowMs()]);
+      assert.deepEqual(
+        [record?.outcome, record?.httpStatus, record?.costMicrousd, record?.completedAtMs],
+        ["gateway_error", null, 0, clock.nowMs()],
+      );
       assert.deepEqual(await gw.app.sweepBooks(), { abandoned: 0, expired: 0 });
     } finally {
       await gw.close();

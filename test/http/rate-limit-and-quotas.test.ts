@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { FixedClock } from "../../src/gateway/clock.ts";
 import { errorBody } from "../support/contract-check.ts";
+import { FixedClock } from "../support/fixed-clock.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
 
 describe("per-minute rate limit", () => {
@@ -35,7 +35,7 @@ describe("per-minute rate limit", () => {
   test("all keys of an organization and the Playground share one limit; other organizations have their own", async () => {
     const gw = await startGateway({ env: { TDS_REQUESTS_PER_MINUTE: "2" } });
     try {
-      const { generateApiKey } = await import("../../src/gateway/api-keys.ts");
+      const { generateApiKey } = await import("../../src/domain/api-keys.ts");
       const second = generateApiKey();
       await gw.store.createApiKey({ id: second.id, orgId: gw.orgId, name: null, hash: second.hash, nowMs: Date.now() });
       assert.equal((await gw.decide(sampleRequest())).status, 200);
@@ -62,7 +62,7 @@ describe("every authenticated request counts", () => {
       assert.equal(gw.fake!.calls.decide, 0);
       assert.equal((await gw.store.listUsage(gw.orgId, { limit: 10 })).records.length, 0, "nothing recorded for rejected requests");
       // A 401 is not counted against anyone.
-      await errorBody(await gw.decide(sampleRequest(), { authorization: "Bearer tds_aaaaaaaaaaaa_" + "a".repeat(43) }), 401);
+      await errorBody(await gw.decide(sampleRequest(), { authorization: `Bearer tds_aaaaaaaaaaaa_${"a".repeat(43)}` }), 401);
     } finally {
       await gw.close();
     }
@@ -89,7 +89,10 @@ describe("every authenticated request counts", () => {
 describe("preview daily quotas", () => {
   test("reset at 00:00:00.000 UTC for the organization and the service; Playground and API share the counters", async () => {
     const clock = new FixedClock(Date.parse("2026-11-26T23:59:59.000Z"));
-    const gw = await startGateway({ clock, env: { TDS_PREVIEW_REQUEST_LIMIT: "2", TDS_PREVIEW_GLOBAL_REQUEST_LIMIT: "3", TDS_REQUESTS_PER_MINUTE: "1000" } });
+    const gw = await startGateway({
+      clock,
+      env: { TDS_PREVIEW_REQUEST_LIMIT: "2", TDS_PREVIEW_GLOBAL_REQUEST_LIMIT: "3", TDS_REQUESTS_PER_MINUTE: "1000" },
+    });
     try {
       const b = await gw.newOrg("org-b");
       const asB = { authorization: `Bearer ${b.key}` };

@@ -1,10 +1,9 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { PROMPT_OVERHEAD_TOKENS, QUESTION_OVERHEAD_TOKENS } from "../../src/gateway/token-bound.ts";
+import { assertLedgerMatches, eventually } from "../support/books.ts";
 import { json } from "../support/contract-check.ts";
-import { eventually } from "../support/books.ts";
 import { startGateway } from "../support/gateway-harness.ts";
-import { assertLedgerMatches } from "../support/books.ts";
 
 /** 1000 USD per million input tokens: 1000 microUSD per token. Output is not billed. */
 const DEAR = { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1000" };
@@ -25,7 +24,12 @@ describe("paid reservations sized to the request", () => {
       const pending = gw.decide(body);
       const expected = inputBound(body) * 1000;
       await eventually("reserved while the model works", async () => (await gw.store.getBalance(gw.orgId)).reserved > 0);
-      assert.deepEqual(await gw.store.getBalance(gw.orgId), { available: 5_000_000 - expected, reserved: expected, spent: 0, granted: 5_000_000 });
+      assert.deepEqual(await gw.store.getBalance(gw.orgId), {
+        available: 5_000_000 - expected,
+        reserved: expected,
+        spent: 0,
+        granted: 5_000_000,
+      });
       const res = await pending;
       const answer = await json(res);
       assert.equal(res.status, 200, JSON.stringify(answer));
@@ -45,7 +49,10 @@ describe("paid reservations sized to the request", () => {
   });
 
   test("a large request's reservation is capped at reserve_tokens' worth, and it is never refused for its size", async () => {
-    const gw = await startGateway({ env: { ...DEAR, TDS_RESERVE_TOKENS: "2000", TDS_PRICE_PER_MILLION_OUTPUT_USD: "1000" }, fake: { maxInputTokens: 1_000_000 } });
+    const gw = await startGateway({
+      env: { ...DEAR, TDS_RESERVE_TOKENS: "2000", TDS_PRICE_PER_MILLION_OUTPUT_USD: "1000" },
+      fake: { maxInputTokens: 1_000_000 },
+    });
     try {
       // Enough for the cap (2000 input + 3 output tokens), far from enough for the request's bound (~60,000 tokens).
       await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 2_003_000, nowMs: Date.now() });

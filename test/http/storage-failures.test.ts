@@ -5,13 +5,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import Database from "better-sqlite3";
-import { generateApiKey, newOrganizationId } from "../../src/gateway/api-keys.ts";
+import { sqlitePathOf } from "../../src/database-url.ts";
+import { generateApiKey, newOrganizationId } from "../../src/domain/api-keys.ts";
 import { openSqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
 import { startFakeModelServer } from "../fixtures/fake-model-server.ts";
-import { startGatewayProcess } from "../support/gateway-process.ts";
-import { sqlitePathOf } from "../../src/store/database-url.ts";
 import { errorBody } from "../support/contract-check.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
+import { startGatewayProcess } from "../support/gateway-process.ts";
 
 describe("storage unavailable", () => {
   test("a database locked by another writer gives 503 with a retryable detail, and nothing is charged or recorded", async () => {

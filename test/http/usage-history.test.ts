@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { FixedClock } from "../../src/gateway/clock.ts";
 import { UsagePageJson, UsageRecordJson } from "../../src/contract/usage.ts";
 import { compileSchema } from "../../src/contract/validation.ts";
 import { errorBody, json } from "../support/contract-check.ts";
+import { FixedClock } from "../support/fixed-clock.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
 
 const validRecord = compileSchema<UsageRecordJson>(UsageRecordJson);
@@ -87,9 +87,15 @@ describe("usage history", () => {
       assert.deepEqual(seen, [...ids].reverse());
 
       const failed = await json(await gw.get("/v1/usage?outcome=model_error"));
-      assert.deepEqual(failed.data.map((r: { request_id: string }) => r.request_id), [ids[5], ids[2]]);
+      assert.deepEqual(
+        failed.data.map((r: { request_id: string }) => r.request_id),
+        [ids[5], ids[2]],
+      );
       const window = await json(await gw.get("/v1/usage?from=2026-11-20T02:00:00Z&to=2026-11-20T04:00:00Z"));
-      assert.deepEqual(window.data.map((r: { request_id: string }) => r.request_id), [ids[2], ids[1]]);
+      assert.deepEqual(
+        window.data.map((r: { request_id: string }) => r.request_id),
+        [ids[2], ids[1]],
+      );
 
       for (const bad of ["limit=0", "limit=201", "limit=abc", "from=yesterday", "outcome=won", "cursor=%21%21", "color=red"]) {
         const body = await errorBody(await gw.get(`/v1/usage?${bad}`), 422);

@@ -1,10 +1,11 @@
 import assert from "node:assert/strict";
 import { performance } from "node:perf_hooks";
-import { setTimeout as sleep } from "node:timers/promises";
 import { describe, test } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
 import fc from "fast-check";
-import { FixedClock, systemClock, type Clock } from "../../src/gateway/clock.ts";
+import { type Clock, systemClock } from "../../src/domain/clock.ts";
 import { RATE_WINDOW_MS, type RateDecision, type RateLimiter } from "../../src/limits/rate-limiter.ts";
+import { FixedClock } from "../support/fixed-clock.ts";
 
 /**
  * The behaviour every RateLimiter must have: an exact sliding log, in any window at most `limit`
@@ -129,8 +130,7 @@ export function describeRateLimiterContract(
   options: RateLimiterContractOptions = {},
 ): void {
   const real = options.realTime;
-  const newTime = (): ContractTime =>
-    real ? realTime(real.windowMs, real.slackMs ?? 3) : fixedTime(1_000_000);
+  const newTime = (): ContractTime => (real ? realTime(real.windowMs, real.slackMs ?? 3) : fixedTime(1_000_000));
 
   async function withLimiter(fn: (limiter: RateLimiter, time: ContractTime) => Promise<void>): Promise<void> {
     const time = newTime();
@@ -244,7 +244,10 @@ export function describeRateLimiterContract(
         const fourth = calls[3]!;
         const lo = fourth.start + W - refused.end - time.slackMs;
         const hi = fourth.end + W - refused.start + time.slackMs;
-        assert.ok(refused.decision.retryAfterMs >= lo && refused.decision.retryAfterMs <= hi, `retryAfterMs ${refused.decision.retryAfterMs} not in [${lo}, ${hi}]`);
+        assert.ok(
+          refused.decision.retryAfterMs >= lo && refused.decision.retryAfterMs <= hi,
+          `retryAfterMs ${refused.decision.retryAfterMs} not in [${lo}, ${hi}]`,
+        );
         if (!real) assert.equal(refused.decision.retryAfterMs, W - (2 * W) / 10);
         await time.advance(W);
         assert.equal((await limiter.consume("k", 2)).allowed, true);

@@ -7,21 +7,22 @@ import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
-import { setTimeout as sleep } from "node:timers/promises";
 import { after, before, describe, test } from "node:test";
+import { setTimeout as sleep } from "node:timers/promises";
 import fc from "fast-check";
 import { Redis } from "ioredis";
-import { FixedClock, systemClock } from "../../src/gateway/clock.ts";
+import { systemClock } from "../../src/domain/clock.ts";
 import { MemoryRateLimiter } from "../../src/limits/memory-rate-limiter.ts";
 import { RATE_WINDOW_MS, type RateDecision, type RateLimiter } from "../../src/limits/rate-limiter.ts";
 import {
-  createRedisRateLimiter,
+  openRedisRateLimiter,
   type RateLimiterMode,
   type RedisRateLimiter,
   type RedisRateLimiterOptions,
 } from "../../src/limits/redis-rate-limiter.ts";
-import { describeRateLimiterContract } from "./rate-limiter-contract.ts";
+import { FixedClock } from "../support/fixed-clock.ts";
 import { freePort, startRedisServer, stopRedisServer } from "../support/redis-server.ts";
+import { describeRateLimiterContract } from "./rate-limiter-contract.ts";
 
 // Needs the Redis of services.md at 127.0.0.1:6379 (or TDS_TEST_REDIS_URL) and the redis-server binary.
 // TDS_SKIP_REDIS=1 skips what needs them; otherwise an unreachable Redis fails the file clearly.
@@ -34,7 +35,13 @@ const COMMAND_TIMEOUT_MS = 200;
 const BOUND_MS = COMMAND_TIMEOUT_MS + 150;
 
 async function redisProblem(url: string): Promise<string | null> {
-  const client = new Redis(url, { lazyConnect: true, retryStrategy: () => null, enableOfflineQueue: false, connectTimeout: 1000, maxRetriesPerRequest: 0 });
+  const client = new Redis(url, {
+    lazyConnect: true,
+    retryStrategy: () => null,
+    enableOfflineQueue: false,
+    connectTimeout: 1000,
+    maxRetriesPerRequest: 0,
+  });
   let cause = "";
   client.on("error", (err: Error) => (cause ||= err.message));
   try {
@@ -85,7 +92,7 @@ function uniquePrefix(): string {
 }
 
 function redisLimiter(overrides: Partial<RedisRateLimiterOptions> = {}): RedisRateLimiter {
-  return createRedisRateLimiter({
+  return openRedisRateLimiter({
     url: REDIS_URL,
     keyPrefix: uniquePrefix(),
     fallback: noFallback,
@@ -109,11 +116,10 @@ async function waitFor(what: string, condition: () => boolean, timeoutMs: number
   return performance.now() - t0;
 }
 
-describeRateLimiterContract(
-  "RedisRateLimiter",
-  async () => redisLimiter({ windowMs: 300 }),
-  { realTime: { windowMs: 300, slackMs: 3, numRuns: 5 }, skip: skipShared },
-);
+describeRateLimiterContract("RedisRateLimiter", async () => redisLimiter({ windowMs: 300 }), {
+  realTime: { windowMs: 300, slackMs: 3, numRuns: 5 },
+  skip: skipShared,
+});
 
 describe("RedisRateLimiter against the shared Redis", { skip: skipShared }, () => {
   let admin: Redis;
@@ -171,7 +177,7 @@ describe("RedisRateLimiter against the shared Redis", { skip: skipShared }, () =
 
   test("the 60-second window's retry-after is exact to a few ms (Redis TIME, default window and prefix)", async () => {
     const org = `${PREFIX}default-prefix-${randomUUID()}`;
-    const limiter = createRedisRateLimiter({ url: REDIS_URL, fallback: noFallback, commandTimeoutMs: 2000 });
+    const limiter = openRedisRateLimiter({ url: REDIS_URL, fallback: noFallback, commandTimeoutMs: 2000 });
     try {
       const t0 = performance.now();
       assert.equal((await limiter.consume(org, 2)).allowed, true);
@@ -213,7 +219,7 @@ describe("RedisRateLimiter when Redis cannot answer", () => {
     const port = await freePort();
     const logger = new RecordingLogger();
     const modes: RateLimiterMode[] = [];
-    const limiter = createRedisRateLimiter({
+    const limiter = openRedisRateLimiter({
       url: `redis://127.0.0.1:${port}`,
       fallback: new MemoryRateLimiter(new FixedClock(0)),
       logger,
@@ -229,7 +235,10 @@ describe("RedisRateLimiter when Redis cannot answer", () => {
       }
       calls.push(...(await Promise.all(Array.from({ length: 30 }, () => timedConsume(limiter, "org", 3)))));
       for (const c of calls) assert.ok(c.ms < BOUND_MS, `a call took ${c.ms.toFixed(0)} ms`);
-      assert.deepEqual(calls.slice(0, 4).map((c) => c.d.allowed), [true, true, true, false]);
+      assert.deepEqual(
+        calls.slice(0, 4).map((c) => c.d.allowed),
+        [true, true, true, false],
+      );
       assert.equal(calls.filter((c) => c.d.allowed).length, 3, "the fallback limits: not one request more");
       assert.deepEqual(calls[3]!.d, { allowed: false, retryAfterMs: RATE_WINDOW_MS, remaining: 0 });
       assert.equal(limiter.mode(), "fallback");
@@ -255,7 +264,7 @@ describe("RedisRateLimiter when Redis cannot answer", () => {
     await once(server, "listening");
     const { port } = server.address() as net.AddressInfo;
     const logger = new RecordingLogger();
-    const limiter = createRedisRateLimiter({
+    const limiter = openRedisRateLimiter({
       url: `redis://127.0.0.1:${port}`,
       fallback: new MemoryRateLimiter(systemClock),
       logger,
@@ -293,7 +302,7 @@ describe("RedisRateLimiter outage and recovery (throwaway redis-server)", { skip
   test("killed: the fallback answers at once with one warn; restarted: back to Redis by itself, one info", async () => {
     const logger = new RecordingLogger();
     const modes: RateLimiterMode[] = [];
-    const limiter = createRedisRateLimiter({
+    const limiter = openRedisRateLimiter({
       url: `redis://127.0.0.1:${port}`,
       keyPrefix: uniquePrefix(),
       fallback: new MemoryRateLimiter(systemClock),
@@ -336,7 +345,7 @@ describe("RedisRateLimiter outage and recovery (throwaway redis-server)", { skip
     const logger = new RecordingLogger();
     const modes: RateLimiterMode[] = [];
     const prefix = uniquePrefix();
-    const limiter = createRedisRateLimiter({
+    const limiter = openRedisRateLimiter({
       url: `redis://127.0.0.1:${port}`,
       keyPrefix: prefix,
       fallback: new MemoryRateLimiter(systemClock),

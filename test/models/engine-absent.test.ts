@@ -1,15 +1,15 @@
-import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
+import { after, before, describe, test } from "node:test";
 import { loadConfig } from "../../src/config.ts";
+import { DEFAULT_EMBEDDED_MODEL } from "../../src/config-defaults.ts";
 import { engineKey } from "../../src/config-models.ts";
-import { DEFAULT_EMBEDDED_MODEL } from "../../src/models/llama/default-model.ts";
-import { engineStatusOf } from "../../src/models/llama/engine-status.ts";
-import { ModelServiceError, type ModelService } from "../../src/models/model-service.ts";
 import { ENGINE_NOT_INSTALLED, ENGINE_PACKAGE, isEnginePackageMissing } from "../../src/models/llama/engine-absent.ts";
+import { engineStatusOf } from "../../src/models/llama/engine-status.ts";
+import { type ModelService, ModelServiceError } from "../../src/models/model-service.ts";
 import { openEngines } from "../../src/models/open-model-service.ts";
 import { recordingLogger } from "../fixtures/gguf/tiny-model.ts";
-import { startEngineGateway, type EngineGateway } from "./engine-gateway.ts";
+import { type EngineGateway, startEngineGateway } from "./engine-gateway.ts";
 
 /** The error Node's ESM loader throws for a package that is not installed. */
 function notFound(specifier: string, from = "/srv/tds/src/models/llama/backend.ts"): Error {
@@ -32,13 +32,18 @@ describe("the embedded engine not installed", () => {
   });
 
   test("the install command names the version package.json pins", () => {
-    const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { optionalDependencies: Record<string, string> };
+    const pkg = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as {
+      optionalDependencies: Record<string, string>;
+    };
     assert.equal(ENGINE_PACKAGE, `node-llama-cpp@${pkg.optionalDependencies["node-llama-cpp"]}`);
   });
 
   test("another module that cannot be imported still fails the start", async () => {
     const config = loadConfig({ TDS_MODEL_PATH: "/models/x.gguf" });
-    await assert.rejects(openEngines(config, recordingLogger(), { importEngine: () => Promise.reject(notFound("@huggingface/jinja")) }), /@huggingface\/jinja/);
+    await assert.rejects(
+      openEngines(config, recordingLogger(), { importEngine: () => Promise.reject(notFound("@huggingface/jinja")) }),
+      /@huggingface\/jinja/,
+    );
   });
 
   test("nothing configured: the default model is on the absent engine", async () => {
@@ -90,7 +95,12 @@ describe("the embedded engine not installed", () => {
       const { status, body } = await gw.readyz();
       assert.equal(status, 503);
       assert.equal(body.checks.database, "ok");
-      assert.deepEqual(body.models.local, { state: "unavailable", healthy: 0, deployments: 1, engine: { state: "not_installed", detail: ENGINE_NOT_INSTALLED } });
+      assert.deepEqual(body.models.local, {
+        state: "unavailable",
+        healthy: 0,
+        deployments: 1,
+        engine: { state: "not_installed", detail: ENGINE_NOT_INSTALLED },
+      });
       assert.equal(body.models["fake-small"]?.state, "ok");
       assert.equal(body.models["fake-small"]?.engine, undefined);
     });

@@ -1,10 +1,10 @@
-import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
 import type { Question } from "../../src/contract/decision.ts";
 import { checkAnswers } from "../../src/gateway/answer-check.ts";
 import type { LlamaService } from "../../src/models/llama/llama-service.ts";
 import type { ModelCall } from "../../src/models/model-service.ts";
-import { expectKind, makeModelDir, manyOptions, tinyService, type ModelDir } from "../fixtures/gguf/tiny-model.ts";
+import { expectKind, type ModelDir, makeModelDir, manyOptions, tinyService } from "../fixtures/gguf/tiny-model.ts";
 
 const small: Record<string, Question> = { ok: { type: "noul", instructions: "Is it fine?" } };
 /** Enough work to keep the single context busy for a while (hundreds of ms on the tiny model). */
@@ -50,7 +50,11 @@ describe("embedded engine: pool, queue, deadlines", () => {
       return r;
     });
     const started = performance.now();
-    await expectKind(service.decide(call(small), { timeoutMs: 60_000 }), "overloaded", /busy: 1 request\(s\) running and 1 waiting \(queue limit 1\)/);
+    await expectKind(
+      service.decide(call(small), { timeoutMs: 60_000 }),
+      "overloaded",
+      /busy: 1 request\(s\) running and 1 waiting \(queue limit 1\)/,
+    );
     assert.ok(performance.now() - started < 100, "overloaded is immediate");
     const [a, b] = await Promise.all([running, queued]);
     assert.ok(checkAnswers(slow, a.answers).ok);

@@ -1,12 +1,12 @@
-import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
 import type { LlamaContext, LlamaModel, Token } from "node-llama-cpp";
 import type { ChoiceAnswer, NoulAnswer, Question, ScoreAnswer } from "../../src/contract/decision.ts";
 import { checkAnswers } from "../../src/gateway/answer-check.ts";
 import { getBackend } from "../../src/models/llama/backend.ts";
 import type { LlamaService, RenderedQuestion } from "../../src/models/llama/llama-service.ts";
 import type { ModelCall } from "../../src/models/model-service.ts";
-import { expectKind, makeModelDir, manyOptions, tinyService, type ModelDir } from "../fixtures/gguf/tiny-model.ts";
+import { expectKind, type ModelDir, makeModelDir, manyOptions, tinyService } from "../fixtures/gguf/tiny-model.ts";
 
 const questions: Record<string, Question> = {
   topic: {
@@ -15,7 +15,11 @@ const questions: Record<string, Question> = {
     criteria: { billing: "Payments and invoices", bug: "Something broken", other: null },
   },
   urgency: { type: "score", instructions: "How urgent is it?", criteria: ["not urgent", "soon", "today", "now"] },
-  refund: { type: "noul", instructions: "Does the customer ask for a refund?", criteria: { true: "a refund is asked for", false: "no refund" } },
+  refund: {
+    type: "noul",
+    instructions: "Does the customer ask for a refund?",
+    criteria: { true: "a refund is asked for", false: "no refund" },
+  },
 };
 
 const state = { ticket: "I was charged twice for my subscription this month.", customer_tier: "gold" };
@@ -143,7 +147,10 @@ describe("embedded engine on the generated tiny model", () => {
     // choice: probabilities are the renormalised label entries of the full distribution.
     const pTopic = await independentLabelProbabilities(qTopic);
     ["billing", "bug", "other"].forEach((name, i) => {
-      assert.ok(Math.abs((topic.probabilities[name] as number) - (pTopic[i] as number)) <= 1e-6, `${name}: ${topic.probabilities[name]} vs ${pTopic[i]}`);
+      assert.ok(
+        Math.abs((topic.probabilities[name] as number) - (pTopic[i] as number)) <= 1e-6,
+        `${name}: ${topic.probabilities[name]} vs ${pTopic[i]}`,
+      );
     });
     assert.ok(Math.abs(sum(Object.values(topic.probabilities)) - 1) <= 1e-12);
     const maxTopic = Math.max(...pTopic);
@@ -152,7 +159,7 @@ describe("embedded engine on the generated tiny model", () => {
 
     // score: expected level and the same confidence formula over the levels.
     const pUrgency = await independentLabelProbabilities(qUrgency);
-    pUrgency.forEach((p, i) => assert.ok(Math.abs((urgency.probabilities[String(i)] as number) - p) <= 1e-6));
+    for (const [i, p] of pUrgency.entries()) assert.ok(Math.abs((urgency.probabilities[String(i)] as number) - p) <= 1e-6);
     const expected = pUrgency.reduce((acc, p, i) => acc + i * p, 0);
     assert.ok(Math.abs(urgency.score - expected) <= 1e-5, `${urgency.score} vs ${expected}`);
     assert.ok(Math.abs(urgency.confidence - (Math.max(...pUrgency) - 1 / 4) / (1 - 1 / 4)) <= 1e-6);
@@ -189,7 +196,10 @@ describe("embedded engine on the generated tiny model", () => {
   });
 
   test("a single option has confidence 1 and probability 1", async () => {
-    const qs: Record<string, Question> = { only: { type: "choice", criteria: { sole: "the only option" } }, one: { type: "score", criteria: ["x"] } };
+    const qs: Record<string, Question> = {
+      only: { type: "choice", criteria: { sole: "the only option" } },
+      one: { type: "score", criteria: ["x"] },
+    };
     const result = await service.decide(call(qs), OPTS);
     assert.ok(checkAnswers(qs, result.answers).ok);
     const only = (result.answers as Record<string, ChoiceAnswer>).only as ChoiceAnswer;
@@ -217,7 +227,8 @@ describe("embedded engine on the generated tiny model", () => {
     assert.ok(checked.ok, checked.ok ? "" : checked.problem);
     const many = (result.answers as Record<string, ChoiceAnswer>).many as ChoiceAnswer;
     const p = await independentLabelProbabilities(r.questions[0] as RenderedQuestion);
-    Object.keys(manyOptions(255, false)).forEach((name, i) => assert.ok(Math.abs((many.probabilities[name] as number) - (p[i] as number)) <= 1e-6));
+    for (const [i, name] of Object.keys(manyOptions(255, false)).entries())
+      assert.ok(Math.abs((many.probabilities[name] as number) - (p[i] as number)) <= 1e-6);
   });
 
   test("falls back to multi-token labels scored by sequence probability when one-token labels run out", async () => {
@@ -230,7 +241,10 @@ describe("embedded engine on the generated tiny model", () => {
     assert.equal(small.singleToken, true, "26 letters are still single tokens");
     assert.equal(many.singleToken, false);
     assert.deepEqual(many.labels.slice(0, 3), ["AA", "AB", "AC"]);
-    assert.ok(many.labelTokens.every((t) => t.length === 2), "two tokens per label in this vocabulary");
+    assert.ok(
+      many.labelTokens.every((t) => t.length === 2),
+      "two tokens per label in this vocabulary",
+    );
 
     const result = await fewService.decide(call(qs), OPTS);
     const checked = checkAnswers(qs, result.answers);
@@ -247,7 +261,10 @@ describe("embedded engine on the generated tiny model", () => {
       const weights: number[] = [];
       try {
         const prompt = many.tokens;
-        const head = await seq.controlledEvaluate([...prompt.slice(0, -1), [prompt[prompt.length - 1] as Token, { generateNext: { probabilities: true } }]]);
+        const head = await seq.controlledEvaluate([
+          ...prompt.slice(0, -1),
+          [prompt[prompt.length - 1] as Token, { generateNext: { probabilities: true } }],
+        ]);
         const first = head[head.length - 1]?.next.probabilities as Map<Token, number>;
         for (const [t1, t2] of many.labelTokens as Array<[Token, Token]>) {
           await seq.eraseContextTokenRanges([{ start: prompt.length, end: seq.nextTokenIndex }]);
@@ -262,14 +279,20 @@ describe("embedded engine on the generated tiny model", () => {
       const answer = (result.answers as Record<string, ChoiceAnswer>).many as ChoiceAnswer;
       Object.keys(manyOptions(40)).forEach((name, i) => {
         const expected = (weights[i] as number) / total;
-        assert.ok(Math.abs((answer.probabilities[name] as number) - expected) <= 1e-6, `${name}: ${answer.probabilities[name]} vs ${expected}`);
+        assert.ok(
+          Math.abs((answer.probabilities[name] as number) - expected) <= 1e-6,
+          `${name}: ${answer.probabilities[name]} vs ${expected}`,
+        );
       });
       assert.ok(Math.abs(sum(Object.values(answer.probabilities)) - 1) <= 1e-12);
       // One answer position plus one per distinct first label token; one more for the small question.
       const firstTokens = new Set(many.labelTokens.map((t) => t[0]));
       assert.equal(result.usage.output_tokens, 1 + firstTokens.size + 1);
       const bound = (await fewService.tokenBound!(call(qs)))!;
-      assert.ok(bound.input >= result.usage.input_tokens && bound.output >= result.usage.output_tokens, JSON.stringify({ bound, usage: result.usage }));
+      assert.ok(
+        bound.input >= result.usage.input_tokens && bound.output >= result.usage.output_tokens,
+        JSON.stringify({ bound, usage: result.usage }),
+      );
     } finally {
       await ctx.dispose();
       await fewModel.dispose();
@@ -280,7 +303,11 @@ describe("embedded engine on the generated tiny model", () => {
     const [listed] = await service.listModels(OPTS);
     const maxState = listed?.context?.max_state as number;
     const big = { notes: "lorem ipsum dolor sit amet ".repeat(400) };
-    const r = await expectKind(service.decide(call(questions, big), OPTS), "context_rejected", /^state is \d+ tokens; the model's max_state is \d+$/);
+    const r = await expectKind(
+      service.decide(call(questions, big), OPTS),
+      "context_rejected",
+      /^state is \d+ tokens; the model's max_state is \d+$/,
+    );
     const tokens = Number(/state is (\d+)/.exec(r.message)?.[1]);
     assert.ok(tokens > maxState);
     assert.ok(r.message.endsWith(`max_state is ${maxState}`));
@@ -295,7 +322,11 @@ describe("embedded engine on the generated tiny model", () => {
     };
     const rendered = await service.render(call({ short: { type: "noul" } }));
     assert.ok(rendered.stateTokens.length <= rendered.maxState);
-    await expectKind(service.decide(call(qs), OPTS), "context_rejected", new RegExp(`^question "long": the state plus the question is \\d+ tokens; the model's max_branch is ${maxBranch}$`));
+    await expectKind(
+      service.decide(call(qs), OPTS),
+      "context_rejected",
+      new RegExp(`^question "long": the state plus the question is \\d+ tokens; the model's max_branch is ${maxBranch}$`),
+    );
   });
 
   test("limits can only be lowered by maxState / maxBranch, and are enforced with the real tokenizer", async () => {
@@ -313,7 +344,11 @@ describe("embedded engine on the generated tiny model", () => {
         words++;
         count = (await service.render(call({ q: { type: "noul" } }, "word ".repeat(words)))).stateTokens.length;
       }
-      await expectKind(small.decide(call({ q: { type: "noul" } }, "word ".repeat(words)), OPTS), "context_rejected", new RegExp(`^state is ${count} tokens; the model's max_state is 150$`));
+      await expectKind(
+        small.decide(call({ q: { type: "noul" } }, "word ".repeat(words)), OPTS),
+        "context_rejected",
+        new RegExp(`^state is ${count} tokens; the model's max_state is 150$`),
+      );
       const ok = await small.decide(call({ q: { type: "noul" } }, "word ".repeat(words - 1)), OPTS);
       assert.ok(checkAnswers({ q: { type: "noul" } }, ok.answers).ok);
     } finally {
@@ -322,7 +357,8 @@ describe("embedded engine on the generated tiny model", () => {
   });
 
   test("models with a plain-text template, or none, are rendered and their labels checked at each prompt's end", async () => {
-    const plain = "{% for message in messages %}{{ message['role'] + ': ' + message['content'] + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ 'assistant:' }}{% endif %}";
+    const plain =
+      "{% for message in messages %}{{ message['role'] + ': ' + message['content'] + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ 'assistant:' }}{% endif %}";
     // Shaped like Qwen2.5's template (whitespace control, a default system prompt, role conditions).
     const qwenLike =
       "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}" +
@@ -341,7 +377,8 @@ describe("embedded engine on the generated tiny model", () => {
         const r = await other.render(call());
         for (const q of r.questions) {
           assert.deepEqual(q.tokens.slice(0, r.stateTokens.length), r.stateTokens);
-          q.labels.forEach((label, i) => assert.equal(checkModel.detokenize(q.labelTokens[i] as Token[], false).trim(), label));
+          for (const [i, label] of q.labels.entries())
+            assert.equal(checkModel.detokenize(q.labelTokens[i] as Token[], false).trim(), label);
         }
         if (name === "qwen-like-template") {
           const text = checkModel.detokenize((r.questions[0] as RenderedQuestion).tokens, true);
@@ -349,7 +386,11 @@ describe("embedded engine on the generated tiny model", () => {
           assert.ok(!text.includes("You are Qwen"));
           assert.match(text, /<\|im_start\|> ?assistant\n$/);
         }
-        if (name === "plain-template") assert.match(checkModel.detokenize((r.questions[0] as RenderedQuestion).tokens, false), /^ ?system: You answer typed questions[\s\S]*\nassistant: ?$/);
+        if (name === "plain-template")
+          assert.match(
+            checkModel.detokenize((r.questions[0] as RenderedQuestion).tokens, false),
+            /^ ?system: You answer typed questions[\s\S]*\nassistant: ?$/,
+          );
         const result = await other.decide(call(), OPTS);
         const checked = checkAnswers(questions, result.answers);
         assert.ok(checked.ok, checked.ok ? "" : checked.problem);
@@ -362,7 +403,10 @@ describe("embedded engine on the generated tiny model", () => {
   test("evaluation does not block the event loop", async () => {
     // Four long questions: a blocking evaluation would stall the loop for a whole question at a time.
     const qs: Record<string, Question> = Object.fromEntries(
-      Array.from({ length: 4 }, (_, i) => [`q${i}`, { type: "choice", instructions: `question ${i}`, criteria: manyOptions(180) } as Question]),
+      Array.from({ length: 4 }, (_, i) => [
+        `q${i}`,
+        { type: "choice", instructions: `question ${i}`, criteria: manyOptions(180) } as Question,
+      ]),
     );
     let ticks = 0;
     let maxGap = 0;

@@ -1,8 +1,8 @@
-import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
 import type { LlamaService } from "../../src/models/llama/llama-service.ts";
-import { sampleRequest, startGateway, type Gateway } from "../support/gateway-harness.ts";
-import { makeModelDir, tinyService, type ModelDir } from "../fixtures/gguf/tiny-model.ts";
+import { type ModelDir, makeModelDir, tinyService } from "../fixtures/gguf/tiny-model.ts";
+import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
 
 let models: ModelDir;
 let service: LlamaService;

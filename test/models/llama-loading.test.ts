@@ -1,19 +1,19 @@
-import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { copyFileSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import type { AddressInfo } from "node:net";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { createServer } from "node:net";
-import type { AddressInfo } from "node:net";
-import type { Question } from "../../src/contract/decision.ts";
-import { checkAnswers } from "../../src/gateway/answer-check.ts";
-import { createLlamaService, SEE_THE_LOG, sourceHint, type LlamaService } from "../../src/models/llama/llama-service.ts";
-import { DEFAULT_MODEL_SOURCE, modelSourceKind, resolveModelSource } from "../../src/models/llama/model-source.ts";
+import { after, before, describe, test } from "node:test";
 import { loadConfig } from "../../src/config.ts";
 import { engineKey } from "../../src/config-models.ts";
+import type { Question } from "../../src/contract/decision.ts";
+import { checkAnswers } from "../../src/gateway/answer-check.ts";
+import { type LlamaService, openLlamaService, SEE_THE_LOG, sourceHint } from "../../src/models/llama/llama-service.ts";
+import { DEFAULT_MODEL_SOURCE, modelSourceKind, resolveModelSource } from "../../src/models/llama/model-source.ts";
 import { openEngines } from "../../src/models/open-model-service.ts";
-import { startFakeHub, type FakeHub } from "../fixtures/gguf/fake-hub.ts";
-import { expectKind, makeModelDir, recordingLogger, tinyService, type ModelDir } from "../fixtures/gguf/tiny-model.ts";
+import { type FakeHub, startFakeHub } from "../fixtures/gguf/fake-hub.ts";
+import { expectKind, type ModelDir, makeModelDir, recordingLogger, tinyService } from "../fixtures/gguf/tiny-model.ts";
 
 const questions: Record<string, Question> = {
   c: { type: "choice", criteria: { x: null, y: null } },
@@ -63,9 +63,18 @@ async function expectRetrying(
   assert.equal(status.failedAttempts, 1);
   assert.ok(Math.abs((status.nextAttemptAtMs ?? 0) - (started + 60_000)) < 10_000, `next attempt in 60 s: ${status.nextAttemptAtMs}`);
   assert.match(status.detail ?? "", /^the model "tiny" is still loading: attempt 1 failed \(/);
-  assert.ok(status.detail?.includes(`(${status.lastError}), the next starts at ${new Date(status.nextAttemptAtMs ?? 0).toISOString()}; ${hint} ${SEE_THE_LOG}`), status.detail);
+  assert.ok(
+    status.detail?.includes(
+      `(${status.lastError}), the next starts at ${new Date(status.nextAttemptAtMs ?? 0).toISOString()}; ${hint} ${SEE_THE_LOG}`,
+    ),
+    status.detail,
+  );
   assertNoPath(status.detail ?? "");
-  assert.deepEqual(logger.lines.map((l) => l.level), ["warn"], JSON.stringify(logger.lines));
+  assert.deepEqual(
+    logger.lines.map((l) => l.level),
+    ["warn"],
+    JSON.stringify(logger.lines),
+  );
   assert.match(logger.lines[0]?.msg ?? "", logged);
   assert.match(logger.lines[0]?.msg ?? "", /^the model "tiny" failed to load \(attempt 1\): .*; retrying in 60 s, at \d{4}-/);
   const e1 = await expectKind(service.decide(call, OPTS), "not_ready");
@@ -138,21 +147,34 @@ describe("embedded engine: loading and failures", () => {
     const service = tinyService(models.model("tiny"), { logger, gpu: "auto" });
     await service.ready();
     assert.ok(checkAnswers(questions, (await service.decide(call, OPTS)).answers).ok);
-    assert.ok(logger.lines.some((l) => l.level === "info" && / on (the CPU|cuda|vulkan|metal), /.test(l.msg)), JSON.stringify(logger.lines));
+    assert.ok(
+      logger.lines.some((l) => l.level === "info" && / on (the CPU|cuda|vulkan|metal), /.test(l.msg)),
+      JSON.stringify(logger.lines),
+    );
     await service.close();
   });
 
   test("a path with no file: retried, with one clear message per attempt", async () => {
     const logger = recordingLogger();
     const service = tinyService(join(models.dir, "missing.gguf"), { logger, ...ONE_ATTEMPT });
-    await expectRetrying(service, logger, /^no model file at the configured path$/, /failed to load \(attempt 1\): no model file at .*missing\.gguf/);
+    await expectRetrying(
+      service,
+      logger,
+      /^no model file at the configured path$/,
+      /failed to load \(attempt 1\): no model file at .*missing\.gguf/,
+    );
   });
 
   test("a file that is not GGUF: retried (it may be being replaced)", async () => {
     const path = join(models.dir, "garbage.gguf");
     writeFileSync(path, Buffer.from("this is not a model at all, just some text that goes on for a while".repeat(50)));
     const logger = recordingLogger();
-    await expectRetrying(tinyService(path, { logger, ...ONE_ATTEMPT }), logger, /^the model file is not a usable GGUF model$/, /garbage\.gguf is not a usable GGUF model/);
+    await expectRetrying(
+      tinyService(path, { logger, ...ONE_ATTEMPT }),
+      logger,
+      /^the model file is not a usable GGUF model$/,
+      /garbage\.gguf is not a usable GGUF model/,
+    );
   });
 
   test("a truncated GGUF file: retried (it may be being written)", async () => {
@@ -160,7 +182,12 @@ describe("embedded engine: loading and failures", () => {
     const path = join(models.dir, "truncated.gguf");
     writeFileSync(path, whole.subarray(0, Math.floor(whole.length * 0.6)));
     const logger = recordingLogger();
-    await expectRetrying(tinyService(path, { logger, ...ONE_ATTEMPT }), logger, /^the model file is not a usable GGUF model$/, /truncated\.gguf is not a usable GGUF model/);
+    await expectRetrying(
+      tinyService(path, { logger, ...ONE_ATTEMPT }),
+      logger,
+      /^the model file is not a usable GGUF model$/,
+      /truncated\.gguf is not a usable GGUF model/,
+    );
   });
 
   test("limits that leave no room for a state fail with one clear message, and are not retried", async () => {
@@ -171,8 +198,17 @@ describe("embedded engine: loading and failures", () => {
     await new Promise((r) => setTimeout(r, 50)); // time for a few retries, were there any
     assert.equal(service.status().state, "failed");
     assert.equal(service.status().failedAttempts, undefined);
-    assert.deepEqual(logger.lines.map((l) => l.level), ["error"]);
-    await expectFailed(service, logger, reason, reason, "raise the model's context.max_branch or context_size in the config file (TDS_CONFIG)");
+    assert.deepEqual(
+      logger.lines.map((l) => l.level),
+      ["error"],
+    );
+    await expectFailed(
+      service,
+      logger,
+      reason,
+      reason,
+      "raise the model's context.max_branch or context_size in the config file (TDS_CONFIG)",
+    );
   });
 
   test("an unreachable model hub: retried, with one clear message per attempt", async () => {
@@ -184,7 +220,7 @@ describe("embedded engine: loading and failures", () => {
       });
     });
     const logger = recordingLogger();
-    const service = createLlamaService({
+    const service = openLlamaService({
       name: "tiny",
       source: "hf:acme/Tiny-GGUF:Q8_0",
       cacheDir: join(models.dir, "cache-offline"),
@@ -192,16 +228,30 @@ describe("embedded engine: loading and failures", () => {
       logger,
       ...ONE_ATTEMPT,
     });
-    await expectRetrying(service, logger, /^cannot download hf:acme\/Tiny-GGUF:Q8_0: the model hub cannot be reached$/, /cannot download hf:acme\/Tiny-GGUF:Q8_0 into .*cache-offline/);
+    await expectRetrying(
+      service,
+      logger,
+      /^cannot download hf:acme\/Tiny-GGUF:Q8_0: the model hub cannot be reached$/,
+      /cannot download hf:acme\/Tiny-GGUF:Q8_0 into .*cache-offline/,
+    );
   });
 
   test("a model listed in the config file: the detail names its source setting there", async () => {
     const file = join(models.dir, "engine-config.json");
-    writeFileSync(file, JSON.stringify({ models: [{ name: "tiny", engine: "llama", source: join(models.dir, "absent.gguf"), threads: 1 }] }));
+    writeFileSync(
+      file,
+      JSON.stringify({ models: [{ name: "tiny", engine: "llama", source: join(models.dir, "absent.gguf"), threads: 1 }] }),
+    );
     const logger = recordingLogger();
     const engines = await openEngines(loadConfig({ TDS_CONFIG: file }), logger, ONE_ATTEMPT);
     const service = engines.get(engineKey("tiny", 0)) as LlamaService;
-    await expectRetrying(service, logger, /^no model file at the configured path$/, /absent\.gguf/, sourceHint('models[].source of "tiny" in the config file (TDS_CONFIG)'));
+    await expectRetrying(
+      service,
+      logger,
+      /^no model file at the configured path$/,
+      /absent\.gguf/,
+      sourceHint('models[].source of "tiny" in the config file (TDS_CONFIG)'),
+    );
   });
 });
 
@@ -230,18 +280,35 @@ describe("embedded engine: model sources", () => {
   test("a hub reference is downloaded once with progress, then found in the cache without the hub", async () => {
     const cacheDir = join(models.dir, "cache");
     const logger = recordingLogger();
-    const service = createLlamaService({ name: "tiny", source: "hf:acme/Tiny-GGUF:Q8_0", cacheDir, hubEndpoint: hub.url, logger, threads: 1 });
+    const service = openLlamaService({
+      name: "tiny",
+      source: "hf:acme/Tiny-GGUF:Q8_0",
+      cacheDir,
+      hubEndpoint: hub.url,
+      logger,
+      threads: 1,
+    });
     await service.ready();
     const files = readdirSync(cacheDir);
     assert.equal(files.length, 1);
     assert.deepEqual(readFileSync(join(cacheDir, files[0] as string)), readFileSync(models.model("tiny")));
-    assert.ok(logger.lines.some((l) => /^downloading hf:acme\/Tiny-GGUF:Q8_0: .* MB of .* MB \(\d+%\)$/.test(l.msg)), JSON.stringify(logger.lines));
+    assert.ok(
+      logger.lines.some((l) => /^downloading hf:acme\/Tiny-GGUF:Q8_0: .* MB of .* MB \(\d+%\)$/.test(l.msg)),
+      JSON.stringify(logger.lines),
+    );
     assert.ok(checkAnswers(questions, (await service.decide(call, OPTS)).answers).ok);
     await service.close();
 
     // Second start: the hub is not asked again (a hub that is gone would fail the load).
     const before = hub.requests.length;
-    const again = createLlamaService({ name: "tiny", source: "hf:acme/Tiny-GGUF:Q8_0", cacheDir, hubEndpoint: "http://127.0.0.1:9/", logger: recordingLogger(), threads: 1 });
+    const again = openLlamaService({
+      name: "tiny",
+      source: "hf:acme/Tiny-GGUF:Q8_0",
+      cacheDir,
+      hubEndpoint: "http://127.0.0.1:9/",
+      logger: recordingLogger(),
+      threads: 1,
+    });
     await again.ready();
     assert.equal(hub.requests.length, before);
     await again.close();
@@ -264,7 +331,10 @@ describe("embedded engine: model sources", () => {
       /cancelled/,
     );
     const partial = readdirSync(cacheDir);
-    assert.ok(partial.some((f) => f.endsWith(".ipull")), `a partial download is kept: ${partial.join(", ")}`);
+    assert.ok(
+      partial.some((f) => f.endsWith(".ipull")),
+      `a partial download is kept: ${partial.join(", ")}`,
+    );
 
     hub.throttle = 0;
     const mark = hub.requests.length;
@@ -283,7 +353,15 @@ describe("embedded engine: model sources", () => {
     const blocker = join(models.dir, "not-a-folder");
     writeFileSync(blocker, "a file where the cache folder should be");
     const logger = recordingLogger();
-    const service = createLlamaService({ name: "tiny", source: "hf:acme/Tiny-GGUF:Q8_0", cacheDir: join(blocker, "cache"), hubEndpoint: hub.url, logger, threads: 1, ...ONE_ATTEMPT });
+    const service = openLlamaService({
+      name: "tiny",
+      source: "hf:acme/Tiny-GGUF:Q8_0",
+      cacheDir: join(blocker, "cache"),
+      hubEndpoint: hub.url,
+      logger,
+      threads: 1,
+      ...ONE_ATTEMPT,
+    });
     await expectRetrying(
       service,
       logger,
@@ -295,7 +373,14 @@ describe("embedded engine: model sources", () => {
 
   test("a download's details name the hub reference, never the cache folder", async () => {
     hub.throttle = 100_000;
-    const service = createLlamaService({ name: "tiny", source: "hf:acme/Tiny-GGUF:Q8_0", cacheDir: join(models.dir, "cache-shown"), hubEndpoint: hub.url, logger: recordingLogger(), threads: 1 });
+    const service = openLlamaService({
+      name: "tiny",
+      source: "hf:acme/Tiny-GGUF:Q8_0",
+      cacheDir: join(models.dir, "cache-shown"),
+      hubEndpoint: hub.url,
+      logger: recordingLogger(),
+      threads: 1,
+    });
     const details = new Set<string>();
     try {
       while (service.status().state === "loading") {

@@ -1,14 +1,14 @@
-import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { copyFileSync, writeFileSync } from "node:fs";
 import { createServer, request } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
 import { writeTestGguf } from "../../scripts/make-test-gguf.ts";
 import { DEFAULT_RETRY_BACKOFF, retryDelayMs } from "../../src/models/llama/retry.ts";
-import { startFakeHub, type FakeHub } from "../fixtures/gguf/fake-hub.ts";
-import { expectKind, makeModelDir, recordingLogger, tinyService, type ModelDir } from "../fixtures/gguf/tiny-model.ts";
-import { startEngineGateway, waitFor, type ReadyzBody } from "./engine-gateway.ts";
+import { type FakeHub, startFakeHub } from "../fixtures/gguf/fake-hub.ts";
+import { expectKind, type ModelDir, makeModelDir, recordingLogger, tinyService } from "../fixtures/gguf/tiny-model.ts";
+import { type ReadyzBody, startEngineGateway, waitFor } from "./engine-gateway.ts";
 
 const SHORT = { initialMs: 40, maxMs: 160 };
 const ISO_TIME = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
@@ -45,7 +45,10 @@ describe("load retries: the backoff", () => {
     const waits = logger.lines.filter((l) => l.level === "warn").map((l) => /retrying in (\d+ ms)/.exec(l.msg)?.[1]);
     assert.deepEqual(waits.slice(0, 4), ["40 ms", "80 ms", "160 ms", "160 ms"]);
     const attempts = waits.length + 1;
-    assert.ok(logger.lines.some((l) => l.level === "info" && l.msg.startsWith(`model "tiny" ready after ${attempts} attempts: `)), JSON.stringify(logger.lines));
+    assert.ok(
+      logger.lines.some((l) => l.level === "info" && l.msg.startsWith(`model "tiny" ready after ${attempts} attempts: `)),
+      JSON.stringify(logger.lines),
+    );
     assert.equal(logger.lines.filter((l) => l.level === "error").length, 0);
     assert.deepEqual(service.status(), { state: "ready" });
     await service.close();
@@ -80,12 +83,18 @@ describe("load retries behind the real gateway", () => {
       assert.equal(engine.last_error, "no model file at the configured path");
       assert.ok(Number.isInteger(engine.failed_attempts) && (engine.failed_attempts as number) >= 1);
       assert.match(engine.next_attempt_at as string, ISO_TIME);
-      assert.match(engine.detail as string, /^the model "local" is still loading: attempt \d+ failed \(no model file at the configured path\), the next starts at /);
+      assert.match(
+        engine.detail as string,
+        /^the model "local" is still loading: attempt \d+ failed \(no model file at the configured path\), the next starts at /,
+      );
       assert.equal(retrying.body.models["fake-small"]?.state, "ok");
 
       const refused = await gw.decide("local");
       assert.equal(refused.status, 503);
-      assert.match(refused.body.detail ?? "", /still loading.*no model file at the configured path.*set TDS_MODEL_PATH to a local GGUF file/);
+      assert.match(
+        refused.body.detail ?? "",
+        /still loading.*no model file at the configured path.*set TDS_MODEL_PATH to a local GGUF file/,
+      );
       assert.equal((await gw.decide("fake-small")).status, 200);
 
       const written = performance.now();
@@ -155,10 +164,19 @@ describe("load retries behind the real gateway", () => {
         assert.ok(loadedMs < 2000, `loaded ${Math.round(loadedMs)} ms after the hub came up`);
         t.diagnostic(`answered ${Math.round(loadedMs)} ms after the hub came up`);
         assert.deepEqual((await gw.readyz()).body.models["hub-model"], { state: "ok", healthy: 1, deployments: 1 });
-        assert.ok(hub.requests.some((r) => r.path.endsWith("/Tiny.Q8_0.gguf")), "the file came through the hub");
+        assert.ok(
+          hub.requests.some((r) => r.path.endsWith("/Tiny.Q8_0.gguf")),
+          "the file came through the hub",
+        );
         const warnings = gw.log.lines.filter((l) => l.level === "warn");
-        assert.ok(warnings.some((l) => /cannot download .*fetch failed/.test(l.msg)), JSON.stringify(warnings));
-        assert.ok(warnings.some((l) => /cannot download .*does not exist/.test(l.msg)), JSON.stringify(warnings));
+        assert.ok(
+          warnings.some((l) => /cannot download .*fetch failed/.test(l.msg)),
+          JSON.stringify(warnings),
+        );
+        assert.ok(
+          warnings.some((l) => /cannot download .*does not exist/.test(l.msg)),
+          JSON.stringify(warnings),
+        );
       } finally {
         await gw.close();
       }
@@ -181,10 +199,14 @@ async function hubGate(target: string): Promise<HubGate> {
       res.writeHead(404, { "content-type": "application/json" }).end('{"error":"not found"}');
       return;
     }
-    const upstream = request(new URL(req.url ?? "/", target), { method: req.method, headers: { ...req.headers, host: new URL(target).host } }, (up) => {
-      res.writeHead(up.statusCode ?? 502, up.headers);
-      up.pipe(res);
-    });
+    const upstream = request(
+      new URL(req.url ?? "/", target),
+      { method: req.method, headers: { ...req.headers, host: new URL(target).host } },
+      (up) => {
+        res.writeHead(up.statusCode ?? 502, up.headers);
+        up.pipe(res);
+      },
+    );
     upstream.on("error", () => res.destroy());
     req.pipe(upstream);
   });

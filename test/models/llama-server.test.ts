@@ -4,13 +4,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { generateApiKey, newOrganizationId } from "../../src/gateway/api-keys.ts";
+import { generateApiKey, newOrganizationId } from "../../src/domain/api-keys.ts";
 import { ENGINE_NOT_INSTALLED } from "../../src/models/llama/engine-absent.ts";
 import { openStore } from "../../src/store/open-store.ts";
-import { makeModelDir, type ModelDir } from "../fixtures/gguf/tiny-model.ts";
+import { type ModelDir, makeModelDir } from "../fixtures/gguf/tiny-model.ts";
 import { json } from "../support/contract-check.ts";
 import { sampleRequest } from "../support/gateway-harness.ts";
-import { startGatewayProcess, type GatewayProcess } from "../support/gateway-process.ts";
+import { type GatewayProcess, startGatewayProcess } from "../support/gateway-process.ts";
 
 async function keyFor(databaseUrl: string): Promise<string> {
   const store = await openStore(databaseUrl);
@@ -78,9 +78,16 @@ describe("the embedded engine configured by TDS_MODEL_PATH, in a real server pro
       if (/attempt 1 failed/.test(detail)) break;
       await new Promise((r) => setTimeout(r, 20));
     }
-    assert.match(detail, /is still loading: attempt 1 failed \(no model file at the configured path\), the next starts at .*; set TDS_MODEL_PATH to a local GGUF file/);
+    assert.match(
+      detail,
+      /is still loading: attempt 1 failed \(no model file at the configured path\), the next starts at .*; set TDS_MODEL_PATH to a local GGUF file/,
+    );
     const decide = () =>
-      fetch(`${gw.url}/v1/systemone`, { method: "POST", headers: { ...auth, "content-type": "application/json" }, body: JSON.stringify(sampleRequest()) });
+      fetch(`${gw.url}/v1/systemone`, {
+        method: "POST",
+        headers: { ...auth, "content-type": "application/json" },
+        body: JSON.stringify(sampleRequest()),
+      });
     const decision = await decide();
     assert.equal(decision.status, 503);
     const decisionText = await decision.text();
@@ -94,11 +101,15 @@ describe("the embedded engine configured by TDS_MODEL_PATH, in a real server pro
     assert.equal(engine.state, "retrying");
     assert.equal(engine.last_error, "no model file at the configured path");
     for (const body of bodies) {
-      for (const shown of [models.dir, tmpdir(), "later-model", ".gguf"]) assert.ok(!body.includes(shown), `an API body shows ${shown}: ${body}`);
+      for (const shown of [models.dir, tmpdir(), "later-model", ".gguf"])
+        assert.ok(!body.includes(shown), `an API body shows ${shown}: ${body}`);
     }
     const failures = gw.lines.filter((l) => l.includes("failed to load (attempt 1)"));
     assert.equal(failures.length, 1, "each failure is logged once");
-    assert.ok(failures[0]!.includes('"level":40') && failures[0]!.includes(missing) && /retrying in 1 s, at /.test(failures[0]!), failures[0]);
+    assert.ok(
+      failures[0]!.includes('"level":40') && failures[0]!.includes(missing) && /retrying in 1 s, at /.test(failures[0]!),
+      failures[0],
+    );
 
     // The file appears: the next attempt (1 s after the first failure by default) loads it.
     copyFileSync(models.model("tiny"), missing);
@@ -110,7 +121,10 @@ describe("the embedded engine configured by TDS_MODEL_PATH, in a real server pro
       if (status !== 200) await new Promise((r) => setTimeout(r, 50));
     }
     assert.equal(status, 200);
-    assert.ok(gw.lines.some((l) => l.includes('"level":30') && /model \\"local-engine\\" ready after \d attempts/.test(l)), "a line when it loads");
+    assert.ok(
+      gw.lines.some((l) => l.includes('"level":30') && /model \\"local-engine\\" ready after \d attempts/.test(l)),
+      "a line when it loads",
+    );
     assert.equal(gw.lines.filter((l) => l.includes('"level":50')).length, 0, "no error lines");
     assert.equal(gw.child.exitCode, null, "never crashes");
   });
@@ -119,7 +133,12 @@ describe("the embedded engine configured by TDS_MODEL_PATH, in a real server pro
     const db = `sqlite:${join(models.dir, "absent.sqlite")}`;
     const key = await keyFor(db);
     const hook = fileURLToPath(new URL("./fixtures/without-node-llama-cpp.mjs", import.meta.url));
-    const gw = await startGatewayProcess({ TDS_DATABASE_URL: db, TDS_MODEL_PATH: models.model("tiny"), TDS_MODEL_NAME: "local-engine", NODE_OPTIONS: `--import=${hook}` });
+    const gw = await startGatewayProcess({
+      TDS_DATABASE_URL: db,
+      TDS_MODEL_PATH: models.model("tiny"),
+      TDS_MODEL_NAME: "local-engine",
+      NODE_OPTIONS: `--import=${hook}`,
+    });
     started.push(gw);
     const res = await fetch(`${gw.url}/v1/systemone`, {
       method: "POST",

@@ -1,15 +1,15 @@
-import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { after, describe, test } from "node:test";
 import { buildTestVocab, writeTestGguf } from "../../scripts/make-test-gguf.ts";
-import { NoUsableLabelsError, pickLabels, prefixFree, type LabelTokenizer } from "../../src/models/llama/labels.ts";
+import type { Question } from "../../src/contract/decision.ts";
+import { checkAnswers } from "../../src/gateway/answer-check.ts";
+import { type LabelTokenizer, NoUsableLabelsError, pickLabels, prefixFree } from "../../src/models/llama/labels.ts";
 import { Deadline, SlotPool } from "../../src/models/llama/pool.ts";
 import { renderQuestionText, renderSystemText } from "../../src/models/llama/prompt.ts";
 import { argmax, buildAnswer, peakConfidence, renormalise, restrictAndRenormalise } from "../../src/models/llama/scoring.ts";
-import { checkAnswers } from "../../src/gateway/answer-check.ts";
-import type { Question } from "../../src/contract/decision.ts";
 import { expectKind } from "../fixtures/gguf/tiny-model.ts";
 
 /**
@@ -79,7 +79,13 @@ describe("labels", () => {
   test("prefix-free check", () => {
     assert.equal(prefixFree([[1], [2, 3], [2, 4]]), true);
     assert.equal(prefixFree([[1], [1, 2]]), false);
-    assert.equal(prefixFree([[1, 2], [1, 2]]), false);
+    assert.equal(
+      prefixFree([
+        [1, 2],
+        [1, 2],
+      ]),
+      false,
+    );
   });
 });
 
@@ -123,13 +129,19 @@ describe("scoring", () => {
     assert.deepEqual(Object.keys((answers.c as { probabilities: object }).probabilities), ["__proto__", "constructor", "b"]);
     assert.ok(Math.abs((answers.s as { score: number }).score - 1.3) < 1e-12);
     assert.ok(Math.abs((answers.s as { confidence: number }).confidence - 0.25) < 1e-12);
-    assert.deepEqual((answers.s as { legend: object }).legend, Object.assign(Object.create(null), { 0: "low", 1: { detail: "mid" }, 2: "high" }));
+    assert.deepEqual(
+      (answers.s as { legend: object }).legend,
+      Object.assign(Object.create(null), { 0: "low", 1: { detail: "mid" }, 2: "high" }),
+    );
     assert.deepEqual(answers.n, { type: "noul", noul: 0.7 });
   });
 
   test("question texts list every option with its label and description", () => {
     const text = renderQuestionText({ type: "choice", instructions: { ask: "which?" }, criteria: { red: "warm", blue: null } }, ["A", "B"]);
-    assert.equal(text, 'Type: choice\nInstructions: {"ask":"which?"}\nOptions:\nA: red — warm\nB: blue\nReply with the label of one option.');
+    assert.equal(
+      text,
+      'Type: choice\nInstructions: {"ask":"which?"}\nOptions:\nA: red — warm\nB: blue\nReply with the label of one option.',
+    );
     assert.equal(
       renderQuestionText({ type: "score", criteria: ["low", "high"] }, ["0", "1"]),
       "Type: score\nLevels, from the lowest (0) to the highest (1):\n0: low\n1: high\nReply with the label of one level.",
@@ -150,20 +162,28 @@ describe("pool and deadlines", () => {
     deadlines.push(d);
     return d;
   };
-  after(() => deadlines.forEach((d) => d.dispose()));
+  after(() => {
+    for (const d of deadlines) d.dispose();
+  });
 
   test("FIFO hand-over, overloaded when the queue is full, waiters leave on their deadline", async () => {
     const pool = new SlotPool(["slot"], 2);
     const long = () => deadline(60_000);
     const first = await pool.acquire(long());
     const order: string[] = [];
-    const second = pool.acquire(long()).then((l) => (order.push("second"), l));
+    const second = pool.acquire(long()).then((l) => {
+      order.push("second");
+      return l;
+    });
     const quick = deadline(20);
     const third = pool.acquire(quick);
     await expectKind(pool.acquire(long()), "overloaded", /queue limit 2/);
     await expectKind(third, "timeout");
     assert.equal(pool.waiting, 1);
-    const fourth = pool.acquire(long()).then((l) => (order.push("fourth"), l));
+    const fourth = pool.acquire(long()).then((l) => {
+      order.push("fourth");
+      return l;
+    });
     first.release();
     first.release(); // idempotent
     (await second).release();

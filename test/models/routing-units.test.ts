@@ -1,15 +1,15 @@
-import { describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+import { type ModelService, ModelServiceError } from "../../src/models/model-service.ts";
 import { drawByWeight, pickPowerOfTwo } from "../../src/models/routing/balancer.ts";
-import { cooldownMs, HealthTracker } from "../../src/models/routing/health.ts";
 import { smallestContext } from "../../src/models/routing/context.ts";
-import { attemptOutcome, healthOutcome, isRetryable, withRoute } from "../../src/models/routing/outcomes.ts";
-import { AcquireFailure, WaitQueue } from "../../src/models/routing/wait-queue.ts";
 import { normalizeDeployments } from "../../src/models/routing/deployment.ts";
-import { ModelServiceError, type ModelService } from "../../src/models/model-service.ts";
-import type { HealthState, RouterTimers } from "../../src/models/routing/types.ts";
+import { cooldownMs, HealthTracker } from "../../src/models/routing/health.ts";
+import { attemptOutcome, healthOutcome, isRetryable, withRoute } from "../../src/models/routing/outcomes.ts";
+import type { HealthState } from "../../src/models/routing/types.ts";
+import { type AcquireFailure, WaitQueue } from "../../src/models/routing/wait-queue.ts";
 import { mulberry32 } from "../support/seeded-random.ts";
-import { flush, VirtualTime } from "../support/virtual-time.ts";
+import { VirtualTime } from "../support/virtual-time.ts";
 
 describe("balancer", () => {
   test("drawByWeight draws ∝ weight and never the excluded one", () => {
@@ -35,14 +35,26 @@ describe("balancer", () => {
     const a = { weight: 1, outstanding: 2 };
     const b = { weight: 1, outstanding: 1 };
     // random 0 draws a first, then b.
-    assert.equal(pickPowerOfTwo([a, b], () => 0), b);
+    assert.equal(
+      pickPowerOfTwo([a, b], () => 0),
+      b,
+    );
     // b is heavier: 3/4 < 2/1.
     const heavy = { weight: 4, outstanding: 3 };
-    assert.equal(pickPowerOfTwo([a, heavy], () => 0), heavy);
+    assert.equal(
+      pickPowerOfTwo([a, heavy], () => 0),
+      heavy,
+    );
     const idle1 = { weight: 1, outstanding: 0 };
     const idle2 = { weight: 1, outstanding: 0 };
-    assert.equal(pickPowerOfTwo([idle1, idle2], () => 0), idle1);
-    assert.equal(pickPowerOfTwo([idle1], () => 0.5), idle1);
+    assert.equal(
+      pickPowerOfTwo([idle1, idle2], () => 0),
+      idle1,
+    );
+    assert.equal(
+      pickPowerOfTwo([idle1], () => 0.5),
+      idle1,
+    );
     assert.throws(() => pickPowerOfTwo([], () => 0), RangeError);
   });
 });
@@ -57,7 +69,10 @@ describe("health tracker", () => {
   }
 
   test("cooldownMs doubles up to the maximum", () => {
-    assert.deepEqual([0, 1, 2, 3, 10, 5000].map((l) => cooldownMs(l, config)), [100, 200, 350, 350, 350, 350]);
+    assert.deepEqual(
+      [0, 1, 2, 3, 10, 5000].map((l) => cooldownMs(l, config)),
+      [100, 200, 350, 350, 350, 350],
+    );
   });
 
   test("threshold consecutive failures start a cooldown; a success in between resets the count", () => {
@@ -134,7 +149,12 @@ describe("health tracker", () => {
 describe("context, outcomes, deployments", () => {
   test("smallestContext takes the smallest limits given and strict if any is strict", () => {
     assert.deepEqual(
-      smallestContext([{ max_state: 4096, max_branch: 6144, strict: false }, undefined, { max_state: 2048, strict: true }, { max_branch: 8000 }]),
+      smallestContext([
+        { max_state: 4096, max_branch: 6144, strict: false },
+        undefined,
+        { max_state: 2048, strict: true },
+        { max_branch: 8000 },
+      ]),
       { max_state: 2048, max_branch: 6144, strict: true },
     );
     assert.deepEqual(smallestContext([{ strict: false }, { max_branch: 10 }]), { max_branch: 10, strict: false });
@@ -180,7 +200,14 @@ describe("context, outcomes, deployments", () => {
       { name: "a", service, upstreamName: "up", weight: 1, maxConcurrency: null, fallback: false },
     ]);
     assert.throws(() => normalizeDeployments("m", []), /at least one deployment/);
-    assert.throws(() => normalizeDeployments("m", [{ name: "a", service, upstreamName: "u" }, { name: "a", service, upstreamName: "u" }]), /used twice/);
+    assert.throws(
+      () =>
+        normalizeDeployments("m", [
+          { name: "a", service, upstreamName: "u" },
+          { name: "a", service, upstreamName: "u" },
+        ]),
+      /used twice/,
+    );
     assert.throws(() => normalizeDeployments("m", [{ name: "a", service, upstreamName: "u", weight: 0 }]), /weight/);
     assert.throws(() => normalizeDeployments("m", [{ name: "a", service, upstreamName: "u", weight: Infinity }]), /weight/);
     assert.throws(() => normalizeDeployments("m", [{ name: "a", service, upstreamName: "u", maxConcurrency: 0 }]), /maxConcurrency/);
@@ -193,7 +220,11 @@ describe("wait queue", () => {
     const time = new VirtualTime();
     const queue = new WaitQueue<string>(time, time.nowMs);
     let slots = 0;
-    const grant = (name: string) => () => (slots > 0 ? (slots--, { lease: name }) : null);
+    const grant = (name: string) => () => {
+      if (slots <= 0) return null;
+      slots--;
+      return { lease: name };
+    };
     const order: string[] = [];
     const settle = (p: Promise<string>, name: string) =>
       p.then(
@@ -234,6 +265,9 @@ describe("wait queue", () => {
     await assert.rejects(a, (e: AcquireFailure) => e.reason === "down");
     queue.rejectAll("closed");
     await assert.rejects(b, (e: AcquireFailure) => e.reason === "closed");
-    await assert.rejects(queue.wait(() => null, 0), (e: AcquireFailure) => e.reason === "busy");
+    await assert.rejects(
+      queue.wait(() => null, 0),
+      (e: AcquireFailure) => e.reason === "busy",
+    );
   });
 });

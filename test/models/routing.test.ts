@@ -1,5 +1,5 @@
-import { after, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { after, describe, test } from "node:test";
 import {
   type CallOptions,
   type ModelAnswerSet,
@@ -10,9 +10,15 @@ import {
   type TokenBound,
   type UpstreamModel,
 } from "../../src/models/model-service.ts";
-import { createModelRouter, type DeploymentInput, type HealthState, type RouterOptions, type RouterTimers } from "../../src/models/routing/index.ts";
-import { createSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
-import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
+import {
+  createModelRouter,
+  type DeploymentInput,
+  type HealthState,
+  type RouterOptions,
+  type RouterTimers,
+} from "../../src/models/routing/index.ts";
+import { openSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
+import { type FakeModelServer, startFakeModelServer } from "../fixtures/fake-model-server.ts";
 import { mulberry32 } from "../support/seeded-random.ts";
 import { flush, VirtualTime } from "../support/virtual-time.ts";
 
@@ -73,7 +79,9 @@ class FakeService implements ModelService {
     const answer: ModelAnswerSet = { answers: { by: this.name }, usage: { input_tokens: 1, output_tokens: 0 }, latencyMs: 1 };
     const p = new Promise<ModelAnswerSet>((resolve, reject) => {
       const deaf = step === "hang-deaf";
-      const timer = deaf ? undefined : this.timers.setTimeout(() => reject(new ModelServiceError("timeout", `${this.name} timed out`)), options.timeoutMs);
+      const timer = deaf
+        ? undefined
+        : this.timers.setTimeout(() => reject(new ModelServiceError("timeout", `${this.name} timed out`)), options.timeoutMs);
       const onAbort = () => reject(new ModelServiceError("aborted", `${this.name} aborted`));
       if (!deaf) options.signal?.addEventListener("abort", onAbort, { once: true });
       const done = () => {
@@ -183,17 +191,24 @@ async function rejection(p: Promise<unknown>): Promise<ModelServiceError> {
 describe("balancing", () => {
   test("spreads calls by weight (sequential calls, 4000 of them)", async () => {
     const services = [new FakeService("a", null), new FakeService("b", null), new FakeService("c", null)];
-    const router = createModelRouter("public", [dep(services[0]!, { weight: 1 }), dep(services[1]!, { weight: 2 }), dep(services[2]!, { weight: 5 })], {
-      random: mulberry32(7),
-      healthCheckIntervalMs: null,
-    });
+    const router = createModelRouter(
+      "public",
+      [dep(services[0]!, { weight: 1 }), dep(services[1]!, { weight: 2 }), dep(services[2]!, { weight: 5 })],
+      {
+        random: mulberry32(7),
+        healthCheckIntervalMs: null,
+      },
+    );
     const n = 4000;
     for (let i = 0; i < n; i++) await router.decide(CALL, { timeoutMs: 1000 });
     const shares = services.map((s) => s.decides.length / n);
     assert.ok(Math.abs(shares[0]! - 1 / 8) < 0.025, `shares ${shares}`);
     assert.ok(Math.abs(shares[1]! - 2 / 8) < 0.025, `shares ${shares}`);
     assert.ok(Math.abs(shares[2]! - 5 / 8) < 0.025, `shares ${shares}`);
-    assert.ok(services.every((s) => s.decides.every((d) => d.model === "up")), "call.model is the upstream name");
+    assert.ok(
+      services.every((s) => s.decides.every((d) => d.model === "up")),
+      "call.model is the upstream name",
+    );
     await router.close();
   });
 
@@ -290,10 +305,19 @@ describe("max concurrency", () => {
     await flush();
     assert.equal(a.decides.length + b.decides.length, 2);
     const order: string[] = [];
-    const third = router.decide(CALL, { timeoutMs: 500 }).then((r) => (order.push("third"), r));
+    const third = router.decide(CALL, { timeoutMs: 500 }).then((r) => {
+      order.push("third");
+      return r;
+    });
     await time.advance(10);
-    const fourth = router.decide(CALL, { timeoutMs: 200 }).then((r) => (order.push("fourth"), r));
-    const fifth = router.decide(CALL, { timeoutMs: 1000 }).then((r) => (order.push("fifth"), r));
+    const fourth = router.decide(CALL, { timeoutMs: 200 }).then((r) => {
+      order.push("fourth");
+      return r;
+    });
+    const fifth = router.decide(CALL, { timeoutMs: 1000 }).then((r) => {
+      order.push("fifth");
+      return r;
+    });
     await time.advance(10);
     assert.equal(router.health().waiting, 3);
     // A slot frees at t=20: the oldest waiter (third) takes it.
@@ -348,7 +372,11 @@ describe("max concurrency", () => {
     const a = new FakeService("a", time).always("manual");
     const b = new FakeService("b", time).always("ok");
     b.listStep = { fail: "unavailable" };
-    const router = virtualRouter(time, [dep(a, { maxConcurrency: 1 }), dep(b)], { failureThreshold: 1, cooldownInitialMs: 10_000, maxAttempts: 1 });
+    const router = virtualRouter(time, [dep(a, { maxConcurrency: 1 }), dep(b)], {
+      failureThreshold: 1,
+      cooldownInitialMs: 10_000,
+      maxAttempts: 1,
+    });
     await router.checkNow(); // b cools down
     const first = router.decide(CALL, { timeoutMs: 1000 });
     const waiting = router.decide(CALL, { timeoutMs: 1000 });
@@ -690,7 +718,10 @@ describe("passive health", () => {
     const calls = [0, 1, 2, 3].map(() => router.decide(CALL, { timeoutMs: 500 }).catch((e: ModelServiceError) => e.kind));
     await time.advance(30);
     assert.equal(router.health().deployments[0]!.state, "cooling_down");
-    assert.deepEqual((await Promise.all(calls)).slice(0, 4).map((r) => (typeof r === "string" ? r : by(r))), ["unavailable", "unavailable", "unavailable", "a"]);
+    assert.deepEqual(
+      (await Promise.all(calls)).slice(0, 4).map((r) => (typeof r === "string" ? r : by(r))),
+      ["unavailable", "unavailable", "unavailable", "a"],
+    );
     assert.equal(router.health().deployments[0]!.state, "cooling_down", "the late success did not end the cooldown");
     await router.close();
   });
@@ -847,7 +878,10 @@ describe("fallback and all down", () => {
 describe("listModels, tokenBound, close", () => {
   test("listModels: one entry, the smallest context; failing or non-listing deployments skipped; cached", async () => {
     const time = new VirtualTime();
-    const a = new FakeService("a", time, [{ name: "up", context: { max_state: 4096, max_branch: 6144, strict: false } }, { name: "other" }]);
+    const a = new FakeService("a", time, [
+      { name: "up", context: { max_state: 4096, max_branch: 6144, strict: false } },
+      { name: "other" },
+    ]);
     const b = new FakeService("b", time, [{ name: "up", context: { max_state: 2048, strict: true } }]);
     const c = new FakeService("c", time, [{ name: "something-else", context: { max_state: 10 } }]);
     const d = new FakeService("d", time);
@@ -905,10 +939,14 @@ describe("listModels, tokenBound, close", () => {
     const notOwned = virtualRouter(time, [dep(shared)]);
     await notOwned.close();
     assert.equal(shared.closed, 0);
-    const owned = virtualRouter(time, [
-      { name: "x", service: shared, upstreamName: "up" },
-      { name: "y", service: shared, upstreamName: "up2" },
-    ], { ownsServices: true });
+    const owned = virtualRouter(
+      time,
+      [
+        { name: "x", service: shared, upstreamName: "up" },
+        { name: "y", service: shared, upstreamName: "up2" },
+      ],
+      { ownsServices: true },
+    );
     await owned.close();
     await owned.close();
     assert.equal(shared.closed, 1);
@@ -956,7 +994,7 @@ describe("three real HTTP model servers", () => {
     const started = await Promise.all([0, 1, 2].map(() => startFakeModelServer()));
     servers.push(...started);
     const names = ["gpu-a", "gpu-b", "gpu-c"];
-    const services = started.map((s) => createSystemOneHttpService({ baseUrl: s.url }));
+    const services = started.map((s) => openSystemOneHttpService({ baseUrl: s.url }));
     const rec = recorder();
     const router = createModelRouter(
       "public",
@@ -970,7 +1008,9 @@ describe("three real HTTP model servers", () => {
         ownsServices: true,
       },
     );
-    assert.deepEqual(await router.listModels({ timeoutMs: 5000 }), [{ name: "public", context: { max_state: 4096, max_branch: 6144, strict: true } }]);
+    assert.deepEqual(await router.listModels({ timeoutMs: 5000 }), [
+      { name: "public", context: { max_state: 4096, max_branch: 6144, strict: true } },
+    ]);
     router.start();
 
     const call: ModelCall = { model: "public", state: { ticket: "charged twice" }, questions: { refund: { type: "noul" } } };
@@ -1016,7 +1056,10 @@ describe("three real HTTP model servers", () => {
     assert.ok(revived.calls.decide > 0, "traffic went to the restarted server");
     assert.ok((servedAfterRestart["gpu-b"] ?? 0) > 0, JSON.stringify(servedAfterRestart));
     assert.equal(router.health().deployments[1]!.state, "healthy");
-    assert.ok(rec.attempts.some(([d, o]) => d === "gpu-b" && o === "unavailable"), "gpu-b failed while it was down");
+    assert.ok(
+      rec.attempts.some(([d, o]) => d === "gpu-b" && o === "unavailable"),
+      "gpu-b failed while it was down",
+    );
     assert.ok(rec.health.some(([d, s]) => d === "gpu-b" && s === "cooling_down"));
     await router.close();
   });

@@ -1,13 +1,13 @@
-import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
-import { createServer as createNetServer } from "node:net";
 import type { AddressInfo } from "node:net";
-import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
-import { createSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
-import { ModelServiceError, type ModelErrorKind, type ModelService, type UpstreamModel } from "../../src/models/model-service.ts";
-import { checkAnswers } from "../../src/gateway/answer-check.ts";
+import { createServer as createNetServer } from "node:net";
+import { after, before, describe, test } from "node:test";
 import type { Question } from "../../src/contract/decision.ts";
+import { checkAnswers } from "../../src/gateway/answer-check.ts";
+import { type ModelErrorKind, type ModelService, ModelServiceError, type UpstreamModel } from "../../src/models/model-service.ts";
+import { openSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
+import { type FakeModelServer, startFakeModelServer } from "../fixtures/fake-model-server.ts";
 
 const API_KEY = "sk-test-SECRET-0123456789";
 
@@ -22,7 +22,11 @@ function call(behavior?: string, state: Record<string, unknown> = { facts: ["x"]
 }
 
 /** Asserts the promise fails with a ModelServiceError of `kind` whose message never contains the API key. */
-async function expectKind(promise: Promise<unknown>, kind: ModelErrorKind, check?: (err: ModelServiceError) => void): Promise<ModelServiceError> {
+async function expectKind(
+  promise: Promise<unknown>,
+  kind: ModelErrorKind,
+  check?: (err: ModelServiceError) => void,
+): Promise<ModelServiceError> {
   try {
     await promise;
   } catch (err) {
@@ -65,7 +69,7 @@ describe("systemone-http service against the fake model server", () => {
   let service: ModelService;
   before(async () => {
     fake = await startFakeModelServer({ apiKey: API_KEY });
-    service = createSystemOneHttpService({ baseUrl: fake.url, apiKey: API_KEY, connections: 4 });
+    service = openSystemOneHttpService({ baseUrl: fake.url, apiKey: API_KEY, connections: 4 });
   });
   after(async () => {
     await service.close();
@@ -203,7 +207,9 @@ describe("systemone-http service against the fake model server", () => {
   });
 
   test("no-usage, zero-input-tokens and bad token numbers → invalid_response", async () => {
-    await expectKind(service.decide(call("no-usage"), { timeoutMs: 2000 }), "invalid_response", (err) => assert.match(err.message, /usage/));
+    await expectKind(service.decide(call("no-usage"), { timeoutMs: 2000 }), "invalid_response", (err) =>
+      assert.match(err.message, /usage/),
+    );
     await expectKind(service.decide(call("zero-input-tokens"), { timeoutMs: 2000 }), "invalid_response", (err) =>
       assert.match(err.message, /input_tokens is 0/),
     );
@@ -226,7 +232,7 @@ describe("systemone-http service against the fake model server", () => {
   });
 
   test("a wrong API key → bad_status 401 without the key in the message", async () => {
-    const wrong = createSystemOneHttpService({ baseUrl: fake.url, apiKey: "sk-wrong-SECRET" });
+    const wrong = openSystemOneHttpService({ baseUrl: fake.url, apiKey: "sk-wrong-SECRET" });
     try {
       await expectKind(wrong.listModels({ timeoutMs: 2000 }), "bad_status", (err) => {
         assert.equal(err.upstreamStatus, 401);
@@ -241,7 +247,7 @@ describe("systemone-http service against the fake model server", () => {
 describe("systemone-http service: listModels shapes", () => {
   async function listWith(models: unknown): Promise<UpstreamModel[]> {
     const fake = await startFakeModelServer({ models: models as UpstreamModel[] });
-    const service = createSystemOneHttpService({ baseUrl: fake.url });
+    const service = openSystemOneHttpService({ baseUrl: fake.url });
     try {
       return await service.listModels({ timeoutMs: 2000 });
     } finally {
@@ -272,7 +278,9 @@ describe("systemone-http service: listModels shapes", () => {
   });
 
   test("items without a name or id → invalid_response", async () => {
-    await expectKind(listWith([{ name: "ok" }, { title: "no name" }]), "invalid_response", (err) => assert.match(err.message, /models\[1\]/));
+    await expectKind(listWith([{ name: "ok" }, { title: "no name" }]), "invalid_response", (err) =>
+      assert.match(err.message, /models\[1\]/),
+    );
     await expectKind(listWith([42]), "invalid_response");
     await expectKind(listWith([{ name: 7 }]), "invalid_response");
   });
@@ -283,7 +291,7 @@ describe("systemone-http service: listModels shapes", () => {
         res.writeHead(200, { "content-type": "application/json" });
         res.end(body);
       });
-      const service = createSystemOneHttpService({ baseUrl: upstream.url });
+      const service = openSystemOneHttpService({ baseUrl: upstream.url });
       try {
         await expectKind(service.listModels({ timeoutMs: 2000 }), "invalid_response");
       } finally {
@@ -305,7 +313,7 @@ describe("systemone-http service: listModels shapes", () => {
     ];
     for (const [behavior, kind] of cases) {
       const fake = await startFakeModelServer({ modelsBehavior: behavior });
-      const service = createSystemOneHttpService({ baseUrl: fake.url });
+      const service = openSystemOneHttpService({ baseUrl: fake.url });
       try {
         await expectKind(service.listModels({ timeoutMs: 150 }), kind);
       } finally {
@@ -319,7 +327,7 @@ describe("systemone-http service: listModels shapes", () => {
 describe("systemone-http service: transport edge cases", () => {
   test("a port with nothing listening → unavailable", async () => {
     const port = await freePort();
-    const service = createSystemOneHttpService({ baseUrl: `http://127.0.0.1:${port}`, apiKey: API_KEY });
+    const service = openSystemOneHttpService({ baseUrl: `http://127.0.0.1:${port}`, apiKey: API_KEY });
     try {
       await expectKind(service.decide(call(), { timeoutMs: 2000 }), "unavailable", (err) => assert.match(err.message, /refused/));
       await expectKind(service.listModels({ timeoutMs: 2000 }), "unavailable");
@@ -330,9 +338,11 @@ describe("systemone-http service: transport edge cases", () => {
 
   test("a response larger than maxResponseBytes → invalid_response", async () => {
     const fake = await startFakeModelServer();
-    const service = createSystemOneHttpService({ baseUrl: fake.url, maxResponseBytes: 200 });
+    const service = openSystemOneHttpService({ baseUrl: fake.url, maxResponseBytes: 200 });
     try {
-      await expectKind(service.decide(call(), { timeoutMs: 2000 }), "invalid_response", (err) => assert.match(err.message, /larger than 200 bytes/));
+      await expectKind(service.decide(call(), { timeoutMs: 2000 }), "invalid_response", (err) =>
+        assert.match(err.message, /larger than 200 bytes/),
+      );
     } finally {
       await service.close();
       await fake.close();
@@ -346,7 +356,7 @@ describe("systemone-http service: transport edge cases", () => {
       const timer = setInterval(() => res.write("x".repeat(1024)), 1);
       res.on("close", () => clearInterval(timer));
     });
-    const service = createSystemOneHttpService({ baseUrl: upstream.url, maxResponseBytes: 16 * 1024 });
+    const service = openSystemOneHttpService({ baseUrl: upstream.url, maxResponseBytes: 16 * 1024 });
     try {
       await expectKind(service.decide(call(), { timeoutMs: 2000 }), "invalid_response");
     } finally {
@@ -356,14 +366,20 @@ describe("systemone-http service: transport edge cases", () => {
   });
 
   test("envelope shapes: not an object, answers not an object", async () => {
-    const bodies = ["[1, 2]", '"text"', '{"answers": [], "usage": {"input_tokens": 1, "output_tokens": 0}}', '{"usage": {"input_tokens": 1, "output_tokens": 0}}', ""];
+    const bodies = [
+      "[1, 2]",
+      '"text"',
+      '{"answers": [], "usage": {"input_tokens": 1, "output_tokens": 0}}',
+      '{"usage": {"input_tokens": 1, "output_tokens": 0}}',
+      "",
+    ];
     for (const body of bodies) {
       const upstream = await customUpstream((req, res) => {
         req.resume();
         res.writeHead(200, { "content-type": "application/json" });
         res.end(body);
       });
-      const service = createSystemOneHttpService({ baseUrl: upstream.url });
+      const service = openSystemOneHttpService({ baseUrl: upstream.url });
       try {
         await expectKind(service.decide(call(), { timeoutMs: 2000 }), "invalid_response");
       } finally {
@@ -389,7 +405,7 @@ describe("systemone-http service: transport edge cases", () => {
       res.writeHead(status, { "content-type": "application/json" });
       res.end(body);
     });
-    const service = createSystemOneHttpService({ baseUrl: upstream.url, apiKey: API_KEY });
+    const service = openSystemOneHttpService({ baseUrl: upstream.url, apiKey: API_KEY });
     const opts = { timeoutMs: 2000 };
     try {
       await expectKind(service.decide(call(), opts), "context_rejected", (e) => assert.match(e.message, /prompt too long for this model$/));
@@ -401,7 +417,9 @@ describe("systemone-http service: transport edge cases", () => {
       });
       await expectKind(service.decide(call(), opts), "context_rejected", (e) => assert.match(e.message, /nested openai-style message/));
       await expectKind(service.decide(call(), opts), "bad_status", (e) => assert.match(e.message, /invalid key Bearer \[redacted\]/));
-      await expectKind(service.decide(call(), opts), "context_rejected", (e) => assert.equal(e.message, "model service rejected the request (HTTP 422)"));
+      await expectKind(service.decide(call(), opts), "context_rejected", (e) =>
+        assert.equal(e.message, "model service rejected the request (HTTP 422)"),
+      );
     } finally {
       await service.close();
       await upstream.close();
@@ -410,7 +428,7 @@ describe("systemone-http service: transport edge cases", () => {
 
   test("after close(), calls fail with unavailable", async () => {
     const fake = await startFakeModelServer();
-    const service = createSystemOneHttpService({ baseUrl: fake.url });
+    const service = openSystemOneHttpService({ baseUrl: fake.url });
     try {
       await service.close();
       await service.close(); // idempotent
@@ -427,7 +445,7 @@ describe("systemone-http service: transport edge cases", () => {
       res.writeHead(200, { "content-type": "application/json" });
       res.end('{"models": [{"name": "m"}]}');
     });
-    const service = createSystemOneHttpService({ baseUrl: `${upstream.url}/inference/` });
+    const service = openSystemOneHttpService({ baseUrl: `${upstream.url}/inference/` });
     try {
       assert.deepEqual(await service.listModels({ timeoutMs: 2000 }), [{ name: "m" }]);
       assert.equal(seen, "/inference/v1/models");
@@ -438,13 +456,13 @@ describe("systemone-http service: transport edge cases", () => {
   });
 
   test("invalid options are rejected without echoing the key", () => {
-    assert.throws(() => createSystemOneHttpService({ baseUrl: "not a url" }), TypeError);
-    assert.throws(() => createSystemOneHttpService({ baseUrl: "ftp://example.com" }), TypeError);
-    assert.throws(() => createSystemOneHttpService({ baseUrl: "http://user:pw@example.com" }), TypeError);
+    assert.throws(() => openSystemOneHttpService({ baseUrl: "not a url" }), TypeError);
+    assert.throws(() => openSystemOneHttpService({ baseUrl: "ftp://example.com" }), TypeError);
+    assert.throws(() => openSystemOneHttpService({ baseUrl: "http://user:pw@example.com" }), TypeError);
     assert.throws(
-      () => createSystemOneHttpService({ baseUrl: "http://127.0.0.1:1", apiKey: "bad\nSECRET" }),
+      () => openSystemOneHttpService({ baseUrl: "http://127.0.0.1:1", apiKey: "bad\nSECRET" }),
       (err: Error) => err instanceof TypeError && !err.message.includes("SECRET"),
     );
-    assert.throws(() => createSystemOneHttpService({ baseUrl: "http://127.0.0.1:1", connections: 0 }), TypeError);
+    assert.throws(() => openSystemOneHttpService({ baseUrl: "http://127.0.0.1:1", connections: 0 }), TypeError);
   });
 });

@@ -34,7 +34,15 @@ function runGateway(env: Record<string, string>, options: { umask?: string } = {
   const [command, ...args] = options.umask === undefined ? node : ["/bin/sh", "-c", `umask ${options.umask} && exec "$@"`, "sh", ...node];
   const child = spawn(command!, args, {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", HOST: "127.0.0.1", PORT: "0", LOG_LEVEL: "info", TDS_BOOTSTRAP: "false", ...env },
+    env: {
+      PATH: process.env.PATH ?? "",
+      HOME: process.env.HOME ?? "/tmp",
+      HOST: "127.0.0.1",
+      PORT: "0",
+      LOG_LEVEL: "info",
+      TDS_BOOTSTRAP: "false",
+      ...env,
+    },
     stdio: ["ignore", "pipe", "pipe"],
   });
   let output = "";
@@ -143,7 +151,11 @@ describe("secrets at start, in real gateway processes", { timeout: 120_000 }, ()
     const staleFile = join(dir, "stale-key.txt");
     writeFileSync(staleFile, "tds_old\n", { mode: 0o644 });
     chmodSync(staleFile, 0o644);
-    const second = start({ TDS_DATABASE_URL: `sqlite:${join(dir, "data-stale", "tds.sqlite")}`, TDS_BOOTSTRAP: "true", TDS_BOOTSTRAP_KEY_FILE: staleFile });
+    const second = start({
+      TDS_DATABASE_URL: `sqlite:${join(dir, "data-stale", "tds.sqlite")}`,
+      TDS_BOOTSTRAP: "true",
+      TDS_BOOTSTRAP_KEY_FILE: staleFile,
+    });
     await second.listening;
     await second.stop();
     assert.equal(mode(staleFile), 0o600);
@@ -170,13 +182,22 @@ describe("secrets at start, in real gateway processes", { timeout: 120_000 }, ()
     const secret = `sk-test-${Math.random().toString(36).slice(2)}`;
     const dbPassword = `pw${Math.random().toString(36).slice(2)}`;
     const file = join(dir, "tds.json");
-    writeFileSync(file, JSON.stringify({ model_service: { url: "http://127.0.0.1:9", api_key: secret }, database_url: `postgres://tds:${dbPassword}@127.0.0.1:1/tds` }));
+    writeFileSync(
+      file,
+      JSON.stringify({
+        model_service: { url: "http://127.0.0.1:9", api_key: secret },
+        database_url: `postgres://tds:${dbPassword}@127.0.0.1:1/tds`,
+      }),
+    );
     chmodSync(file, 0o644);
     // The environment's database wins over the file's (which is never dialled here).
     const run = start({ TDS_CONFIG: file, TDS_DATABASE_URL: `sqlite:${join(dir, "data-config", "tds.sqlite")}` });
     await run.listening;
     await run.stop();
-    const warnings = run.output().split("\n").filter((l) => l.includes("config file"));
+    const warnings = run
+      .output()
+      .split("\n")
+      .filter((l) => l.includes("config file"));
     assert.equal(warnings.length, 1, run.output());
     const entry = JSON.parse(warnings[0]!) as { level: number; msg: string };
     assert.equal(entry.level, 40);
@@ -233,7 +254,12 @@ describe("secrets at start, in real gateway processes", { timeout: 120_000 }, ()
     const printed: string[] = [];
     const logged: string[] = [];
     const keyFile = join(dir, "terminal", "key.txt");
-    const delivery = { terminal: { write: (t: string) => printed.push(t) }, keyFile, log: { info: (_: object, m: string) => logged.push(m) }, nowMs: Date.now };
+    const delivery = {
+      terminal: { write: (t: string) => printed.push(t) },
+      keyFile,
+      log: { info: (_: object, m: string) => logged.push(m) },
+      nowMs: Date.now,
+    };
     const created = await bootstrapAndDeliver(store, delivery);
     assert.ok(created);
     assert.equal(printed.length, 1);
@@ -250,7 +276,18 @@ describe("secrets at start, in real gateway processes", { timeout: 120_000 }, ()
       assert.equal(isLoopbackHost(host), true, host);
       assert.deepEqual(servingProblems({ host, metricsToken: null }), [], host);
     }
-    for (const host of ["0.0.0.0", "::", "[::]", "192.168.1.10", "10.0.0.1", "example.com", "api.localhost", "128.0.0.1", "127.0.0.1.example.com", "::ffff:10.0.0.1"]) {
+    for (const host of [
+      "0.0.0.0",
+      "::",
+      "[::]",
+      "192.168.1.10",
+      "10.0.0.1",
+      "example.com",
+      "api.localhost",
+      "128.0.0.1",
+      "127.0.0.1.example.com",
+      "::ffff:10.0.0.1",
+    ]) {
       assert.equal(isLoopbackHost(host), false, host);
       assert.match(servingProblems({ host, metricsToken: null })[0] ?? "", /TDS_METRICS_TOKEN/, host);
       assert.deepEqual(servingProblems({ host, metricsToken: "t" }), [], host);

@@ -56,7 +56,11 @@ function startServer(cwd: string, env: Record<string, string>): Promise<Server> 
 }
 
 function tds(cwd: string, args: string[], env: Record<string, string> = {}) {
-  const result = spawnSync(process.execPath, ["bin/tds.mjs", ...args], { cwd, encoding: "utf8", env: { PATH: process.env.PATH ?? "", ...env } });
+  const result = spawnSync(process.execPath, ["bin/tds.mjs", ...args], {
+    cwd,
+    encoding: "utf8",
+    env: { PATH: process.env.PATH ?? "", ...env },
+  });
   assert.equal(result.status, 0, `tds ${args.join(" ")}: ${result.stderr}`);
   return result.stdout;
 }
@@ -76,7 +80,8 @@ describe("production install: npm ci --omit=dev in a scratch folder", { timeout:
   before(async () => {
     assert.ok(existsSync(join(ROOT, "dist", "server.js")), "dist/ is missing: run npm run build first");
     dir = mkdtempSync(join(tmpdir(), "tds-production-"));
-    for (const entry of ["package.json", "package-lock.json", ...manifest.files]) cpSync(join(ROOT, entry), join(dir, entry), { recursive: true });
+    for (const entry of ["package.json", "package-lock.json", ...manifest.files])
+      cpSync(join(ROOT, entry), join(dir, entry), { recursive: true });
     fake = await startFakeModelServer();
   });
   after(async () => {
@@ -86,7 +91,11 @@ describe("production install: npm ci --omit=dev in a scratch folder", { timeout:
 
   test("installs production dependencies only, without engine warnings, keeping the shipped dist/", () => {
     const started = process.hrtime.bigint();
-    const install = spawnSync("npm", ["ci", "--omit=dev", "--no-audit", "--no-fund", "--prefer-offline"], { cwd: dir, encoding: "utf8", timeout: 480_000 });
+    const install = spawnSync("npm", ["ci", "--omit=dev", "--no-audit", "--no-fund", "--prefer-offline"], {
+      cwd: dir,
+      encoding: "utf8",
+      timeout: 480_000,
+    });
     const seconds = Number(process.hrtime.bigint() - started) / 1e9;
     assert.equal(install.status, 0, `npm ci --omit=dev failed:\n${install.stdout}\n${install.stderr}`);
     console.log(`# npm ci --omit=dev: ${seconds.toFixed(1)} s`);
@@ -112,10 +121,16 @@ describe("production install: npm ci --omit=dev in a scratch folder", { timeout:
       assert.equal(consolePage.status, 200);
       assert.match(await consolePage.text(), /<html/i);
       assert.equal((await fetch(`${server.url}/docs/`)).status, 200);
-      assert.equal(((await (await fetch(`${server.url}/openapi.json`)).json()) as { info: { version: string } }).info.version, manifest.version);
+      assert.equal(
+        ((await (await fetch(`${server.url}/openapi.json`)).json()) as { info: { version: string } }).info.version,
+        manifest.version,
+      );
 
       const orgs = JSON.parse(tds(dir, ["org", "list", "--json"])) as Array<{ name: string }>;
-      assert.deepEqual(orgs.map((o) => o.name), ["default"]);
+      assert.deepEqual(
+        orgs.map((o) => o.name),
+        ["default"],
+      );
       const created = JSON.parse(tds(dir, ["key", "create", "--org", "default", "--json"])) as { key: string };
       assert.equal((await decide(server.url, created.key, sampleRequest())).status, 200);
       assert.equal(tds(dir, ["--version"]), `tds (typed-decision-service) ${manifest.version}\n`);
@@ -144,8 +159,17 @@ describe("production install: npm ci --omit=dev in a scratch folder", { timeout:
       assert.equal(engine.status, 503, JSON.stringify(engine.body));
       assert.match(engine.body.detail, /node-llama-cpp/);
       assert.match(engine.body.detail, /npm install node-llama-cpp/);
-      const listed = (await (await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${key.key}` } })).json()) as { models: Array<{ name: string; context?: unknown }> };
-      assert.deepEqual(listed.models.map((m) => [m.name, m.context !== undefined]), [["fake-small", true], ["local", false]], "listed, the engine model without a context");
+      const listed = (await (await fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${key.key}` } })).json()) as {
+        models: Array<{ name: string; context?: unknown }>;
+      };
+      assert.deepEqual(
+        listed.models.map((m) => [m.name, m.context !== undefined]),
+        [
+          ["fake-small", true],
+          ["local", false],
+        ],
+        "listed, the engine model without a context",
+      );
       assert.match(server.output(), /local from the in-process engine, .*NOT INSTALLED: npm install node-llama-cpp/);
     } finally {
       await server.stop();

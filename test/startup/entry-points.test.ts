@@ -10,9 +10,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
-import { startFakeModelServer, type FakeModelServer } from "../fixtures/fake-model-server.ts";
-import { freePort } from "../support/redis-server.ts";
+import { type FakeModelServer, startFakeModelServer } from "../fixtures/fake-model-server.ts";
 import { TEST_POSTGRES_URL } from "../support/postgres-db.ts";
+import { freePort } from "../support/redis-server.ts";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const SERVER = join(ROOT, "dist", "server.js");
@@ -88,12 +88,21 @@ describe("entry points", { timeout: 120_000 }, () => {
   test("a database that refuses the connection names TDS_DATABASE_URL, without its password", async () => {
     const port = await freePort();
     const result = await run(SERVER, [], { ...base(), TDS_DATABASE_URL: `postgres://postgres:s3cret@127.0.0.1:${port}/test` });
-    assertOneLineFailure(result, 1, new RegExp(`PostgreSQL database at postgres://postgres@127\\.0\\.0\\.1:${port}/test \\(TDS_DATABASE_URL\\): the connection was refused`));
+    assertOneLineFailure(
+      result,
+      1,
+      new RegExp(
+        `PostgreSQL database at postgres://postgres@127\\.0\\.0\\.1:${port}/test \\(TDS_DATABASE_URL\\): the connection was refused`,
+      ),
+    );
     assert.doesNotMatch(result.stderr, /s3cret/);
   });
 
   test("a PostgreSQL database that does not exist, and a SQLite folder that cannot be made", async () => {
-    const missing = await run(SERVER, [], { ...base(), TDS_DATABASE_URL: `${TEST_POSTGRES_URL.replace(/\/[^/]*$/, "")}/tds_no_such_database` });
+    const missing = await run(SERVER, [], {
+      ...base(),
+      TDS_DATABASE_URL: `${TEST_POSTGRES_URL.replace(/\/[^/]*$/, "")}/tds_no_such_database`,
+    });
     assertOneLineFailure(missing, 1, /\(TDS_DATABASE_URL\): the database does not exist/);
     writeFileSync(join(dir, "a-file"), "not a folder");
     const blocked = await run(SERVER, [], { ...base(), TDS_DATABASE_URL: `sqlite:${join(dir, "a-file", "tds.sqlite")}` });
@@ -126,14 +135,26 @@ describe("entry points", { timeout: 120_000 }, () => {
     });
     assert.equal(result.code, 2);
     assert.doesNotMatch(result.stderr, /^\s+at /m);
-    for (const setting of ["LOG_LEVEL", "TDS_LOG_FORMAT", "PORT", "TDS_SERVICE_MODE", "TDS_REQUESTS_PER_MINUTE", "TDS_REDIS_URL", "TDS_DATABASE_URL", "TDS_ADMIN_TOKEN"]) {
+    for (const setting of [
+      "LOG_LEVEL",
+      "TDS_LOG_FORMAT",
+      "PORT",
+      "TDS_SERVICE_MODE",
+      "TDS_REQUESTS_PER_MINUTE",
+      "TDS_REDIS_URL",
+      "TDS_DATABASE_URL",
+      "TDS_ADMIN_TOKEN",
+    ]) {
       assert.match(result.stderr, new RegExp(`^  - ${setting} `, "m"), `${setting} is named: ${result.stderr}`);
     }
   });
 
   test("one start-up summary: JSON when not a terminal, readable with TDS_LOG_FORMAT=pretty", async () => {
     const json = await run(SERVER, [], { ...base(), TDS_ADMIN_TOKEN: "a".repeat(40) }, { until: /ready at/ });
-    const records = json.stdout.trim().split("\n").map((line) => JSON.parse(line) as Record<string, any>);
+    const records = json.stdout
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line) as Record<string, any>);
     const summaries = records.filter((r) => r.startup);
     assert.equal(summaries.length, 1, json.stdout);
     const { startup, msg } = summaries[0]!;
@@ -141,7 +162,10 @@ describe("entry points", { timeout: 120_000 }, () => {
     assert.equal(startup.console_url, `${startup.url}/console/`);
     assert.equal(startup.mode, "preview");
     assert.equal(startup.default_model, "fake-small");
-    assert.match(startup.models.join("\n"), new RegExp(`fake-small \\(default\\), fake-large listed by model service .*${fake.url.replace(/[.]/g, "\\.")}`));
+    assert.match(
+      startup.models.join("\n"),
+      new RegExp(`fake-small \\(default\\), fake-large listed by model service .*${fake.url.replace(/[.]/g, "\\.")}`),
+    );
     assert.equal(startup.database, `SQLite ${join(dir, "tds.sqlite")}`);
     assert.equal(startup.requests_per_minute, 60);
     assert.equal(startup.admin_api, true);
@@ -149,8 +173,9 @@ describe("entry points", { timeout: 120_000 }, () => {
 
     const pretty = await run(SERVER, [], { ...base(), TDS_LOG_FORMAT: "pretty", TDS_SERVICE_MODE: "paid" }, { until: /ready at/ });
     assert.doesNotMatch(pretty.stdout, /^\{/m, "no JSON lines");
-    assert.match(pretty.stdout, /^\d\d:\d\d:\d\d\.\d{3} INFO  Typed Decision Service .* ready at http:\/\/127\.0\.0\.1:\d+$/m);
-    for (const label of ["console", "mode", "models", "database", "limits", "admin API"]) assert.match(pretty.stdout, new RegExp(`^  ${label} +\\S`, "m"));
+    assert.match(pretty.stdout, /^\d\d:\d\d:\d\d\.\d{3} INFO {2}Typed Decision Service .* ready at http:\/\/127\.0\.0\.1:\d+$/m);
+    for (const label of ["console", "mode", "models", "database", "limits", "admin API"])
+      assert.match(pretty.stdout, new RegExp(`^  ${label} +\\S`, "m"));
     assert.match(pretty.stdout, /mode +paid: \$0\.5 per million input tokens/);
     assert.match(pretty.stdout, /admin API +off \(set TDS_ADMIN_TOKEN/);
   });

@@ -58,7 +58,9 @@ function fakeStore(fail: (batch: Batch, attempt: number) => void = () => {}, del
       fail(batch, attempt);
       transactions.push([...batch.completions.map((c) => `c:${c.requestId}`), ...batch.admissions.map((a) => `a:${a.requestId}`)]);
       return {
-        admissions: batch.admissions.map((a): AdmitResult => (a.requestId.startsWith("full") ? { kind: "quota_exhausted", scope: "org" } : { kind: "admitted" })),
+        admissions: batch.admissions.map(
+          (a): AdmitResult => (a.requestId.startsWith("full") ? { kind: "quota_exhausted", scope: "org" } : { kind: "admitted" }),
+        ),
         completions: batch.completions.map((): CompleteResult => ({ kind: "completed" })),
       };
     },
@@ -72,8 +74,18 @@ describe("BatchedBooks: group commit of durable steps", () => {
   test("steps submitted in one event-loop turn share one transaction; each gets its own result, in order", async () => {
     const { store, transactions } = fakeStore();
     const books = new BatchedBooks(store, options);
-    const results = await Promise.all([books.admit(admit("r1")), books.complete(complete("r0")), books.admit(admit("full_r2")), books.admit(admit("r3"))]);
-    assert.deepEqual(results, [{ kind: "admitted" }, { kind: "completed" }, { kind: "quota_exhausted", scope: "org" }, { kind: "admitted" }]);
+    const results = await Promise.all([
+      books.admit(admit("r1")),
+      books.complete(complete("r0")),
+      books.admit(admit("full_r2")),
+      books.admit(admit("r3")),
+    ]);
+    assert.deepEqual(results, [
+      { kind: "admitted" },
+      { kind: "completed" },
+      { kind: "quota_exhausted", scope: "org" },
+      { kind: "admitted" },
+    ]);
     assert.deepEqual(transactions, [["c:r0", "a:r1", "a:full_r2", "a:r3"]]);
   });
 
@@ -107,7 +119,10 @@ describe("BatchedBooks: group commit of durable steps", () => {
     const { store, transactions } = fakeStore();
     const books = new BatchedBooks(store, { ...options, maxBatch: 3 });
     await Promise.all(Array.from({ length: 7 }, (_, i) => books.admit(admit(`r${i}`))));
-    assert.deepEqual(transactions.map((t) => t.length), [3, 3, 1]);
+    assert.deepEqual(
+      transactions.map((t) => t.length),
+      [3, 3, 1],
+    );
   });
 
   test("a transaction that fails for one step's sake is committed again step by step: only that step fails", async () => {
@@ -116,7 +131,10 @@ describe("BatchedBooks: group commit of durable steps", () => {
     });
     const books = new BatchedBooks(store, options);
     const results = await Promise.allSettled([books.admit(admit("r1")), books.admit(admit("bad")), books.complete(complete("r0"))]);
-    assert.deepEqual(results.map((r) => r.status), ["fulfilled", "rejected", "fulfilled"]);
+    assert.deepEqual(
+      results.map((r) => r.status),
+      ["fulfilled", "rejected", "fulfilled"],
+    );
     assert.match(String((results[1] as PromiseRejectedResult).reason), /CHECK constraint failed/);
     assert.deepEqual(transactions, [["a:r1"], ["c:r0"]]);
   });
@@ -156,10 +174,18 @@ describe("BatchedBooks: group commit of durable steps", () => {
       throw new Down("connect ECONNREFUSED");
     });
     let calls = 0;
-    const counting = { commitBatch: (b: Batch) => (calls++, store.commitBatch(b)) };
+    const counting = {
+      commitBatch: (b: Batch) => {
+        calls++;
+        return store.commitBatch(b);
+      },
+    };
     const books = new BatchedBooks(counting, options);
     const results = await Promise.allSettled([books.admit(admit("r1")), books.admit(admit("r2")), books.complete(complete("r0"))]);
-    assert.deepEqual(results.map((r) => r.status), ["rejected", "rejected", "rejected"]);
+    assert.deepEqual(
+      results.map((r) => r.status),
+      ["rejected", "rejected", "rejected"],
+    );
     assert.equal(calls, 1);
   });
 
@@ -168,8 +194,18 @@ describe("BatchedBooks: group commit of durable steps", () => {
     const { store } = fakeStore((batch) => {
       if (batch.admissions.some((a) => a.requestId === "bad")) throw new Error("boom");
     });
-    const books = new BatchedBooks(store, { ...options, onCommit: (steps, seconds, ok) => (assert.ok(seconds >= 0), seen.push([steps, ok])) });
+    const books = new BatchedBooks(store, {
+      ...options,
+      onCommit: (steps, seconds, ok) => {
+        assert.ok(seconds >= 0);
+        seen.push([steps, ok]);
+      },
+    });
     await Promise.allSettled([books.admit(admit("r1")), books.admit(admit("bad"))]);
-    assert.deepEqual(seen, [[2, false], [1, true], [1, false]]);
+    assert.deepEqual(seen, [
+      [2, false],
+      [1, true],
+      [1, false],
+    ]);
   });
 });

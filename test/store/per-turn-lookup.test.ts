@@ -22,7 +22,10 @@ describe("perTurnLookup", () => {
       return new Map(keys.map((k) => [k, k]));
     });
     const results = await Promise.allSettled([lookup("a"), lookup("b")]);
-    assert.deepEqual(results.map((r) => r.status), ["rejected", "rejected"]);
+    assert.deepEqual(
+      results.map((r) => r.status),
+      ["rejected", "rejected"],
+    );
     fail = false;
     assert.equal(await lookup("a"), "a");
   });

@@ -16,19 +16,19 @@ import { createServer, connect as netConnect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, describe, it } from "node:test";
+import Database from "better-sqlite3";
 import pg from "pg";
 import { runCli } from "../../src/cli/cli.ts";
-import { hashApiKey } from "../../src/gateway/api-keys.ts";
-import Database from "better-sqlite3";
-import { isPostgresUrl } from "../../src/store/database-url.ts";
+import { isPostgresUrl } from "../../src/database-url.ts";
+import { hashApiKey } from "../../src/domain/api-keys.ts";
 import { migrationReportOf, openStore } from "../../src/store/open-store.ts";
 import { connectionSettings, parseBigint } from "../../src/store/postgres/postgres-connection.ts";
 import { MIGRATION_LOCK_KEY, POSTGRES_MIGRATIONS_DIR, readPostgresMigrations } from "../../src/store/postgres/postgres-migrations.ts";
 import { openPostgresStore, type PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres/postgres-store.ts";
 import { postgresUsageListQuery } from "../../src/store/postgres/postgres-usage.ts";
 import type { AdmitCommand, AdmitResult, CompleteResult, UsageQuery } from "../../src/store/store.ts";
-import { encodeUsageCursor } from "../../src/store/usage-cursor.ts";
 import { isStoreUnavailable, StoreInputError } from "../../src/store/store-errors.ts";
+import { encodeUsageCursor } from "../../src/store/usage-cursor.ts";
 import { admission, checkBalanceInvariants, completion, describeStoreContract, recordUsage, usageRecord } from "./store-contract.ts";
 
 const BASE_URL = process.env.TDS_TEST_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -166,11 +166,15 @@ function definePostgresTests(): void {
       const m = LEFTOVER.exec(name);
       return m !== null && Number(m[1]) < cutoff;
     };
-    const oldSchemas = (await admin.query<{ name: string }>("SELECT nspname AS name FROM pg_namespace WHERE nspname LIKE 'tds\\_test\\_%'")).rows
+    const oldSchemas = (
+      await admin.query<{ name: string }>("SELECT nspname AS name FROM pg_namespace WHERE nspname LIKE 'tds\\_test\\_%'")
+    ).rows
       .map((r) => r.name)
       .filter(old);
     for (const s of oldSchemas) await admin.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`).catch(() => undefined);
-    const oldDatabases = (await maintenance.query<{ name: string }>("SELECT datname AS name FROM pg_database WHERE datname LIKE 'tds\\_test\\_%'")).rows
+    const oldDatabases = (
+      await maintenance.query<{ name: string }>("SELECT datname AS name FROM pg_database WHERE datname LIKE 'tds\\_test\\_%'")
+    ).rows
       .map((r) => r.name)
       .filter(old);
     for (const d of oldDatabases) await maintenance.query(`DROP DATABASE IF EXISTS ${d} WITH (FORCE)`).catch(() => undefined);
@@ -231,16 +235,25 @@ function definePostgresTests(): void {
 
     it("the URL parameters pool_size and statement_timeout_ms override the options and are not passed to the server", async () => {
       const { url } = await freshSchema();
-      const store = await open(`${url}&pool_size=2&statement_timeout_ms=777&application_name=tds-from-url`, { poolSize: 9, statementTimeoutMs: 100 });
+      const store = await open(`${url}&pool_size=2&statement_timeout_ms=777&application_name=tds-from-url`, {
+        poolSize: 9,
+        statementTimeoutMs: 100,
+      });
       assert.equal(store.settings.poolSize, 2);
       assert.equal(store.pool.options.max, 2);
-      const row = (await store.pool.query<{ st: string; app: string }>("SELECT current_setting('statement_timeout') AS st, current_setting('application_name') AS app")).rows[0];
+      const row = (
+        await store.pool.query<{ st: string; app: string }>(
+          "SELECT current_setting('statement_timeout') AS st, current_setting('application_name') AS app",
+        )
+      ).rows[0];
       assert.deepEqual([row?.st, row?.app], ["777ms", "tds-from-url"], "application_name in the URL is pg's own parameter and wins");
       await store.close();
     });
 
     it("parses the adapter's URL parameters and refuses bad values without showing the password", () => {
-      const s = connectionSettings("postgresql://u:secret@db:5432/tds?sslmode=disable&pool_size=20&application_name=a%20b&statement_timeout_ms=3000");
+      const s = connectionSettings(
+        "postgresql://u:secret@db:5432/tds?sslmode=disable&pool_size=20&application_name=a%20b&statement_timeout_ms=3000",
+      );
       assert.deepEqual(s, {
         connectionString: "postgresql://u:secret@db:5432/tds?sslmode=disable&application_name=a%20b",
         poolSize: 20,
@@ -249,10 +262,20 @@ function definePostgresTests(): void {
       });
       assert.equal(connectionSettings("postgres://db/tds?pool_size=3").connectionString, "postgres://db/tds");
       assert.equal(connectionSettings("postgres://db/tds", { poolSize: 4 }).poolSize, 4);
-      for (const bad of ["pool_size=0", "pool_size=abc", "pool_size=1.5", "pool_size=100000", "statement_timeout_ms=-1", "statement_timeout_ms=", "statement_timeout_ms=99999999999"]) {
+      for (const bad of [
+        "pool_size=0",
+        "pool_size=abc",
+        "pool_size=1.5",
+        "pool_size=100000",
+        "statement_timeout_ms=-1",
+        "statement_timeout_ms=",
+        "statement_timeout_ms=99999999999",
+      ]) {
         assert.throws(
           () => connectionSettings(`postgres://u:secret@db/tds?${bad}`),
-          (err: Error) => /PostgreSQL (pool_size|statement_timeout_ms) URL parameter must be a whole number/.test(err.message) && !err.message.includes("secret"),
+          (err: Error) =>
+            /PostgreSQL (pool_size|statement_timeout_ms) URL parameter must be a whole number/.test(err.message) &&
+            !err.message.includes("secret"),
           bad,
         );
       }
@@ -288,10 +311,7 @@ function definePostgresTests(): void {
         await locker.query("BEGIN");
         await locker.query("SELECT * FROM org_balances WHERE org_id = 'org_1' FOR UPDATE");
         const started = Date.now();
-        await assert.rejects(
-          admitOne(store, paidAdmission("r1", "org_1", 10)),
-          (err: { code?: string }) => err.code === "57014",
-        );
+        await assert.rejects(admitOne(store, paidAdmission("r1", "org_1", 10)), (err: { code?: string }) => err.code === "57014");
         assert.ok(Date.now() - started < 3000);
         await locker.query("ROLLBACK");
       } finally {
@@ -301,7 +321,9 @@ function definePostgresTests(): void {
       assert.equal(await store.getReservation("r1"), null);
       assert.deepEqual(await admitOne(store, paidAdmission("r1", "org_1", 10)), { kind: "admitted" });
       await checkBalanceInvariants(store, "org_1");
-      const states = (await admin.query<{ state: string }>("SELECT state FROM pg_stat_activity WHERE application_name = $1", [app])).rows.map((r) => r.state);
+      const states = (
+        await admin.query<{ state: string }>("SELECT state FROM pg_stat_activity WHERE application_name = $1", [app])
+      ).rows.map((r) => r.state);
       assert.ok(states.length > 0 && states.every((state) => state === "idle"), `no transaction left open: ${states.join(", ")}`);
       await store.close();
     });
@@ -326,7 +348,10 @@ function definePostgresTests(): void {
           } catch (err) {
             const code = (err as { code?: string }).code;
             seen.push(code ?? (err as Error).message);
-            assert.ok(isStoreUnavailable(err) || /Connection terminated/.test((err as Error).message), `a connection failure, not another error: ${String(err)}`);
+            assert.ok(
+              isStoreUnavailable(err) || /Connection terminated/.test((err as Error).message),
+              `a connection failure, not another error: ${String(err)}`,
+            );
           }
         }
         for (let i = 0; i < 5; i++) assert.equal(await store.countOrganizations(), 1, "the pool recovered");
@@ -356,8 +381,15 @@ function definePostgresTests(): void {
           assert.equal(isStoreUnavailable(err), true);
           return true;
         });
-        const pid = await waitFor("the reservation to wait for the row lock", async () =>
-          (await admin.query<{ pid: number }>("SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [app])).rows[0]?.pid,
+        const pid = await waitFor(
+          "the reservation to wait for the row lock",
+          async () =>
+            (
+              await admin.query<{ pid: number }>(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'",
+                [app],
+              )
+            ).rows[0]?.pid,
         );
         await admin.query("SELECT pg_terminate_backend($1)", [pid]);
         await failed;
@@ -413,7 +445,9 @@ function definePostgresTests(): void {
           const call = admitOne(store, paidAdmission("r1", "org_1", 10));
           const failed = assert.rejects(call, /Connection terminated unexpectedly/);
           await waitFor("the reservation to wait for the row lock", async () =>
-            (await admin.query("SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [app])).rowCount ? true : undefined,
+            (await admin.query("SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'", [app])).rowCount
+              ? true
+              : undefined,
           );
           for (const socket of sockets) socket.destroy();
           await failed;
@@ -424,7 +458,9 @@ function definePostgresTests(): void {
         }
         // The server ends the orphaned session (and its transaction) once it notices the client is gone.
         await waitFor("the orphaned session to end", async () =>
-          (await admin.query("SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND state <> 'idle'", [app])).rowCount === 0 ? true : undefined,
+          (await admin.query("SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND state <> 'idle'", [app])).rowCount === 0
+            ? true
+            : undefined,
         );
         assert.deepEqual(await store.getBalance("org_1"), before);
         assert.equal(await store.getReservation("r1"), null);
@@ -461,8 +497,15 @@ function definePostgresTests(): void {
       assert.deepEqual(second.migrations.applied, []);
       assert.deepEqual(second.migrations.current, files);
       await second.close();
-      const rows = (await admin.query<{ version: number; name: string; applied_at_ms: string }>(`SELECT version, name, applied_at_ms FROM ${schema}.schema_migrations ORDER BY version`)).rows;
-      assert.deepEqual(rows.map((r) => ({ version: r.version, name: r.name })), files);
+      const rows = (
+        await admin.query<{ version: number; name: string; applied_at_ms: string }>(
+          `SELECT version, name, applied_at_ms FROM ${schema}.schema_migrations ORDER BY version`,
+        )
+      ).rows;
+      assert.deepEqual(
+        rows.map((r) => ({ version: r.version, name: r.name })),
+        files,
+      );
       assert.ok(rows.every((r) => Math.abs(Number(r.applied_at_ms) - Date.now()) < 60_000));
       assert.equal(rows[0]?.name, "initial");
     });
@@ -470,18 +513,30 @@ function definePostgresTests(): void {
     it("the shipped folder mirrors the SQLite one: same versions and names, consecutive from 001_initial", () => {
       const postgres = readPostgresMigrations();
       assert.equal(postgres[0]?.file, "001_initial.sql");
-      assert.deepEqual(postgres.map((m) => m.version), postgres.map((_, i) => i + 1));
+      assert.deepEqual(
+        postgres.map((m) => m.version),
+        postgres.map((_, i) => i + 1),
+      );
       const sqliteDir = join(POSTGRES_MIGRATIONS_DIR, "..", "sqlite");
-      assert.deepEqual(postgres.map((m) => m.file), readdirSync(sqliteDir).filter((f) => f.endsWith(".sql")).sort());
+      assert.deepEqual(
+        postgres.map((m) => m.file),
+        readdirSync(sqliteDir)
+          .filter((f) => f.endsWith(".sql"))
+          .sort(),
+      );
     });
 
     it("003 keeps the rows of a database made by 001 and 002: usage records become final at their creation time", async () => {
       const dir = mkdtempSync(join(tmpdir(), "tds-pg-migrations-"));
       tempDirs.push(dir);
-      for (const file of ["001_initial.sql", "002_credits_quotas_idempotency.sql"]) copyFileSync(join(POSTGRES_MIGRATIONS_DIR, file), join(dir, file));
+      for (const file of ["001_initial.sql", "002_credits_quotas_idempotency.sql"])
+        copyFileSync(join(POSTGRES_MIGRATIONS_DIR, file), join(dir, file));
       const { schema, url } = await freshSchema();
       const old = await open(url, { migrationsDir: dir });
-      assert.deepEqual(old.migrations.applied.map((m) => m.version), [1, 2]);
+      assert.deepEqual(
+        old.migrations.applied.map((m) => m.version),
+        [1, 2],
+      );
       await old.close();
       const client = await rawClient(schemaUrl(schema));
       try {
@@ -512,7 +567,16 @@ function definePostgresTests(): void {
       assert.deepEqual(store.migrations.applied[0], { version: 3, name: "two_step_bookkeeping" });
       // Records written before 005 name no deployment and count no attempts.
       const before005 = { deployment: null, attempts: 0 };
-      const success = usageRecord({ ...before005, requestId: "req_old", orgId: "org_1", keyId: "k1", createdAtMs: T0 + 5, completedAtMs: T0 + 5, costMicrousd: 50, overReservation: true });
+      const success = usageRecord({
+        ...before005,
+        requestId: "req_old",
+        orgId: "org_1",
+        keyId: "k1",
+        createdAtMs: T0 + 5,
+        completedAtMs: T0 + 5,
+        costMicrousd: 50,
+        overReservation: true,
+      });
       const failure = usageRecord({
         ...before005,
         requestId: "req_err",
@@ -535,10 +599,19 @@ function definePostgresTests(): void {
       const idem = (key: string) => ({ key, requestHash: "h", lockUntilMs: T0 + 200, expiresAtMs: T0 + 24 * HOUR });
       assert.deepEqual(
         await store.commitBatch({
-          admissions: [admission({ requestId: "req_new1", orgId: "org_1", nowMs: T0 + 100, idempotency: idem("k-old") }), admission({ requestId: "req_new2", orgId: "org_1", nowMs: T0 + 100, idempotency: idem("k-running") })],
+          admissions: [
+            admission({ requestId: "req_new1", orgId: "org_1", nowMs: T0 + 100, idempotency: idem("k-old") }),
+            admission({ requestId: "req_new2", orgId: "org_1", nowMs: T0 + 100, idempotency: idem("k-running") }),
+          ],
           completions: [],
         }),
-        { admissions: [{ kind: "replay", response: { status: 200, body: '{"ok":true}', requestId: "req_old" } }, { kind: "idempotency_in_progress" }], completions: [] },
+        {
+          admissions: [
+            { kind: "replay", response: { status: 200, body: '{"ok":true}', requestId: "req_old" } },
+            { kind: "idempotency_in_progress" },
+          ],
+          completions: [],
+        },
       );
       // The old design wrote no record for a request in flight: its pending reservation is expired by the sweep.
       assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 10 }), { abandoned: 0, expired: 1 });
@@ -551,19 +624,34 @@ function definePostgresTests(): void {
       tempDirs.push(dir);
       for (const file of readdirSync(POSTGRES_MIGRATIONS_DIR)) copyFileSync(join(POSTGRES_MIGRATIONS_DIR, file), join(dir, file));
       // Not idempotent and slow: a second run would fail with "relation slow already exists".
-      writeFileSync(join(dir, "900_slow.sql"), "CREATE TABLE slow AS SELECT g AS x FROM generate_series(1, 100000) AS g;\nSELECT pg_sleep(0.3);\n");
+      writeFileSync(
+        join(dir, "900_slow.sql"),
+        "CREATE TABLE slow AS SELECT g AS x FROM generate_series(1, 100000) AS g;\nSELECT pg_sleep(0.3);\n",
+      );
       const { database, url } = await freshDatabase();
       const stores = await Promise.all(Array.from({ length: 4 }, () => open(url, { migrationsDir: dir, poolSize: 2 })));
       const all = [...readPostgresMigrations().map((m) => ({ version: m.version, name: m.name })), { version: 900, name: "slow" }];
       const appliedBy = stores.map((s) => s.migrations.applied.length);
-      assert.deepEqual([...appliedBy].sort(), [0, 0, 0, all.length], `one store applied them all, the others none: ${appliedBy.join(", ")}`);
+      assert.deepEqual(
+        [...appliedBy].sort(),
+        [0, 0, 0, all.length],
+        `one store applied them all, the others none: ${appliedBy.join(", ")}`,
+      );
       for (const s of stores) assert.deepEqual(s.migrations.current, all);
       const check = await rawClient(url);
       try {
-        const versions = (await check.query<{ version: number }>("SELECT version FROM schema_migrations ORDER BY version")).rows.map((r) => r.version);
-        assert.deepEqual(versions, all.map((m) => m.version));
+        const versions = (await check.query<{ version: number }>("SELECT version FROM schema_migrations ORDER BY version")).rows.map(
+          (r) => r.version,
+        );
+        assert.deepEqual(
+          versions,
+          all.map((m) => m.version),
+        );
         assert.deepEqual((await check.query("SELECT count(*)::int AS n FROM slow")).rows[0], { n: 100000 });
-        const locks = await check.query("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = $1)", [database]);
+        const locks = await check.query(
+          "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = $1)",
+          [database],
+        );
         assert.equal(locks.rowCount, 0, "the migration lock was released");
       } finally {
         await check.end();
@@ -580,13 +668,21 @@ function definePostgresTests(): void {
       writeFileSync(join(dir, "001_ok.sql"), "CREATE TABLE a (x integer);");
       writeFileSync(join(dir, "002_broken.sql"), "CREATE TABLE b (x integer);\nINSERT INTO nowhere VALUES (1);");
       const { database, url } = await freshDatabase();
-      await assert.rejects(openPostgresStore(url, { migrationsDir: dir }), /Migration 002_broken\.sql failed: relation "nowhere" does not exist/);
+      await assert.rejects(
+        openPostgresStore(url, { migrationsDir: dir }),
+        /Migration 002_broken\.sql failed: relation "nowhere" does not exist/,
+      );
       const check = await rawClient(url);
       try {
-        const tables = (await check.query<{ t: string }>("SELECT tablename AS t FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")).rows.map((r) => r.t);
+        const tables = (
+          await check.query<{ t: string }>("SELECT tablename AS t FROM pg_tables WHERE schemaname = 'public' ORDER BY 1")
+        ).rows.map((r) => r.t);
         assert.deepEqual(tables, ["a", "schema_migrations"]);
         assert.deepEqual((await check.query("SELECT version, name FROM schema_migrations")).rows, [{ version: 1, name: "ok" }]);
-        const locks = await check.query("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = $1)", [database]);
+        const locks = await check.query(
+          "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = $1)",
+          [database],
+        );
         assert.equal(locks.rowCount, 0, "the migration lock was released");
         const idle = await check.query("SELECT 1 FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", [database]);
         assert.equal(idle.rowCount, 0, "the migration connection was closed");
@@ -604,7 +700,10 @@ function definePostgresTests(): void {
       const { schema, url } = await freshSchema();
       await (await open(url)).close();
       await admin.query(`INSERT INTO ${schema}.schema_migrations (version, name, applied_at_ms) VALUES (999, 'from_the_future', 0)`);
-      await assert.rejects(openPostgresStore(url), /migrations this version of the service does not know: 999 \(from_the_future\)\. It was used by a newer version\./);
+      await assert.rejects(
+        openPostgresStore(url),
+        /migrations this version of the service does not know: 999 \(from_the_future\)\. It was used by a newer version\./,
+      );
     });
 
     it("takes the migration lock of the database: a store opening while another instance holds it waits", async () => {
@@ -645,7 +744,11 @@ function definePostgresTests(): void {
                 const batch = Array.from({ length: 25 }, (_, i) => paidAdmission(`s${s}_w${w}_b${b}_${i}`, "org_1", 7));
                 for (const result of (await store.commitBatch({ admissions: batch, completions: [] })).admissions) {
                   if (result.kind === "admitted") admitted++;
-                  else assert.ok(result.kind === "insufficient_credits" && result.availableMicrousd >= 0 && result.availableMicrousd < 7, JSON.stringify(result));
+                  else
+                    assert.ok(
+                      result.kind === "insufficient_credits" && result.availableMicrousd >= 0 && result.availableMicrousd < 7,
+                      JSON.stringify(result),
+                    );
                 }
               }
             }),
@@ -653,12 +756,27 @@ function definePostgresTests(): void {
           return admitted;
         }),
       );
-      assert.equal(perStore.reduce((a, b) => a + b, 0), 1428, `admitted per store: ${perStore.join(", ")}`);
+      assert.equal(
+        perStore.reduce((a, b) => a + b, 0),
+        1428,
+        `admitted per store: ${perStore.join(", ")}`,
+      );
       assert.ok(perStore.filter((n) => n > 0).length >= 2, `the stores overlapped: ${perStore.join(", ")}`);
-      assert.deepEqual(await checkBalanceInvariants(stores[1]!, "org_1"), { available: 10_000 - 1428 * 7, reserved: 1428 * 7, spent: 0, granted: 10_000 });
-      const pending = (await stores[2]!.pool.query("SELECT count(*)::int AS n, sum(amount_microusd)::bigint AS total FROM reservations WHERE status = 'pending'")).rows[0];
+      assert.deepEqual(await checkBalanceInvariants(stores[1]!, "org_1"), {
+        available: 10_000 - 1428 * 7,
+        reserved: 1428 * 7,
+        spent: 0,
+        granted: 10_000,
+      });
+      const pending = (
+        await stores[2]!.pool.query(
+          "SELECT count(*)::int AS n, sum(amount_microusd)::bigint AS total FROM reservations WHERE status = 'pending'",
+        )
+      ).rows[0];
       assert.deepEqual(pending, { n: 1428, total: 9996 });
-      assert.deepEqual((await stores[3]!.pool.query("SELECT outcome, count(*)::int AS n FROM usage_records GROUP BY outcome")).rows, [{ outcome: "in_flight", n: 1428 }]);
+      assert.deepEqual((await stores[3]!.pool.query("SELECT outcome, count(*)::int AS n FROM usage_records GROUP BY outcome")).rows, [
+        { outcome: "in_flight", n: 1428 },
+      ]);
       for (const s of stores) assertPoolIdle(s);
       await Promise.all(stores.map((s) => s.close()));
     });
@@ -674,12 +792,19 @@ function definePostgresTests(): void {
       const COUNT = 300;
       const requests = Array.from({ length: COUNT }, (_, i) => ({ id: `r${i}`, orgId: orgIds[i % 3]! }));
       for (let i = 0; i < COUNT; i += 50) {
-        const batch = requests.slice(i, i + 50).map((r, j) => paidAdmission(r.id, r.orgId, 100 + ((i + j) % 7), T0, T0 + 10 + ((i + j) % 5)));
+        const batch = requests
+          .slice(i, i + 50)
+          .map((r, j) => paidAdmission(r.id, r.orgId, 100 + ((i + j) % 7), T0, T0 + 10 + ((i + j) % 5)));
         assert.ok((await a.commitBatch({ admissions: batch, completions: [] })).admissions.every((x) => x.kind === "admitted"));
       }
       // The odd ones complete without releasing their reservation: no longer in flight, their reservation pending and due.
       const odd = requests.filter((_, i) => i % 2 === 1);
-      await a.commitBatch({ admissions: [], completions: odd.map((r) => completion({ requestId: r.id, orgId: r.orgId, nowMs: T0 + 1, outcome: "model_error", httpStatus: 502 })) });
+      await a.commitBatch({
+        admissions: [],
+        completions: odd.map((r) =>
+          completion({ requestId: r.id, orgId: r.orgId, nowMs: T0 + 1, outcome: "model_error", httpStatus: 502 }),
+        ),
+      });
       const sweep = async (store: PostgresStore) => {
         const total = { abandoned: 0, expired: 0 };
         for (;;) {
@@ -690,16 +815,32 @@ function definePostgresTests(): void {
         }
       };
       const passes = await Promise.all([sweep(a), sweep(b), sweep(a), sweep(b)]);
-      assert.equal(passes.reduce((sum, p) => sum + p.abandoned, 0), COUNT / 2, JSON.stringify(passes));
-      assert.equal(passes.reduce((sum, p) => sum + p.expired, 0), COUNT / 2, JSON.stringify(passes));
-      const perReservation = (await a.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM ledger_entries WHERE kind = 'expire' GROUP BY reservation_id")).rows;
+      assert.equal(
+        passes.reduce((sum, p) => sum + p.abandoned, 0),
+        COUNT / 2,
+        JSON.stringify(passes),
+      );
+      assert.equal(
+        passes.reduce((sum, p) => sum + p.expired, 0),
+        COUNT / 2,
+        JSON.stringify(passes),
+      );
+      const perReservation = (
+        await a.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM ledger_entries WHERE kind = 'expire' GROUP BY reservation_id")
+      ).rows;
       assert.equal(perReservation.length, COUNT);
-      assert.ok(perReservation.every((r) => r.n === 1), "one expire entry per reservation");
+      assert.ok(
+        perReservation.every((r) => r.n === 1),
+        "one expire entry per reservation",
+      );
       assert.equal((await a.pool.query("SELECT 1 FROM reservations WHERE status <> 'expired'")).rowCount, 0);
-      assert.deepEqual((await a.pool.query("SELECT outcome, count(*)::int AS n FROM usage_records GROUP BY outcome ORDER BY outcome")).rows, [
-        { outcome: "gateway_error", n: COUNT / 2 },
-        { outcome: "model_error", n: COUNT / 2 },
-      ]);
+      assert.deepEqual(
+        (await a.pool.query("SELECT outcome, count(*)::int AS n FROM usage_records GROUP BY outcome ORDER BY outcome")).rows,
+        [
+          { outcome: "gateway_error", n: COUNT / 2 },
+          { outcome: "model_error", n: COUNT / 2 },
+        ],
+      );
       for (const orgId of orgIds) {
         assert.deepEqual(await checkBalanceInvariants(b, orgId), { available: 1_000_000, reserved: 0, spent: 0, granted: 1_000_000 });
       }
@@ -714,9 +855,15 @@ function definePostgresTests(): void {
       await store.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
       await store.grantCredits({ orgId: "org_1", amountMicrousd: 10_000, nowMs: T0 });
       const ids = (prefix: string) => Array.from({ length: 10 }, (_, i) => `${prefix}${i}`);
-      await store.commitBatch({ admissions: [...ids("q"), ...ids("d")].map((id) => paidAdmission(id, "org_1", 100, T0, T0 + 10)), completions: [] });
+      await store.commitBatch({
+        admissions: [...ids("q"), ...ids("d")].map((id) => paidAdmission(id, "org_1", 100, T0, T0 + 10)),
+        completions: [],
+      });
       // d0…d9 are no longer in flight but keep their reservations (due at T0 + 10); q0…q9 stay in flight.
-      await store.commitBatch({ admissions: [], completions: ids("d").map((id) => completion({ requestId: id, orgId: "org_1", nowMs: T0 + 1 })) });
+      await store.commitBatch({
+        admissions: [],
+        completions: ids("d").map((id) => completion({ requestId: id, orgId: "org_1", nowMs: T0 + 1 })),
+      });
       const locker = await rawClient(schemaUrl(schema));
       try {
         await locker.query("BEGIN");
@@ -747,11 +894,16 @@ function definePostgresTests(): void {
       await a.grantCredits({ orgId: "org_2", amountMicrousd: 1_000_000, nowMs: T0 });
       const COUNT = 120;
       const orgOf = (i: number) => `org_${(i % 2) + 1}`;
-      await a.commitBatch({ admissions: Array.from({ length: COUNT }, (_, i) => paidAdmission(`q${i}`, orgOf(i), 500, T0, T0 + 10)), completions: [] });
+      await a.commitBatch({
+        admissions: Array.from({ length: COUNT }, (_, i) => paidAdmission(`q${i}`, orgOf(i), 500, T0, T0 + 10)),
+        completions: [],
+      });
       const complete = async (store: PostgresStore, from: number) => {
         const results: CompleteResult[] = [];
         for (let i = from; i < COUNT; i += 20) {
-          const batch = Array.from({ length: 10 }, (_, j) => i + 2 * j).map((k) => completion({ requestId: `q${k}`, orgId: orgOf(k), nowMs: T0 + 5, costMicrousd: 200, reserved: true }));
+          const batch = Array.from({ length: 10 }, (_, j) => i + 2 * j).map((k) =>
+            completion({ requestId: `q${k}`, orgId: orgOf(k), nowMs: T0 + 5, costMicrousd: 200, reserved: true }),
+          );
           results.push(...(await store.commitBatch({ admissions: [], completions: batch })).completions);
         }
         return results;
@@ -773,10 +925,19 @@ function definePostgresTests(): void {
       const leftover = await a.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 1000 });
       assert.deepEqual(leftover, { abandoned: 0, expired: 0 }, "every request was completed or swept");
       assert.equal(completed + sweptA + sweptB, COUNT, `completed ${completed}, swept ${sweptA} + ${sweptB}`);
-      const entries = (await a.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM ledger_entries WHERE kind IN ('settle', 'release', 'expire') GROUP BY reservation_id")).rows;
+      const entries = (
+        await a.pool.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM ledger_entries WHERE kind IN ('settle', 'release', 'expire') GROUP BY reservation_id",
+        )
+      ).rows;
       assert.equal(entries.length, COUNT);
-      assert.ok(entries.every((r) => r.n === 1), "each reservation resolved once");
-      const outcomes = (await a.pool.query<{ outcome: string; n: number }>("SELECT outcome, count(*)::int AS n FROM usage_records GROUP BY outcome")).rows;
+      assert.ok(
+        entries.every((r) => r.n === 1),
+        "each reservation resolved once",
+      );
+      const outcomes = (
+        await a.pool.query<{ outcome: string; n: number }>("SELECT outcome, count(*)::int AS n FROM usage_records GROUP BY outcome")
+      ).rows;
       assert.deepEqual(
         Object.fromEntries(outcomes.map((r) => [r.outcome, r.n])),
         Object.fromEntries(Object.entries({ succeeded: completed, gateway_error: COUNT - completed }).filter(([, n]) => n > 0)),
@@ -795,26 +956,49 @@ function definePostgresTests(): void {
       const { url } = await freshSchema();
       const stores = await Promise.all(Array.from({ length: 8 }, () => open(url, { poolSize: 2 })));
       const DAY = "2026-01-01";
-      const preview = (requestId: string, orgId: string, orgLimit: number, globalLimit: number, day = DAY) => admission({ requestId, orgId, quota: { day, orgLimit, globalLimit } });
+      const preview = (requestId: string, orgId: string, orgLimit: number, globalLimit: number, day = DAY) =>
+        admission({ requestId, orgId, quota: { day, orgLimit, globalLimit } });
       // 8 instances × a batch of 25: 3 organizations, 30 allowed each, 50 for the service: exactly 50 are admitted.
       const results = (
         await Promise.all(
-          stores.map(async (store, s) =>
-            (await store.commitBatch({ admissions: Array.from({ length: 25 }, (_, i) => preview(`p${s}_${i}`, `org_${(s + i) % 3}`, 30, 50)), completions: [] })).admissions,
+          stores.map(
+            async (store, s) =>
+              (
+                await store.commitBatch({
+                  admissions: Array.from({ length: 25 }, (_, i) => preview(`p${s}_${i}`, `org_${(s + i) % 3}`, 30, 50)),
+                  completions: [],
+                })
+              ).admissions,
           ),
         )
       ).flat();
       assert.equal(results.filter((r) => r.kind === "admitted").length, 50);
       assert.equal(results.filter((r) => r.kind === "quota_exhausted" && r.scope === "global").length, 150);
       const usage = await Promise.all([0, 1, 2].map((i) => stores[0]!.previewUsage(`org_${i}`, DAY)));
-      assert.ok(usage.every((u) => u.global === 50 && u.org <= 30), JSON.stringify(usage));
-      assert.equal(usage.reduce((sum, u) => sum + u.org, 0), 50);
-      assert.deepEqual((await stores[1]!.pool.query("SELECT count(*)::int AS n FROM usage_records")).rows, [{ n: 50 }], "a usage record per counted request");
+      assert.ok(
+        usage.every((u) => u.global === 50 && u.org <= 30),
+        JSON.stringify(usage),
+      );
+      assert.equal(
+        usage.reduce((sum, u) => sum + u.org, 0),
+        50,
+      );
+      assert.deepEqual(
+        (await stores[1]!.pool.query("SELECT count(*)::int AS n FROM usage_records")).rows,
+        [{ n: 50 }],
+        "a usage record per counted request",
+      );
       // And an organization limit under contention: 8 instances × 5 requests, 7 allowed.
       const one = (
         await Promise.all(
-          stores.map(async (store, s) =>
-            (await store.commitBatch({ admissions: Array.from({ length: 5 }, (_, i) => preview(`x${s}_${i}`, "org_x", 7, 1000, "2026-01-02")), completions: [] })).admissions,
+          stores.map(
+            async (store, s) =>
+              (
+                await store.commitBatch({
+                  admissions: Array.from({ length: 5 }, (_, i) => preview(`x${s}_${i}`, "org_x", 7, 1000, "2026-01-02")),
+                  completions: [],
+                })
+              ).admissions,
           ),
         )
       ).flat();
@@ -828,9 +1012,17 @@ function definePostgresTests(): void {
       const stores = await Promise.all(Array.from({ length: 4 }, () => open(url, { poolSize: 2 })));
       const orgIds = Array.from({ length: 6 }, (_, i) => `org_${i}`);
       for (const id of orgIds) await stores[0]!.createOrganization({ id, name: id, nowMs: T0 });
-      const grants = await Promise.allSettled(orgIds.flatMap((orgId) => Array.from({ length: 8 }, (_, i) => stores[i % 4]!.grantCredits({ orgId, amountMicrousd: 10, nowMs: T0 }))));
-      assert.deepEqual(grants.filter((g) => g.status === "rejected").map((g) => String(g.reason)), []);
-      for (const orgId of orgIds) assert.deepEqual(await checkBalanceInvariants(stores[0]!, orgId), { available: 80, reserved: 0, spent: 0, granted: 80 });
+      const grants = await Promise.allSettled(
+        orgIds.flatMap((orgId) =>
+          Array.from({ length: 8 }, (_, i) => stores[i % 4]!.grantCredits({ orgId, amountMicrousd: 10, nowMs: T0 })),
+        ),
+      );
+      assert.deepEqual(
+        grants.filter((g) => g.status === "rejected").map((g) => String(g.reason)),
+        [],
+      );
+      for (const orgId of orgIds)
+        assert.deepEqual(await checkBalanceInvariants(stores[0]!, orgId), { available: 80, reserved: 0, spent: 0, granted: 80 });
       await Promise.all(stores.map((s) => s.close()));
     });
 
@@ -838,7 +1030,10 @@ function definePostgresTests(): void {
       const { schema } = await freshSchema();
       const url = `${BASE_URL}${BASE_URL.includes("?") ? "&" : "?"}options=${encodeURIComponent(`-c search_path=${schema} -c default_transaction_isolation=serializable`)}`;
       const store = await open(url, { poolSize: 6 });
-      assert.equal((await store.pool.query<{ i: string }>("SELECT current_setting('default_transaction_isolation') AS i")).rows[0]?.i, "serializable");
+      assert.equal(
+        (await store.pool.query<{ i: string }>("SELECT current_setting('default_transaction_isolation') AS i")).rows[0]?.i,
+        "serializable",
+      );
       await store.createOrganization({ id: "org_1", name: "Acme", nowMs: T0 });
       await store.grantCredits({ orgId: "org_1", amountMicrousd: 100, nowMs: T0 });
       // Concurrent writers of one balance row: under SERIALIZABLE most would fail with 40001.
@@ -853,7 +1048,12 @@ function definePostgresTests(): void {
       const { url } = await freshSchema();
       const stores = await Promise.all(Array.from({ length: 4 }, () => open(url, { poolSize: 4 })));
       const claim = (requestId: string, key: string, nowMs: number) =>
-        admission({ requestId, orgId: "org_a", nowMs, idempotency: { key, requestHash: "h", lockUntilMs: nowMs + 60_000, expiresAtMs: nowMs + HOUR } });
+        admission({
+          requestId,
+          orgId: "org_a",
+          nowMs,
+          idempotency: { key, requestHash: "h", lockUntilMs: nowMs + 60_000, expiresAtMs: nowMs + HOUR },
+        });
       const kinds = (results: AdmitResult[]) => results.map((r) => r.kind).sort();
       const oneAdmitted = (n: number) => ["admitted", ...Array.from({ length: n - 1 }, () => "idempotency_in_progress")];
       // One key at a time: 16 requests from 4 instances.
@@ -863,10 +1063,17 @@ function definePostgresTests(): void {
       }
       // Each instance claims the same 10 keys in one batch.
       const keys = Array.from({ length: 10 }, (_, i) => `kb${i}`);
-      const batches = await Promise.all(stores.map(async (store, s) => (await store.commitBatch({ admissions: keys.map((k) => claim(`${k}_${s}`, k, T0)), completions: [] })).admissions));
+      const batches = await Promise.all(
+        stores.map(
+          async (store, s) =>
+            (await store.commitBatch({ admissions: keys.map((k) => claim(`${k}_${s}`, k, T0)), completions: [] })).admissions,
+        ),
+      );
       for (const [i, key] of keys.entries()) assert.deepEqual(kinds(batches.map((b) => b[i]!)), oneAdmitted(4), key);
       // The lock passed: again exactly one takes it over.
-      const again = await Promise.all(Array.from({ length: 16 }, (_, i) => admitOne(stores[i % 4]!, claim(`k0_again_${i}`, "k0", T0 + 60_000))));
+      const again = await Promise.all(
+        Array.from({ length: 16 }, (_, i) => admitOne(stores[i % 4]!, claim(`k0_again_${i}`, "k0", T0 + 60_000))),
+      );
       assert.deepEqual(kinds(again), oneAdmitted(16));
       assert.deepEqual((await stores[0]!.pool.query("SELECT count(*)::int AS n FROM usage_records")).rows, [{ n: 5 + 10 + 1 }]);
       await Promise.all(stores.map((s) => s.close()));
@@ -886,7 +1093,11 @@ function definePostgresTests(): void {
         seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
         return seed % n;
       };
-      const shuffled = <T>(list: T[]) => list.map((x) => [random(1000), x] as const).sort((p, q) => p[0] - q[0]).map(([, x]) => x);
+      const shuffled = <T>(list: T[]) =>
+        list
+          .map((x) => [random(1000), x] as const)
+          .sort((p, q) => p[0] - q[0])
+          .map(([, x]) => x);
       const admittedPreviews = new Map<string, number>();
       let admitted = 0;
       let paidAdmitted = 0;
@@ -926,8 +1137,14 @@ function definePostgresTests(): void {
               });
             });
             const result = await store.commitBatch({ admissions: shuffled(admissions), completions });
-            assert.deepEqual(result.completions, completions.map(() => ({ kind: "completed" })));
-            assert.deepEqual(result.admissions, admissions.map(() => ({ kind: "admitted" })));
+            assert.deepEqual(
+              result.completions,
+              completions.map(() => ({ kind: "completed" })),
+            );
+            assert.deepEqual(
+              result.admissions,
+              admissions.map(() => ({ kind: "admitted" })),
+            );
             for (const a of admissions) {
               inFlight.push({ id: a.requestId, orgId: a.orgId, paid: a.reservation !== null });
               if (a.quota) admittedPreviews.set(a.orgId, (admittedPreviews.get(a.orgId) ?? 0) + 1);
@@ -942,14 +1159,28 @@ function definePostgresTests(): void {
       for (const orgId of orgIds) {
         const balance = await checkBalanceInvariants(store, orgId);
         spent += balance.spent;
-        const pending = (await store.pool.query<{ total: number }>("SELECT coalesce(sum(amount_microusd), 0)::bigint AS total FROM reservations WHERE org_id = $1 AND status = 'pending'", [orgId])).rows[0]!.total;
+        const pending = (
+          await store.pool.query<{ total: number }>(
+            "SELECT coalesce(sum(amount_microusd), 0)::bigint AS total FROM reservations WHERE org_id = $1 AND status = 'pending'",
+            [orgId],
+          )
+        ).rows[0]!.total;
         assert.equal(balance.reserved, pending, `reserved = sum of pending reservations for ${orgId}`);
-        assert.deepEqual(await store.previewUsage(orgId, DAY), { org: admittedPreviews.get(orgId) ?? 0, global: [...admittedPreviews.values()].reduce((x, y) => x + y, 0) });
+        assert.deepEqual(await store.previewUsage(orgId, DAY), {
+          org: admittedPreviews.get(orgId) ?? 0,
+          global: [...admittedPreviews.values()].reduce((x, y) => x + y, 0),
+        });
       }
       assert.equal(spent, settledCost);
       assert.deepEqual((await store.pool.query("SELECT count(*)::int AS n FROM usage_records")).rows, [{ n: admitted }]);
-      const outcomes = (await store.pool.query<{ outcome: string; n: number }>("SELECT outcome, count(*)::int AS n FROM usage_records GROUP BY outcome")).rows;
-      assert.deepEqual(Object.fromEntries(outcomes.map((r) => [r.outcome, r.n])), { in_flight: admitted - succeeded - failed, succeeded, model_error: failed });
+      const outcomes = (
+        await store.pool.query<{ outcome: string; n: number }>("SELECT outcome, count(*)::int AS n FROM usage_records GROUP BY outcome")
+      ).rows;
+      assert.deepEqual(Object.fromEntries(outcomes.map((r) => [r.outcome, r.n])), {
+        in_flight: admitted - succeeded - failed,
+        succeeded,
+        model_error: failed,
+      });
       const reservations = (
         await store.pool.query<{ status: string; reserves: number; resolutions: number }>(
           "SELECT r.status, count(*) FILTER (WHERE e.kind = 'reserve')::int AS reserves, count(*) FILTER (WHERE e.kind <> 'reserve')::int AS resolutions " +
@@ -1004,12 +1235,15 @@ function definePostgresTests(): void {
       await store.close();
     });
 
-    it("orders text by code point (COLLATE \"C\"), like SQLite, whatever the database's locale", async () => {
+    it('orders text by code point (COLLATE "C"), like SQLite, whatever the database\'s locale', async () => {
       const store = await open((await freshSchema()).url);
       const names = ["b", "B", "a_b", "ab", "a-b", "é", "z", "Z", "_", "1"];
       for (const name of names) await store.createOrganization({ id: name, name: `n ${name}`, nowMs: T0 });
       const byCodePoint = [...names].sort((x, y) => (x < y ? -1 : x > y ? 1 : 0));
-      assert.deepEqual((await store.listOrganizations()).map((o) => o.id), byCodePoint);
+      assert.deepEqual(
+        (await store.listOrganizations()).map((o) => o.id),
+        byCodePoint,
+      );
       await store.close();
     });
 
@@ -1026,11 +1260,17 @@ function definePostgresTests(): void {
       assert.equal(await store.setOrganizationPaused("org\0", true), false);
       assert.equal(await store.revokeApiKey("k\0", T0), false);
       assert.deepEqual(await store.previewUsage("org\0", "2026-01-01"), { org: 0, global: 0 });
-      await assert.rejects(store.listUsage("org_1", { limit: 5, cursor: encodeUsageCursor({ createdAtMs: 1, requestId: "a\0b" }) }), StoreInputError);
+      await assert.rejects(
+        store.listUsage("org_1", { limit: 5, cursor: encodeUsageCursor({ createdAtMs: 1, requestId: "a\0b" }) }),
+        StoreInputError,
+      );
       await assert.rejects(store.createOrganization({ id: "org_2", name: "A\0B", nowMs: T0 }), StoreInputError);
       await assert.rejects(admitOne(store, admission({ requestId: "req_1", orgId: "org_1", keyId: "k\0" })), StoreInputError);
       assert.deepEqual(await admitOne(store, admission({ requestId: "req_2", orgId: "org_1" })), { kind: "admitted" });
-      await assert.rejects(store.commitBatch({ admissions: [], completions: [completion({ requestId: "req_2", orgId: "org_1", errorDetail: "bad\0" })] }), StoreInputError);
+      await assert.rejects(
+        store.commitBatch({ admissions: [], completions: [completion({ requestId: "req_2", orgId: "org_1", errorDetail: "bad\0" })] }),
+        StoreInputError,
+      );
       assert.equal((await store.getUsage("org_1", "req_2"))?.outcome, "in_flight");
       await assert.rejects(store.grantCredits({ orgId: "org_1", amountMicrousd: 5, nowMs: T0, note: "n\0" }), StoreInputError);
       assert.equal(await store.countOrganizations(), 1);
@@ -1066,12 +1306,17 @@ function definePostgresTests(): void {
           const where = `${JSON.stringify(query)}\n${plan}`;
           if (query.outcome === undefined) assert.match(plan, /Index Scan using usage_records_by_org_time /, where);
           else {
-            assert.match(plan, /Index Scan (using|on) usage_records_by_org_outcome_time [^\n]*\n\s*Index Cond: \(\(org_id = 'org'::text\) AND \(outcome = '\w+'::text\)/, where);
+            assert.match(
+              plan,
+              /Index Scan (using|on) usage_records_by_org_outcome_time [^\n]*\n\s*Index Cond: \(\(org_id = 'org'::text\) AND \(outcome = '\w+'::text\)/,
+              where,
+            );
             assert.doesNotMatch(plan, /usage_records_by_org_time /, where);
           }
           assert.doesNotMatch(plan, /Seq Scan|Filter:/, where);
           if (!sortAllowed) assert.doesNotMatch(plan, /Sort/, where);
-          if (query.cursor && !(query.toMs !== undefined && query.toMs <= 5000)) assert.match(plan, /ROW\(created_at_ms, request_id\) < ROW/, where);
+          if (query.cursor && !(query.toMs !== undefined && query.toMs <= 5000))
+            assert.match(plan, /ROW\(created_at_ms, request_id\) < ROW/, where);
         };
         for (const query of queries) assertListPlan(query, await planOfList(query));
         // With rows and statistics too: 6,000 records of three organizations, few of them failures.
@@ -1092,7 +1337,12 @@ function definePostgresTests(): void {
         for (const query of rare) assertListPlan(query, await planOfList(query), true);
         // And the pages of an outcome are still every record once, newest first.
         const outcomeOf = (i: number) => (i % 50 === 0 ? "model_error" : i % 97 === 0 ? "gateway_error" : "succeeded");
-        for (const [outcome, window] of [["model_error", {}], ["gateway_error", {}], ["model_error", { fromMs: 15_000, toMs: 45_000 }], ["succeeded", { fromMs: 30_000, toMs: 33_000 }]] as const) {
+        for (const [outcome, window] of [
+          ["model_error", {}],
+          ["gateway_error", {}],
+          ["model_error", { fromMs: 15_000, toMs: 45_000 }],
+          ["succeeded", { fromMs: 30_000, toMs: 33_000 }],
+        ] as const) {
           const expected: string[] = [];
           for (let i = 6000; i >= 1; i--) {
             const inWindow = !("fromMs" in window) || (i * 10 >= window.fromMs && i * 10 < window.toMs);
@@ -1101,7 +1351,12 @@ function definePostgresTests(): void {
           const got: string[] = [];
           let cursor: string | null = null;
           do {
-            const page: { records: { requestId: string }[]; nextCursor: string | null } = await store.listUsage("org", { limit: 7, outcome, ...window, ...(cursor ? { cursor } : {}) });
+            const page: { records: { requestId: string }[]; nextCursor: string | null } = await store.listUsage("org", {
+              limit: 7,
+              outcome,
+              ...window,
+              ...(cursor ? { cursor } : {}),
+            });
             got.push(...page.records.map((r) => r.requestId));
             cursor = page.nextCursor;
           } while (cursor !== null && got.length <= expected.length);
@@ -1166,7 +1421,11 @@ function definePostgresTests(): void {
     async function tds(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
       let stdout = "";
       let stderr = "";
-      const code = await runCli(args, { stdout: { write: (t: string) => (stdout += t) }, stderr: { write: (t: string) => (stderr += t) }, env: {} });
+      const code = await runCli(args, {
+        stdout: { write: (t: string) => (stdout += t) },
+        stderr: { write: (t: string) => (stderr += t) },
+        env: {},
+      });
       return { code, stdout, stderr };
     }
 
@@ -1175,7 +1434,12 @@ function definePostgresTests(): void {
       const first = await tds(["migrate", "--database", url, "--json"]);
       assert.equal(first.code, 0, first.stderr);
       const files = readPostgresMigrations().map((m) => ({ version: m.version, name: m.name }));
-      assert.deepEqual(JSON.parse(first.stdout), { dialect: "postgres", applied: files, schema_version: MIGRATION_COUNT, migrations: files });
+      assert.deepEqual(JSON.parse(first.stdout), {
+        dialect: "postgres",
+        applied: files,
+        schema_version: MIGRATION_COUNT,
+        migrations: files,
+      });
       const second = await tds(["migrate", "--database", url, "--json"]);
       assert.deepEqual(JSON.parse(second.stdout), { dialect: "postgres", applied: [], schema_version: MIGRATION_COUNT, migrations: files });
       const text = await tds(["migrate", "--database", url]);
@@ -1196,7 +1460,11 @@ function definePostgresTests(): void {
       assert.equal(missing.code, 1);
       assert.match(missing.stderr, /No database at .*tds init/);
       new Database(join(dir, "tds.sqlite")).close();
-      const first = JSON.parse((await tds(["migrate", "--database", url, "--json"])).stdout) as { dialect: string; applied: unknown[]; schema_version: number };
+      const first = JSON.parse((await tds(["migrate", "--database", url, "--json"])).stdout) as {
+        dialect: string;
+        applied: unknown[];
+        schema_version: number;
+      };
       assert.equal(first.dialect, "sqlite");
       assert.equal(first.applied.length, first.schema_version);
       assert.ok(first.schema_version >= 2);

@@ -17,7 +17,8 @@ describe("SQLite checkpoints of a serving store", () => {
       assert.equal(store.db.pragma("busy_timeout", { simple: true }), 0, "no sleeping busy handler on the serving connection");
       const marker = `checkpoint-marker-${Date.now()}`;
       // More than SQLite's default autocheckpoint (1000 pages) of commits: none of them may checkpoint.
-      for (let i = 0; i < 1500; i++) await store.createOrganization({ id: `org_${i}`, name: i === 0 ? marker : `org ${i} ${"x".repeat(300)}`, nowMs: 1 });
+      for (let i = 0; i < 1500; i++)
+        await store.createOrganization({ id: `org_${i}`, name: i === 0 ? marker : `org ${i} ${"x".repeat(300)}`, nowMs: 1 });
       const inFile = () => readFileSync(file).includes(marker);
       const walBytes = () => readFileSync(`${file}-wal`).length;
       if (inFile()) assert.fail("a commit checkpointed on the serving connection");

@@ -6,15 +6,16 @@ import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
 import Database from "better-sqlite3";
-import { hashApiKey } from "../../src/gateway/api-keys.ts";
-import { sqlitePathOf } from "../../src/store/database-url.ts";
+import { sqlitePathOf } from "../../src/database-url.ts";
+import { hashApiKey } from "../../src/domain/api-keys.ts";
+import { readMigrations } from "../../src/store/migration-files.ts";
 import { openStore } from "../../src/store/open-store.ts";
-import { applyMigrations, readMigrations, SQLITE_MIGRATIONS_DIR } from "../../src/store/sqlite/migrations.ts";
+import { applyMigrations, SQLITE_MIGRATIONS_DIR } from "../../src/store/sqlite/migrations.ts";
 import { openSqliteStore, SERVING_SQLITE, type SqliteStore, usageListQuery } from "../../src/store/sqlite/sqlite-store.ts";
 import type { UsageQuery } from "../../src/store/store.ts";
 import { decodeUsageCursor, encodeUsageCursor } from "../../src/store/usage-cursor.ts";
-import { admission, checkBalanceInvariants, completion, describeStoreContract, recordUsage, T0, usageRecord } from "./store-contract.ts";
 import { finalRecord, seedUsage } from "../support/usage-fixtures.ts";
+import { admission, checkBalanceInvariants, describeStoreContract, recordUsage, T0, usageRecord } from "./store-contract.ts";
 
 const root = mkdtempSync(join(tmpdir(), "tds-store-test-"));
 after(() => rmSync(root, { recursive: true, force: true }));
@@ -25,7 +26,7 @@ const tempDir = (name: string) => mkdtempSync(join(root, `${name}-`));
 describeStoreContract("sqlite (temp file)", async () => openSqliteStore(tempFile()));
 describeStoreContract("sqlite (:memory:)", async () => openSqliteStore(":memory:"));
 
-const MIGRATION_COUNT = readMigrations().length;
+const MIGRATION_COUNT = readMigrations(SQLITE_MIGRATIONS_DIR).length;
 const SQLITE_STORE_MODULE = fileURLToPath(new URL("../../src/store/sqlite/sqlite-store.ts", import.meta.url));
 
 /** Runs openSqliteStore in `count` separate processes that all start at the same moment. */
@@ -42,7 +43,9 @@ async function openInProcesses(count: number, path: string, migrationsDir: strin
       { length: count },
       () =>
         new Promise<{ code: number | null; stderr: string }>((resolve) => {
-          const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", code], { stdio: ["ignore", "ignore", "pipe"] });
+          const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", code], {
+            stdio: ["ignore", "ignore", "pipe"],
+          });
           let stderr = "";
           child.stderr.on("data", (chunk: Buffer) => (stderr += chunk.toString()));
           child.on("close", (exitCode) => resolve({ code: exitCode, stderr }));
@@ -91,7 +94,9 @@ async function admitInProcesses(count: number, path: string, waves: number, amou
       { length: count },
       (_, worker) =>
         new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-          const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", code(worker)], { stdio: ["ignore", "pipe", "pipe"] });
+          const child = spawn(process.execPath, ["--import", "tsx", "--input-type=module", "-e", code(worker)], {
+            stdio: ["ignore", "pipe", "pipe"],
+          });
           let stdout = "";
           let stderr = "";
           child.stdout.on("data", (chunk: Buffer) => (stdout += chunk.toString()));
@@ -210,7 +215,7 @@ describe("SQLite store", () => {
       }[];
       assert.deepEqual(
         rows.map((r) => [r.version, r.name]),
-        readMigrations().map((m) => [m.version, m.name]),
+        readMigrations(SQLITE_MIGRATIONS_DIR).map((m) => [m.version, m.name]),
       );
       assert.equal(rows[0]?.version, 1);
       assert.equal(rows[0]?.name, "initial");
@@ -225,7 +230,10 @@ describe("SQLite store", () => {
     const a = openSqliteStore(path);
     const b = openSqliteStore(path);
     try {
-      const count = b.db.prepare("SELECT count(*) AS n, count(DISTINCT version) AS d FROM schema_migrations").get() as { n: number; d: number };
+      const count = b.db.prepare("SELECT count(*) AS n, count(DISTINCT version) AS d FROM schema_migrations").get() as {
+        n: number;
+        d: number;
+      };
       assert.deepEqual(count, { n: MIGRATION_COUNT, d: MIGRATION_COUNT });
       const org = await a.createOrganization({ id: "org_1", name: "Acme", nowMs: 1 });
       assert.deepEqual(await b.findOrganization("Acme"), org);
@@ -250,8 +258,10 @@ describe("SQLite store", () => {
     for (const r of results) assert.equal(r.code, 0, r.stderr);
     const db = new Database(path, { readonly: true });
     try {
-      const versions = (db.prepare("SELECT version FROM schema_migrations ORDER BY version").all() as { version: number }[]).map((r) => r.version);
-      assert.deepEqual(versions, [...readMigrations().map((m) => m.version), 900]);
+      const versions = (db.prepare("SELECT version FROM schema_migrations ORDER BY version").all() as { version: number }[]).map(
+        (r) => r.version,
+      );
+      assert.deepEqual(versions, [...readMigrations(SQLITE_MIGRATIONS_DIR).map((m) => m.version), 900]);
       assert.deepEqual(db.prepare("SELECT count(*) AS n FROM slow").get(), { n: 300000 });
     } finally {
       db.close();
@@ -266,13 +276,29 @@ describe("SQLite store", () => {
     await setup.close();
     // 4 × 24 batches of 25 admissions of 7 for 10,000: exactly floor(10000 / 7) = 1428 can succeed.
     const perProcess = await admitInProcesses(4, path, 24, 7);
-    assert.equal(perProcess.reduce((a, b) => a + b, 0), 1428, `admitted per process: ${perProcess.join(", ")}`);
+    assert.equal(
+      perProcess.reduce((a, b) => a + b, 0),
+      1428,
+      `admitted per process: ${perProcess.join(", ")}`,
+    );
     assert.ok(perProcess.filter((n) => n > 0).length >= 2, `the processes overlapped: ${perProcess.join(", ")}`);
     const store = openSqliteStore(path);
     try {
-      assert.deepEqual(await checkBalanceInvariants(store, "org_1"), { available: 10_000 - 1428 * 7, reserved: 1428 * 7, spent: 0, granted: 10_000 });
-      assert.deepEqual(store.db.prepare("SELECT count(*) AS n, sum(amount_microusd) AS total FROM reservations WHERE status = 'pending'").get(), { n: 1428, total: 9996 });
-      assert.deepEqual(store.db.prepare("SELECT count(*) AS n FROM usage_records WHERE outcome = 'in_flight'").get(), { n: 1428 }, "a usage record for each admission, none for the others");
+      assert.deepEqual(await checkBalanceInvariants(store, "org_1"), {
+        available: 10_000 - 1428 * 7,
+        reserved: 1428 * 7,
+        spent: 0,
+        granted: 10_000,
+      });
+      assert.deepEqual(
+        store.db.prepare("SELECT count(*) AS n, sum(amount_microusd) AS total FROM reservations WHERE status = 'pending'").get(),
+        { n: 1428, total: 9996 },
+      );
+      assert.deepEqual(
+        store.db.prepare("SELECT count(*) AS n FROM usage_records WHERE outcome = 'in_flight'").get(),
+        { n: 1428 },
+        "a usage record for each admission, none for the others",
+      );
       const order = store.db.prepare("SELECT id FROM reservations ORDER BY rowid").pluck().all() as string[];
       const switches = order.filter((id, i) => i > 0 && id.split("_")[0] !== order[i - 1]!.split("_")[0]).length;
       assert.ok(switches > 3, `the processes took turns, not one after another (${switches} switches)`);
@@ -292,7 +318,10 @@ describe("SQLite store", () => {
       const paid = admission({ requestId: "req_1", orgId: "org_1", reservation: { amountMicrousd: 100, expiresAtMs: T0 + 1000 } });
       other.exec("BEGIN IMMEDIATE");
       const started = performance.now();
-      await assert.rejects(store.commitBatch({ admissions: [paid], completions: [] }), (err: { code?: string }) => err.code === "SQLITE_BUSY");
+      await assert.rejects(
+        store.commitBatch({ admissions: [paid], completions: [] }),
+        (err: { code?: string }) => err.code === "SQLITE_BUSY",
+      );
       assert.ok(performance.now() - started < 200, "it did not wait");
       let settled = false;
       const waiting = Promise.all([
@@ -306,8 +335,15 @@ describe("SQLite store", () => {
       await new Promise((resolve) => setTimeout(resolve, 200));
       assert.equal(settled, false, "still waiting, without blocking the event loop");
       other.exec("COMMIT");
-      assert.deepEqual(await waiting, [{ abandoned: 0, expired: 0 }, { available: 1005, reserved: 0, spent: 0, granted: 1005 }, { idempotencyKeys: 0, previewCounters: 0 }]);
-      assert.deepEqual(await store.commitBatch({ admissions: [paid], completions: [] }), { admissions: [{ kind: "admitted" }], completions: [] });
+      assert.deepEqual(await waiting, [
+        { abandoned: 0, expired: 0 },
+        { available: 1005, reserved: 0, spent: 0, granted: 1005 },
+        { idempotencyKeys: 0, previewCounters: 0 },
+      ]);
+      assert.deepEqual(await store.commitBatch({ admissions: [paid], completions: [] }), {
+        admissions: [{ kind: "admitted" }],
+        completions: [],
+      });
     } finally {
       if (other.inTransaction) other.exec("ROLLBACK");
       other.close();
@@ -357,7 +393,7 @@ describe("SQLite store", () => {
     const store = openSqliteStore(tempFile());
     try {
       await store.createOrganization({ id: "org_1", name: "Acme", nowMs: 1 });
-      const raw = "tds_abcdefghijkl_" + "A".repeat(43);
+      const raw = `tds_abcdefghijkl_${"A".repeat(43)}`;
       for (const hash of [raw, hashApiKey("x").toUpperCase(), "abc", ""]) {
         await assert.rejects(store.createApiKey({ id: "k1", orgId: "org_1", name: null, hash, nowMs: 2 }));
       }
@@ -392,7 +428,8 @@ describe("SQLite store", () => {
             : /SEARCH usage_records USING INDEX usage_records_by_org_outcome_time \(org_id=\? AND outcome=\?/;
         assert.match(plan, seek, JSON.stringify(query));
         assert.doesNotMatch(plan, /TEMP B-TREE/);
-        if (query.cursor && !(query.toMs !== undefined && query.toMs <= 5000)) assert.match(plan, /\(created_at_ms,request_id\)<\(\?,\?\)/, JSON.stringify(query));
+        if (query.cursor && !(query.toMs !== undefined && query.toMs <= 5000))
+          assert.match(plan, /\(created_at_ms,request_id\)<\(\?,\?\)/, JSON.stringify(query));
         if (query.fromMs !== undefined) assert.match(plan, /created_at_ms>\?/, JSON.stringify(query));
       }
     } finally {
@@ -403,10 +440,24 @@ describe("SQLite store", () => {
   it("pages an outcome through its index: every record once, newest first, ties broken by request id", async () => {
     const store = openSqliteStore(":memory:");
     try {
-      const outcomes = ["succeeded", "succeeded", "succeeded", "model_error", "succeeded", "context_rejected", "succeeded", "gateway_error"] as const;
+      const outcomes = [
+        "succeeded",
+        "succeeded",
+        "succeeded",
+        "model_error",
+        "succeeded",
+        "context_rejected",
+        "succeeded",
+        "gateway_error",
+      ] as const;
       // 400 records of two organizations; every 4 share a creation time.
       const records = Array.from({ length: 400 }, (_, i) =>
-        finalRecord({ requestId: `req_${String(i).padStart(3, "0")}`, orgId: i % 5 === 0 ? "org_other" : "org", createdAtMs: T0 + Math.floor(i / 4) * 10, outcome: outcomes[i % outcomes.length]! }),
+        finalRecord({
+          requestId: `req_${String(i).padStart(3, "0")}`,
+          orgId: i % 5 === 0 ? "org_other" : "org",
+          createdAtMs: T0 + Math.floor(i / 4) * 10,
+          outcome: outcomes[i % outcomes.length]!,
+        }),
       );
       await seedUsage(store, records);
       const expected = (outcome: string, fromMs = 0, toMs = Number.MAX_SAFE_INTEGER) =>
@@ -427,7 +478,11 @@ describe("SQLite store", () => {
       };
       for (const outcome of ["succeeded", "model_error", "context_rejected", "gateway_error", "reservation_expired"] as const) {
         assert.deepEqual(await pageAll({ limit: 3, outcome }), expected(outcome), outcome);
-        assert.deepEqual(await pageAll({ limit: 7, outcome, fromMs: T0 + 200, toMs: T0 + 700 }), expected(outcome, T0 + 200, T0 + 700), `${outcome} in a window`);
+        assert.deepEqual(
+          await pageAll({ limit: 7, outcome, fromMs: T0 + 200, toMs: T0 + 700 }),
+          expected(outcome, T0 + 200, T0 + 700),
+          `${outcome} in a window`,
+        );
       }
       assert.ok(expected("succeeded").length > 100);
     } finally {
@@ -470,15 +525,28 @@ describe("SQLite store", () => {
         assert.match(plan, index, plan);
         assert.doesNotMatch(plan.replace(allowed, ""), /TEMP B-TREE|SCAN/, plan);
       };
-      expect(planOf(/^DELETE FROM admin_idempotency WHERE key IN/, 1000, 10), /SEARCH admin_idempotency USING INDEX admin_idempotency_by_expiry \(expires_at_ms<\?\)/);
-      expect(planOf(/FROM admin_audit WHERE org_id = \? AND id < \?/, "org_1", 5, 10), /SEARCH admin_audit USING INDEX admin_audit_by_org \(org_id=\? AND id<\?\)/);
-      expect(planOf(/FROM admin_audit WHERE org_id = \? ORDER/, "org_1", 10), /SEARCH admin_audit USING INDEX admin_audit_by_org \(org_id=\?\)/);
+      expect(
+        planOf(/^DELETE FROM admin_idempotency WHERE key IN/, 1000, 10),
+        /SEARCH admin_idempotency USING INDEX admin_idempotency_by_expiry \(expires_at_ms<\?\)/,
+      );
+      expect(
+        planOf(/FROM admin_audit WHERE org_id = \? AND id < \?/, "org_1", 5, 10),
+        /SEARCH admin_audit USING INDEX admin_audit_by_org \(org_id=\? AND id<\?\)/,
+      );
+      expect(
+        planOf(/FROM admin_audit WHERE org_id = \? ORDER/, "org_1", 10),
+        /SEARCH admin_audit USING INDEX admin_audit_by_org \(org_id=\?\)/,
+      );
       expect(planOf(/FROM admin_audit WHERE id < \?/, 5, 10), /SEARCH admin_audit USING INTEGER PRIMARY KEY \(rowid<\?\)/);
-      expect(planOf(/FROM organizations WHERE \(created_at_ms, id\) >/, 1, "org_1", 10), /SEARCH organizations USING INDEX organizations_by_creation/);
+      expect(
+        planOf(/FROM organizations WHERE \(created_at_ms, id\) >/, 1, "org_1", 10),
+        /SEARCH organizations USING INDEX organizations_by_creation/,
+      );
       // The totals read only the window's records; the groups (days or organizations) are sorted in a temporary tree.
       const groups = /USE TEMP B-TREE FOR (GROUP|ORDER) BY/g;
       const byTime = /SEARCH usage_records USING INDEX usage_records_by_time \(created_at_ms>\? AND created_at_ms<\?\)/;
-      const byOrgTime = /SEARCH usage_records USING (COVERING )?INDEX usage_records_by_org_time \(org_id=\? AND created_at_ms>\? AND created_at_ms<\?\)/;
+      const byOrgTime =
+        /SEARCH usage_records USING (COVERING )?INDEX usage_records_by_org_time \(org_id=\? AND created_at_ms>\? AND created_at_ms<\?\)/;
       expect(planOf(/created_at_ms < \? GROUP BY day_start_ms/, 1, 2), byTime, groups);
       expect(planOf(/created_at_ms < \? GROUP BY org_id/, 1, 2), byTime, groups);
       expect(planOf(/AND org_id = \? GROUP BY day_start_ms/, 1, 2, "org_1"), byOrgTime, groups);
@@ -494,7 +562,10 @@ describe("SQLite store", () => {
       await store.createOrganization({ id: "org_1", name: "Acme", nowMs: 1 });
       await store.grantCredits({ orgId: "org_1", amountMicrousd: 1000, nowMs: 2 });
       await recordUsage(store, [usageRecord({ requestId: "q2", orgId: "org_1" })]);
-      await store.commitBatch({ admissions: [admission({ requestId: "q1", orgId: "org_1", nowMs: 3, reservation: { amountMicrousd: 100, expiresAtMs: 10 } })], completions: [] });
+      await store.commitBatch({
+        admissions: [admission({ requestId: "q1", orgId: "org_1", nowMs: 3, reservation: { amountMicrousd: 100, expiresAtMs: 10 } })],
+        completions: [],
+      });
       const db = store.db;
       const refused = [
         "UPDATE org_balances SET available = available + 1",
@@ -596,19 +667,23 @@ describe("SQLite migrations", () => {
   });
 
   it("the shipped folder starts at 001_initial and has the six migrations", () => {
-    const migrations = readMigrations();
+    const migrations = readMigrations(SQLITE_MIGRATIONS_DIR);
     assert.equal(migrations[0]?.file, "001_initial.sql");
     assert.deepEqual(
       migrations.map((m) => m.version),
       migrations.map((_, i) => i + 1),
       "versions are consecutive",
     );
-    assert.deepEqual(migrations.map((m) => m.name), ["initial", "credits_quotas_idempotency", "two_step_bookkeeping", "usage_by_outcome", "usage_deployment", "administration"]);
+    assert.deepEqual(
+      migrations.map((m) => m.name),
+      ["initial", "credits_quotas_idempotency", "two_step_bookkeeping", "usage_by_outcome", "usage_deployment", "administration"],
+    );
   });
 
   it("003 keeps the rows of a database made by 001 and 002: usage records become final at their creation time", async () => {
     const dir = tempDir("migrations-002");
-    for (const file of ["001_initial.sql", "002_credits_quotas_idempotency.sql"]) copyFileSync(join(SQLITE_MIGRATIONS_DIR, file), join(dir, file));
+    for (const file of ["001_initial.sql", "002_credits_quotas_idempotency.sql"])
+      copyFileSync(join(SQLITE_MIGRATIONS_DIR, file), join(dir, file));
     const path = tempFile("from-002");
     const old = new Database(path);
     try {
@@ -619,7 +694,10 @@ describe("SQLite migrations", () => {
     }
     const store = openSqliteStore(path);
     try {
-      assert.deepEqual(store.db.prepare("SELECT version FROM schema_migrations ORDER BY version").pluck().all(), readMigrations().map((m) => m.version));
+      assert.deepEqual(
+        store.db.prepare("SELECT version FROM schema_migrations ORDER BY version").pluck().all(),
+        readMigrations(SQLITE_MIGRATIONS_DIR).map((m) => m.version),
+      );
       assert.deepEqual(await store.getUsage("org_1", "req_old"), OLD_SUCCESS);
       assert.deepEqual(await store.getUsage("org_1", "req_err"), OLD_FAILURE);
       assert.deepEqual((await store.listUsage("org_1", { limit: 10 })).records, [OLD_FAILURE, OLD_SUCCESS]);
@@ -628,16 +706,29 @@ describe("SQLite migrations", () => {
       const idem = (key: string) => ({ key, requestHash: "h", lockUntilMs: T0 + 200, expiresAtMs: T0 + 86_400_000 });
       assert.deepEqual(
         await store.commitBatch({
-          admissions: [admission({ requestId: "req_new1", orgId: "org_1", nowMs: T0 + 100, idempotency: idem("k-old") }), admission({ requestId: "req_new2", orgId: "org_1", nowMs: T0 + 100, idempotency: idem("k-running") })],
+          admissions: [
+            admission({ requestId: "req_new1", orgId: "org_1", nowMs: T0 + 100, idempotency: idem("k-old") }),
+            admission({ requestId: "req_new2", orgId: "org_1", nowMs: T0 + 100, idempotency: idem("k-running") }),
+          ],
           completions: [],
         }),
-        { admissions: [{ kind: "replay", response: { status: 200, body: '{"ok":true}', requestId: "req_old" } }, { kind: "idempotency_in_progress" }], completions: [] },
+        {
+          admissions: [
+            { kind: "replay", response: { status: 200, body: '{"ok":true}', requestId: "req_old" } },
+            { kind: "idempotency_in_progress" },
+          ],
+          completions: [],
+        },
       );
       // The old design wrote no record for a request in flight: its pending reservation is expired by the sweep.
       assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 10 }), { abandoned: 0, expired: 1 });
       assert.deepEqual(await checkBalanceInvariants(store, "org_1"), { available: 950, reserved: 0, spent: 50, granted: 1000 });
-      const indexes = store.db.prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_%' ORDER BY name").pluck().all();
-      for (const name of ["idempotency_keys_by_expiry", "preview_counters_by_day", "usage_records_by_org_time", "usage_records_in_flight"]) assert.ok(indexes.includes(name), name);
+      const indexes = store.db
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+        .pluck()
+        .all();
+      for (const name of ["idempotency_keys_by_expiry", "preview_counters_by_day", "usage_records_by_org_time", "usage_records_in_flight"])
+        assert.ok(indexes.includes(name), name);
     } finally {
       await store.close();
     }

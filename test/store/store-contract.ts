@@ -11,15 +11,13 @@
 import assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, it } from "node:test";
 import fc from "fast-check";
-import { hashApiKey } from "../../src/gateway/api-keys.ts";
+import { hashApiKey } from "../../src/domain/api-keys.ts";
+import { ADMIN_IDEMPOTENCY_TTL_MS, type AuditActor, type AuditEntry, type OrganizationPage } from "../../src/store/administration.ts";
 import { MAX_KEPT_RESPONSE_BYTES } from "../../src/store/bookkeeping/commands.ts";
 import { ABANDONED_DETAIL, EXPIRED_DETAIL } from "../../src/store/bookkeeping/programs.ts";
-import { ADMIN_IDEMPOTENCY_TTL_MS, type AuditActor, type AuditEntry, type OrganizationPage } from "../../src/store/administration.ts";
 import type { PostgresStore } from "../../src/store/postgres/postgres-store.ts";
 import type { SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
-import { StoreInputError } from "../../src/store/store-errors.ts";
 import {
-  StoreConflictError,
   type AdmitCommand,
   type AdmitResult,
   type Balance,
@@ -30,18 +28,26 @@ import {
   type Reservation,
   type ReservationStatus,
   type Store,
+  StoreConflictError,
   type StoredResponse,
   type UsageOutcome,
   type UsageQuery,
   type UsageRecord,
 } from "../../src/store/store.ts";
+import { StoreInputError } from "../../src/store/store-errors.ts";
 
 const OUTCOMES: UsageOutcome[] = ["in_flight", "succeeded", "model_error", "context_rejected", "reservation_expired", "gateway_error"];
 export const T0 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 const HOUR = 3_600_000;
 const MINUTE = 60_000;
 const DAY_MS = 86_400_000;
-const STATUS_OF: Record<FinalOutcome, number> = { succeeded: 200, model_error: 502, context_rejected: 422, reservation_expired: 409, gateway_error: 500 };
+const STATUS_OF: Record<FinalOutcome, number> = {
+  succeeded: 200,
+  model_error: 502,
+  context_rejected: 422,
+  reservation_expired: 409,
+  gateway_error: 500,
+};
 
 /** An admission with nothing to claim, count or reserve unless overridden. */
 export function admission(overrides: Partial<AdmitCommand> & Pick<AdmitCommand, "requestId" | "orgId">): AdmitCommand {
@@ -128,7 +134,8 @@ export function usageRecord(overrides: Partial<UsageRecord> & Pick<UsageRecord, 
 export async function recordUsage(store: Store, records: readonly UsageRecord[]): Promise<void> {
   const paid = new Set(records.filter((r) => r.costMicrousd > 0 || r.outcome === "reservation_expired"));
   for (const orgId of new Set([...paid].map((r) => r.orgId))) {
-    if ((await store.findOrganization(orgId))?.id !== orgId) await store.createOrganization({ id: orgId, name: `usage of ${orgId}`, nowMs: T0 });
+    if ((await store.findOrganization(orgId))?.id !== orgId)
+      await store.createOrganization({ id: orgId, name: `usage of ${orgId}`, nowMs: T0 });
     const costs = [...paid].filter((r) => r.orgId === orgId).reduce((sum, r) => sum + r.costMicrousd, 0);
     if (costs > 0) await store.grantCredits({ orgId, amountMicrousd: costs, nowMs: T0 });
   }
@@ -147,7 +154,10 @@ export async function recordUsage(store: Store, records: readonly UsageRecord[])
     }),
   );
   const admitted = await store.commitBatch({ admissions, completions: [] });
-  assert.deepEqual(admitted.admissions, records.map(() => ({ kind: "admitted" })));
+  assert.deepEqual(
+    admitted.admissions,
+    records.map(() => ({ kind: "admitted" })),
+  );
   const final = records.filter((r) => r.outcome !== "in_flight");
   const completions = final.map((r) => {
     assert.ok(r.completedAtMs !== null && r.httpStatus !== null, `${r.requestId}: a completion needs completedAtMs and httpStatus`);
@@ -170,7 +180,10 @@ export async function recordUsage(store: Store, records: readonly UsageRecord[])
     });
   });
   const completed = await store.commitBatch({ admissions: [], completions });
-  assert.deepEqual(completed.completions, final.map((r) => ({ kind: r.outcome === "reservation_expired" ? "reservation_expired" : "completed" })));
+  assert.deepEqual(
+    completed.completions,
+    final.map((r) => ({ kind: r.outcome === "reservation_expired" ? "reservation_expired" : "completed" })),
+  );
 }
 
 /** Newest first, ties by request id descending: the order listUsage promises. */
@@ -180,7 +193,11 @@ function newestFirst(a: UsageRecord, b: UsageRecord): number {
 }
 
 /** Follows nextCursor to the end; fails if a page is over-full or paging does not end. */
-export async function listAll(store: Store, orgId: string, query: Omit<UsageQuery, "cursor">): Promise<{ records: UsageRecord[]; pages: number }> {
+export async function listAll(
+  store: Store,
+  orgId: string,
+  query: Omit<UsageQuery, "cursor">,
+): Promise<{ records: UsageRecord[]; pages: number }> {
   const records: UsageRecord[] = [];
   let cursor: string | undefined;
   for (let pages = 1; pages <= 1000; pages++) {
@@ -207,11 +224,16 @@ const ZERO_BALANCE: Balance = { available: 0, reserved: 0, spent: 0, granted: 0 
  */
 export async function checkBalanceInvariants(store: Store, orgId: string): Promise<Balance> {
   const balance = await store.getBalance(orgId);
-  for (const value of Object.values(balance)) assert.ok(Number.isSafeInteger(value), `balance amounts are integers: ${JSON.stringify(balance)}`);
+  for (const value of Object.values(balance))
+    assert.ok(Number.isSafeInteger(value), `balance amounts are integers: ${JSON.stringify(balance)}`);
   assert.ok(balance.available >= 0, `available ≥ 0: ${JSON.stringify(balance)}`);
   assert.ok(balance.reserved >= 0, `reserved ≥ 0: ${JSON.stringify(balance)}`);
   assert.ok(balance.spent >= 0 && balance.granted >= 0, `spent, granted ≥ 0: ${JSON.stringify(balance)}`);
-  assert.equal(balance.granted - balance.spent, balance.available + balance.reserved, `granted − spent = available + reserved: ${JSON.stringify(balance)}`);
+  assert.equal(
+    balance.granted - balance.spent,
+    balance.available + balance.reserved,
+    `granted − spent = available + reserved: ${JSON.stringify(balance)}`,
+  );
   const sums = { ...ZERO_BALANCE };
   let lastId = -Infinity;
   for (const entry of await store.listLedger(orgId)) {
@@ -255,7 +277,8 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       return store.createApiKey({ id, orgId, name: keyName, hash: hashApiKey(`raw-${id}`), nowMs: now() });
     }
 
-    const admit = async (...admissions: AdmitCommand[]): Promise<AdmitResult[]> => (await store.commitBatch({ admissions, completions: [] })).admissions;
+    const admit = async (...admissions: AdmitCommand[]): Promise<AdmitResult[]> =>
+      (await store.commitBatch({ admissions, completions: [] })).admissions;
     const complete = async (...completions: CompleteCommand[]): Promise<CompleteResult[]> =>
       (await store.commitBatch({ admissions: [], completions })).completions;
 
@@ -268,7 +291,12 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
     /** A paid admission: its reservation (whose id is the request id) expires an hour after nowMs unless told. */
     function paid(requestId: string, orgId: string, amount: number, options: { nowMs?: number; expiresAtMs?: number } = {}): AdmitCommand {
       const nowMs = options.nowMs ?? T0;
-      return admission({ requestId, orgId, nowMs, reservation: { amountMicrousd: amount, expiresAtMs: options.expiresAtMs ?? nowMs + HOUR } });
+      return admission({
+        requestId,
+        orgId,
+        nowMs,
+        reservation: { amountMicrousd: amount, expiresAtMs: options.expiresAtMs ?? nowMs + HOUR },
+      });
     }
 
     const DAY = "2026-01-01";
@@ -354,7 +382,9 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         const names = ["__proto__", "constructor", "Zürich ☕ 組織 👩‍💻", "e\u0301cole", "école", "'; DROP TABLE organizations; --"];
         const created = [];
         for (const [i, n] of names.entries()) {
-          created.push(await store.createOrganization({ id: i === 0 ? "__proto__" : i === 1 ? "hasOwnProperty" : `org_${i}`, name: n, nowMs: now() }));
+          created.push(
+            await store.createOrganization({ id: i === 0 ? "__proto__" : i === 1 ? "hasOwnProperty" : `org_${i}`, name: n, nowMs: now() }),
+          );
         }
         for (const o of created) {
           assert.deepEqual(await store.findOrganization(o.id), o);
@@ -371,7 +401,14 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       it("creates keys and finds each with its organization", async () => {
         const o = await org("org_a", "Acme");
         const created = await store.createApiKey({ id: "k1", orgId: "org_a", name: "ci", hash: hashApiKey("raw-1"), nowMs: T0 + 7 });
-        assert.deepEqual(created, { id: "k1", orgId: "org_a", name: "ci", hash: hashApiKey("raw-1"), createdAtMs: T0 + 7, revokedAtMs: null });
+        assert.deepEqual(created, {
+          id: "k1",
+          orgId: "org_a",
+          name: "ci",
+          hash: hashApiKey("raw-1"),
+          createdAtMs: T0 + 7,
+          revokedAtMs: null,
+        });
         assert.deepEqual(await store.findApiKey("k1"), { key: created, org: o });
         assert.equal(await store.findApiKey("k2"), null);
         assert.equal(await store.findApiKey("org_a"), null);
@@ -405,7 +442,13 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         const found = await store.findApiKey("k1");
         assert.deepEqual(found?.key, { ...k, revokedAtMs: T0 + 50_000 }, "a revoked key is still found, with the first revocation time");
         const listed = await store.listApiKeys("org_a");
-        assert.deepEqual(listed.map((x) => [x.id, x.revokedAtMs]), [["k1", T0 + 50_000], ["k2", null]]);
+        assert.deepEqual(
+          listed.map((x) => [x.id, x.revokedAtMs]),
+          [
+            ["k1", T0 + 50_000],
+            ["k2", null],
+          ],
+        );
       });
 
       it("rejects a key for an unknown organization", async () => {
@@ -425,7 +468,13 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
 
       it("keeps ids like __proto__ and unicode key names", async () => {
         await store.createOrganization({ id: "__proto__", name: "__proto__", nowMs: now() });
-        const k = await store.createApiKey({ id: "__proto__", orgId: "__proto__", name: "Schlüssel 🔑", hash: hashApiKey("p"), nowMs: now() });
+        const k = await store.createApiKey({
+          id: "__proto__",
+          orgId: "__proto__",
+          name: "Schlüssel 🔑",
+          hash: hashApiKey("p"),
+          nowMs: now(),
+        });
         const found = await store.findApiKey("__proto__");
         assert.deepEqual(found?.key, k);
         assert.equal(found?.org.id, "__proto__");
@@ -540,7 +589,10 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       });
 
       it("gives no cursor when the last page is exactly full", async () => {
-        await recordUsage(store, Array.from({ length: 10 }, (_, i) => usageRecord({ requestId: `req_${i}`, orgId: "org_a", createdAtMs: T0 + i })));
+        await recordUsage(
+          store,
+          Array.from({ length: 10 }, (_, i) => usageRecord({ requestId: `req_${i}`, orgId: "org_a", createdAtMs: T0 + i })),
+        );
         const p1 = await store.listUsage("org_a", { limit: 5 });
         assert.ok(p1.nextCursor);
         const p2 = await store.listUsage("org_a", { limit: 5, cursor: p1.nextCursor });
@@ -550,7 +602,10 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       });
 
       it("a cursor stays valid when newer records arrive: no record is repeated or skipped", async () => {
-        await recordUsage(store, Array.from({ length: 9 }, (_, i) => usageRecord({ requestId: `req_${i}`, orgId: "org_a", createdAtMs: T0 + i * 10 })));
+        await recordUsage(
+          store,
+          Array.from({ length: 9 }, (_, i) => usageRecord({ requestId: `req_${i}`, orgId: "org_a", createdAtMs: T0 + i * 10 })),
+        );
         const p1 = await store.listUsage("org_a", { limit: 4 });
         await recordUsage(store, [
           usageRecord({ requestId: "req_new", orgId: "org_a", createdAtMs: T0 + 1000 }),
@@ -558,13 +613,19 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         ]);
         const p2 = await store.listUsage("org_a", { limit: 4, cursor: p1.nextCursor! });
         assert.deepEqual(ids(p1.records), ["req_8", "req_7", "req_6", "req_5"]);
-        assert.deepEqual(ids(p2.records), ["req_4b", "req_4", "req_3", "req_2"], "a record at an older position appears; the newer one does not");
+        assert.deepEqual(
+          ids(p2.records),
+          ["req_4b", "req_4", "req_3", "req_2"],
+          "a record at an older position appears; the newer one does not",
+        );
       });
 
       it("filters by time: fromMs inclusive, toMs exclusive", async () => {
         await recordUsage(
           store,
-          Array.from({ length: 12 }, (_, i) => usageRecord({ requestId: `req_${String(i).padStart(2, "0")}`, orgId: "org_a", createdAtMs: T0 + i * 100 })),
+          Array.from({ length: 12 }, (_, i) =>
+            usageRecord({ requestId: `req_${String(i).padStart(2, "0")}`, orgId: "org_a", createdAtMs: T0 + i * 100 }),
+          ),
         );
         const window = async (q: Omit<UsageQuery, "limit" | "cursor">) => ids((await listAll(store, "org_a", { ...q, limit: 2 })).records);
         assert.deepEqual(await window({ fromMs: T0 + 900 }), ["req_11", "req_10", "req_09"]);
@@ -579,14 +640,25 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       it("filters by every outcome, in flight too, alone and with time, across pages", async () => {
         const records: UsageRecord[] = [];
         for (let i = 0; i < 24; i++) {
-          records.push(usageRecord({ requestId: `req_${String(i).padStart(2, "0")}`, orgId: "org_a", createdAtMs: T0 + i * 10, outcome: OUTCOMES[(i * 5) % 6]! }));
+          records.push(
+            usageRecord({
+              requestId: `req_${String(i).padStart(2, "0")}`,
+              orgId: "org_a",
+              createdAtMs: T0 + i * 10,
+              outcome: OUTCOMES[(i * 5) % 6]!,
+            }),
+          );
         }
         await recordUsage(store, records);
         const expected = (pred: (r: UsageRecord) => boolean) => records.filter(pred).sort(newestFirst);
         for (const outcome of OUTCOMES) {
           const got = await listAll(store, "org_a", { outcome, limit: 1 });
           assert.equal(got.pages, 4, outcome);
-          assert.deepEqual(got.records, expected((r) => r.outcome === outcome), outcome);
+          assert.deepEqual(
+            got.records,
+            expected((r) => r.outcome === outcome),
+            outcome,
+          );
         }
         const inFlight = await listAll(store, "org_a", { outcome: "in_flight", fromMs: T0 + 60, toMs: T0 + 180, limit: 1 });
         assert.deepEqual(ids(inFlight.records), ["req_12", "req_06"]);
@@ -598,9 +670,26 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       it("rejects a malformed cursor with StoreInputError", async () => {
         await recordUsage(store, [usageRecord({ requestId: "req_1", orgId: "org_a" })]);
         const b64 = (s: string) => Buffer.from(s, "utf8").toString("base64url");
-        const bad = ["", "!!!", "not a cursor", "abc=", b64("12345"), b64(":req_1"), b64("12:"), b64("-5:req_1"), b64("1.5:req_1"), b64("1e3:req_1"), b64("99999999999999999999:req_1"), "x".repeat(5000)];
+        const bad = [
+          "",
+          "!!!",
+          "not a cursor",
+          "abc=",
+          b64("12345"),
+          b64(":req_1"),
+          b64("12:"),
+          b64("-5:req_1"),
+          b64("1.5:req_1"),
+          b64("1e3:req_1"),
+          b64("99999999999999999999:req_1"),
+          "x".repeat(5000),
+        ];
         for (const cursor of bad) {
-          await assert.rejects(store.listUsage("org_a", { limit: 10, cursor }), StoreInputError, `cursor ${JSON.stringify(cursor.slice(0, 40))}`);
+          await assert.rejects(
+            store.listUsage("org_a", { limit: 10, cursor }),
+            StoreInputError,
+            `cursor ${JSON.stringify(cursor.slice(0, 40))}`,
+          );
         }
       });
 
@@ -617,7 +706,9 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         const odd = ["__proto__", "constructor", "req:with:colons", "請求-✓-👩‍💻", "a b\tc"];
         await recordUsage(
           store,
-          odd.map((requestId, i) => usageRecord({ requestId, orgId: "__proto__", keyId: "__proto__", model: "modèle ☃", createdAtMs: T0 + i })),
+          odd.map((requestId, i) =>
+            usageRecord({ requestId, orgId: "__proto__", keyId: "__proto__", model: "modèle ☃", createdAtMs: T0 + i }),
+          ),
         );
         for (const requestId of odd) assert.equal((await store.getUsage("__proto__", requestId))?.requestId, requestId);
         assert.equal(await store.getUsage("__proto__", "toString"), null);
@@ -642,11 +733,18 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
             fc.option(fc.constantFrom(...OUTCOMES), { nil: undefined }),
             async (specs, limit, fromOffset, toOffset, outcome) => {
               const orgId = `org_prop_${run++}`;
-              const records = specs.map((s) => usageRecord({ requestId: `${orgId}_${s.suffix}`, orgId, createdAtMs: T0 + s.at, outcome: s.outcome }));
+              const records = specs.map((s) =>
+                usageRecord({ requestId: `${orgId}_${s.suffix}`, orgId, createdAtMs: T0 + s.at, outcome: s.outcome }),
+              );
               await recordUsage(store, records);
               const fromMs = fromOffset === undefined ? undefined : T0 + fromOffset;
               const toMs = toOffset === undefined ? undefined : T0 + toOffset;
-              const query = { limit, ...(fromMs === undefined ? {} : { fromMs }), ...(toMs === undefined ? {} : { toMs }), ...(outcome ? { outcome } : {}) };
+              const query = {
+                limit,
+                ...(fromMs === undefined ? {} : { fromMs }),
+                ...(toMs === undefined ? {} : { toMs }),
+                ...(outcome ? { outcome } : {}),
+              };
               const got = await listAll(store, orgId, query);
               const want = records
                 .filter((r) => (fromMs === undefined || r.createdAtMs >= fromMs) && (toMs === undefined || r.createdAtMs < toMs))
@@ -662,11 +760,24 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
     });
 
     describe("admission and completion", () => {
-      const claimOf = (key: string, requestHash = "hash-1", nowMs = T0) => ({ key, requestHash, lockUntilMs: nowMs + MINUTE, expiresAtMs: nowMs + DAY_MS });
+      const claimOf = (key: string, requestHash = "hash-1", nowMs = T0) => ({
+        key,
+        requestHash,
+        lockUntilMs: nowMs + MINUTE,
+        expiresAtMs: nowMs + DAY_MS,
+      });
 
       it("an admitted request is in flight: getUsage and listUsage find its record before completion", async () => {
         await funded("org_a", 1000);
-        const command = admission({ requestId: "req_1", orgId: "org_a", keyId: "k9", source: "playground", model: "jev-2", nowMs: T0 + 5, reservation: { amountMicrousd: 300, expiresAtMs: T0 + HOUR } });
+        const command = admission({
+          requestId: "req_1",
+          orgId: "org_a",
+          keyId: "k9",
+          source: "playground",
+          model: "jev-2",
+          nowMs: T0 + 5,
+          reservation: { amountMicrousd: 300, expiresAtMs: T0 + HOUR },
+        });
         assert.deepEqual(await admit(command), [{ kind: "admitted" }]);
         const inFlight: UsageRecord = {
           requestId: "req_1",
@@ -698,14 +809,24 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       it("a completion makes the record final exactly once: a second completion is not_in_flight and changes nothing", async () => {
         await funded("org_a", 1000);
         await admit(paid("req_1", "org_a", 300));
-        assert.deepEqual(await complete(completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 250, costMicrousd: 100, reserved: true })), [{ kind: "completed" }]);
+        assert.deepEqual(
+          await complete(completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 250, costMicrousd: 100, reserved: true })),
+          [{ kind: "completed" }],
+        );
         assert.deepEqual(await store.getUsage("org_a", "req_1"), usageRecord({ requestId: "req_1", orgId: "org_a", costMicrousd: 100 }));
         const before = await books("org_a", ["req_1"]);
         assert.deepEqual(
           await complete(
             completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 1000, costMicrousd: 100, reserved: true }),
             completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 1000, outcome: "model_error", httpStatus: 502, reserved: true }),
-            completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 1000, outcome: "gateway_error", httpStatus: 500, reserved: false }),
+            completion({
+              requestId: "req_1",
+              orgId: "org_a",
+              nowMs: T0 + 1000,
+              outcome: "gateway_error",
+              httpStatus: 500,
+              reserved: false,
+            }),
           ),
           [{ kind: "not_in_flight" }, { kind: "not_in_flight" }, { kind: "not_in_flight" }],
         );
@@ -724,7 +845,10 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         );
         assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 900, reserved: 0, spent: 100, granted: 1000 });
         assert.deepEqual(await store.getUsage("org_a", "req_1"), usageRecord({ requestId: "req_1", orgId: "org_a", costMicrousd: 100 }));
-        assert.deepEqual((await store.listLedger("org_a")).map((e) => e.kind), ["grant", "reserve", "settle"]);
+        assert.deepEqual(
+          (await store.listLedger("org_a")).map((e) => e.kind),
+          ["grant", "reserve", "settle"],
+        );
       });
 
       it("a completion of an unknown request, or under another organization's id, is not_in_flight and writes nothing", async () => {
@@ -748,7 +872,9 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       it("a rejected admission writes nothing at all: no usage record, reservation, counter or claim", async () => {
         await funded("org_a", 100);
         assert.deepEqual(await admit({ ...preview("req_seen", "org_a", 1, 10) }), [{ kind: "admitted" }]);
-        assert.deepEqual(await admit(admission({ requestId: "req_held", orgId: "org_a", idempotency: claimOf("k-held") })), [{ kind: "admitted" }]);
+        assert.deepEqual(await admit(admission({ requestId: "req_held", orgId: "org_a", idempotency: claimOf("k-held") })), [
+          { kind: "admitted" },
+        ]);
         await admit(admission({ requestId: "req_done", orgId: "org_a", idempotency: claimOf("k-done") }));
         const kept: StoredResponse = { status: 200, body: '{"request_id":"req_done"}', requestId: "req_done" };
         await complete(completion({ requestId: "req_done", orgId: "org_a", idempotency: { key: "k-done", response: kept } }));
@@ -784,7 +910,13 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
             admission({ requestId: "req_x4", orgId: "org_a", idempotency: claimOf("k-held", "hash-9") }),
             admission({ requestId: "req_x5", orgId: "org_a", idempotency: claimOf("k-done") }),
           ),
-          [{ kind: "admitted" }, { kind: "admitted" }, { kind: "admitted" }, { kind: "idempotency_in_progress" }, { kind: "replay", response: kept }],
+          [
+            { kind: "admitted" },
+            { kind: "admitted" },
+            { kind: "admitted" },
+            { kind: "idempotency_in_progress" },
+            { kind: "replay", response: kept },
+          ],
         );
       });
 
@@ -819,9 +951,15 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       });
 
       it("within one batch, a second admission with the same Idempotency-Key is idempotency_in_progress", async () => {
-        const withKey = (requestId: string, orgId: string, hash: string) => admission({ requestId, orgId, idempotency: claimOf("k", hash) });
+        const withKey = (requestId: string, orgId: string, hash: string) =>
+          admission({ requestId, orgId, idempotency: claimOf("k", hash) });
         assert.deepEqual(
-          await admit(withKey("req_1", "org_a", "h"), withKey("req_2", "org_a", "h"), withKey("req_3", "org_a", "h2"), withKey("req_4", "org_b", "h")),
+          await admit(
+            withKey("req_1", "org_a", "h"),
+            withKey("req_2", "org_a", "h"),
+            withKey("req_3", "org_a", "h2"),
+            withKey("req_4", "org_b", "h"),
+          ),
           [{ kind: "admitted" }, { kind: "idempotency_in_progress" }, { kind: "idempotency_in_progress" }, { kind: "admitted" }],
         );
         assert.equal(await store.getUsage("org_a", "req_2"), null);
@@ -846,30 +984,47 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           completions: [{ kind: "completed" }, { kind: "completed" }],
         });
         assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 50, reserved: 850, spent: 100, granted: 1000 });
-        assert.deepEqual((await store.listLedger("org_a")).map((e) => [e.kind, e.reservationId]), [
-          ["grant", null],
-          ["reserve", "req_1"],
-          ["reserve", "req_2"],
-          ["settle", "req_1"],
-          ["release", "req_2"],
-          ["reserve", "req_3"],
-          ["reserve", "req_4"],
-        ]);
+        assert.deepEqual(
+          (await store.listLedger("org_a")).map((e) => [e.kind, e.reservationId]),
+          [
+            ["grant", null],
+            ["reserve", "req_1"],
+            ["reserve", "req_2"],
+            ["settle", "req_1"],
+            ["release", "req_2"],
+            ["reserve", "req_3"],
+            ["reserve", "req_4"],
+          ],
+        );
       });
 
       it("within one batch, completions come first: a request admitted in it is not yet in flight, a claim dropped in it is free", async () => {
         await admit(admission({ requestId: "req_1", orgId: "org_a", idempotency: claimOf("k") }));
         const result = await store.commitBatch({
-          admissions: [admission({ requestId: "req_2", orgId: "org_a", idempotency: claimOf("k", "hash-2") }), admission({ requestId: "req_3", orgId: "org_a" })],
+          admissions: [
+            admission({ requestId: "req_2", orgId: "org_a", idempotency: claimOf("k", "hash-2") }),
+            admission({ requestId: "req_3", orgId: "org_a" }),
+          ],
           completions: [
-            completion({ requestId: "req_1", orgId: "org_a", outcome: "model_error", httpStatus: 502, idempotency: { key: "k", response: null } }),
+            completion({
+              requestId: "req_1",
+              orgId: "org_a",
+              outcome: "model_error",
+              httpStatus: 502,
+              idempotency: { key: "k", response: null },
+            }),
             completion({ requestId: "req_3", orgId: "org_a" }),
           ],
         });
-        assert.deepEqual(result, { admissions: [{ kind: "admitted" }, { kind: "admitted" }], completions: [{ kind: "completed" }, { kind: "not_in_flight" }] });
+        assert.deepEqual(result, {
+          admissions: [{ kind: "admitted" }, { kind: "admitted" }],
+          completions: [{ kind: "completed" }, { kind: "not_in_flight" }],
+        });
         assert.equal((await store.getUsage("org_a", "req_3"))?.outcome, "in_flight");
         assert.equal((await store.getUsage("org_a", "req_1"))?.outcome, "model_error");
-        assert.deepEqual(await admit(admission({ requestId: "req_4", orgId: "org_a", idempotency: claimOf("k", "hash-2") })), [{ kind: "idempotency_in_progress" }]);
+        assert.deepEqual(await admit(admission({ requestId: "req_4", orgId: "org_a", idempotency: claimOf("k", "hash-2") })), [
+          { kind: "idempotency_in_progress" },
+        ]);
       });
 
       it("a batch with a duplicate request id fails with StoreConflictError and writes nothing of it", async () => {
@@ -887,12 +1042,23 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
               admission({ requestId: "req_idem", orgId: "org_a", idempotency: claimOf("k-new") }),
               admission({ requestId: "req_done", orgId: "org_a" }),
             ],
-            completions: [completion({ requestId: "req_live", orgId: "org_a", costMicrousd: 100, reserved: true, idempotency: { key: "k-live", response } })],
+            completions: [
+              completion({
+                requestId: "req_live",
+                orgId: "org_a",
+                costMicrousd: 100,
+                reserved: true,
+                idempotency: { key: "k-live", response },
+              }),
+            ],
           }),
           StoreConflictError,
         );
         assert.deepEqual(await books("org_a", touched), before);
-        await assert.rejects(admit(paid("req_twice", "org_a", 100), admission({ requestId: "req_twice", orgId: "org_a" })), StoreConflictError);
+        await assert.rejects(
+          admit(paid("req_twice", "org_a", 100), admission({ requestId: "req_twice", orgId: "org_a" })),
+          StoreConflictError,
+        );
         assert.deepEqual(await books("org_a", touched), before);
         assert.deepEqual(
           await admit(
@@ -902,7 +1068,9 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           [{ kind: "admitted" }, { kind: "idempotency_in_progress" }],
           "the failed batch claimed no key and completed none",
         );
-        assert.deepEqual(await complete(completion({ requestId: "req_live", orgId: "org_a", costMicrousd: 100, reserved: true })), [{ kind: "completed" }]);
+        assert.deepEqual(await complete(completion({ requestId: "req_live", orgId: "org_a", costMicrousd: 100, reserved: true })), [
+          { kind: "completed" },
+        ]);
       });
 
       it("an empty batch does nothing", async () => {
@@ -932,8 +1100,28 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.deepEqual(
           ledger.map(({ id: _id, ...rest }) => rest),
           [
-            { orgId: "org_a", kind: "grant", reservationId: null, availableDelta: 12_500_000, reservedDelta: 0, spentDelta: 0, grantedDelta: 12_500_000, createdAtMs: T0 + 1, note: "welcome ✓" },
-            { orgId: "org_a", kind: "grant", reservationId: null, availableDelta: 1, reservedDelta: 0, spentDelta: 0, grantedDelta: 1, createdAtMs: T0 + 2, note: null },
+            {
+              orgId: "org_a",
+              kind: "grant",
+              reservationId: null,
+              availableDelta: 12_500_000,
+              reservedDelta: 0,
+              spentDelta: 0,
+              grantedDelta: 12_500_000,
+              createdAtMs: T0 + 1,
+              note: "welcome ✓",
+            },
+            {
+              orgId: "org_a",
+              kind: "grant",
+              reservationId: null,
+              availableDelta: 1,
+              reservedDelta: 0,
+              spentDelta: 0,
+              grantedDelta: 1,
+              createdAtMs: T0 + 2,
+              note: null,
+            },
           ],
         );
         assert.ok(Number.isInteger(ledger[0]!.id) && ledger[1]!.id > ledger[0]!.id);
@@ -944,9 +1132,17 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       it("rejects a grant that is not a whole amount above 0, or for an unknown organization, with StoreInputError", async () => {
         await funded("org_a", 100);
         for (const amountMicrousd of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, 2 ** 53]) {
-          await assert.rejects(store.grantCredits({ orgId: "org_a", amountMicrousd, nowMs: now() }), StoreInputError, `amount ${amountMicrousd}`);
+          await assert.rejects(
+            store.grantCredits({ orgId: "org_a", amountMicrousd, nowMs: now() }),
+            StoreInputError,
+            `amount ${amountMicrousd}`,
+          );
         }
-        await assert.rejects(store.grantCredits({ orgId: "org_a", amountMicrousd: Number.MAX_SAFE_INTEGER, nowMs: now() }), StoreInputError, "beyond the safe integer range");
+        await assert.rejects(
+          store.grantCredits({ orgId: "org_a", amountMicrousd: Number.MAX_SAFE_INTEGER, nowMs: now() }),
+          StoreInputError,
+          "beyond the safe integer range",
+        );
         await assert.rejects(store.grantCredits({ orgId: "org_missing", amountMicrousd: 5, nowMs: now() }), StoreInputError);
         assert.deepEqual(await store.getBalance("org_a"), { available: 100, reserved: 0, spent: 0, granted: 100 });
         assert.equal((await store.listLedger("org_a")).length, 1);
@@ -959,7 +1155,9 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.deepEqual(await admit(paid("req_big", "org_a", 1001)), [{ kind: "insufficient_credits", availableMicrousd: 1000 }]);
         assert.deepEqual(await books("org_a", ["req_big"]), before);
 
-        assert.deepEqual(await admit(paid("req_1", "org_a", 1000, { nowMs: T0 + 50, expiresAtMs: T0 + 50 + HOUR })), [{ kind: "admitted" }]);
+        assert.deepEqual(await admit(paid("req_1", "org_a", 1000, { nowMs: T0 + 50, expiresAtMs: T0 + 50 + HOUR })), [
+          { kind: "admitted" },
+        ]);
         assert.deepEqual(await store.getBalance("org_a"), { available: 0, reserved: 1000, spent: 0, granted: 1000 });
         assert.deepEqual(await store.getReservation("req_1"), {
           id: "req_1",
@@ -1103,13 +1301,27 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           await assert.rejects(complete(completion({ requestId: "req_1", orgId: "org_a", costMicrousd, reserved: true })), StoreInputError);
         }
         assert.deepEqual(await books("org_a", ["req_1", "req_2", "req_3"]), before);
-        assert.deepEqual(await complete(completion({ requestId: "req_1", orgId: "org_a", costMicrousd: 300, reserved: true })), [{ kind: "completed" }], "still in flight");
+        assert.deepEqual(
+          await complete(completion({ requestId: "req_1", orgId: "org_a", costMicrousd: 300, reserved: true })),
+          [{ kind: "completed" }],
+          "still in flight",
+        );
       });
 
       it("a success at or after the reservation's expiry is reservation_expired: funds back, an expire entry, nothing charged", async () => {
         await funded("org_a", 1000);
-        await admit(paid("req_1", "org_a", 300, { nowMs: T0, expiresAtMs: T0 + 5000 }), paid("req_2", "org_a", 100, { nowMs: T0, expiresAtMs: T0 + 5000 }));
-        const late = completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 5000, costMicrousd: 50, overReservation: true, reserved: true });
+        await admit(
+          paid("req_1", "org_a", 300, { nowMs: T0, expiresAtMs: T0 + 5000 }),
+          paid("req_2", "org_a", 100, { nowMs: T0, expiresAtMs: T0 + 5000 }),
+        );
+        const late = completion({
+          requestId: "req_1",
+          orgId: "org_a",
+          nowMs: T0 + 5000,
+          costMicrousd: 50,
+          overReservation: true,
+          reserved: true,
+        });
         assert.deepEqual(await complete(late), [{ kind: "reservation_expired" }], "expiresAtMs ≤ nowMs");
         assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 900, reserved: 100, spent: 0, granted: 1000 });
         const r = await store.getReservation("req_1");
@@ -1117,7 +1329,15 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.deepEqual(entryOf((await store.listLedger("org_a")).at(-1)), ["expire", "req_1", 300, -300, 0, 0, T0 + 5000]);
         assert.deepEqual(
           await store.getUsage("org_a", "req_1"),
-          usageRecord({ requestId: "req_1", orgId: "org_a", completedAtMs: T0 + 5000, outcome: "reservation_expired", httpStatus: 409, costMicrousd: 0, errorDetail: EXPIRED_DETAIL }),
+          usageRecord({
+            requestId: "req_1",
+            orgId: "org_a",
+            completedAtMs: T0 + 5000,
+            outcome: "reservation_expired",
+            httpStatus: 409,
+            costMicrousd: 0,
+            errorDetail: EXPIRED_DETAIL,
+          }),
         );
         assert.deepEqual(await complete(late), [{ kind: "not_in_flight" }]);
         assert.deepEqual(
@@ -1151,7 +1371,18 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.deepEqual(entryOf((await store.listLedger("org_a")).at(-1)), ["release", "req_1", 300, -300, 0, 0, T0 + 9000]);
         assert.deepEqual(
           await store.getUsage("org_a", "req_1"),
-          usageRecord({ requestId: "req_1", orgId: "org_a", completedAtMs: T0 + 9000, outcome: "model_error", httpStatus: 502, inputTokens: 80, outputTokens: 0, costMicrousd: 0, latencyMs: 30_000, errorDetail: "model timed out" }),
+          usageRecord({
+            requestId: "req_1",
+            orgId: "org_a",
+            completedAtMs: T0 + 9000,
+            outcome: "model_error",
+            httpStatus: 502,
+            inputTokens: 80,
+            outputTokens: 0,
+            costMicrousd: 0,
+            latencyMs: 30_000,
+            errorDetail: "model timed out",
+          }),
         );
       });
 
@@ -1161,7 +1392,16 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.deepEqual(await store.sweep({ nowMs: T0 + 20, inFlightBeforeMs: T0, limit: 10 }), { abandoned: 0, expired: 0 });
         assert.equal((await store.getReservation("req_1"))?.status, "pending");
         assert.deepEqual(
-          await complete(completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 20, outcome: "context_rejected", httpStatus: 422, reserved: true })),
+          await complete(
+            completion({
+              requestId: "req_1",
+              orgId: "org_a",
+              nowMs: T0 + 20,
+              outcome: "context_rejected",
+              httpStatus: 422,
+              reserved: true,
+            }),
+          ),
           [{ kind: "completed" }],
         );
         assert.equal((await store.getReservation("req_1"))?.status, "released");
@@ -1189,7 +1429,8 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
 
     describe("preview quotas", () => {
       let n = 0;
-      const consume = async (orgId: string, orgLimit: number, globalLimit: number, day = DAY) => (await admit(preview(`req_p${++n}`, orgId, orgLimit, globalLimit, day)))[0];
+      const consume = async (orgId: string, orgLimit: number, globalLimit: number, day = DAY) =>
+        (await admit(preview(`req_p${++n}`, orgId, orgLimit, globalLimit, day)))[0];
       const ADMITTED = { kind: "admitted" };
       const ORG = { kind: "quota_exhausted", scope: "org" };
       const GLOBAL = { kind: "quota_exhausted", scope: "global" };
@@ -1249,7 +1490,10 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.deepEqual(await store.sweep({ nowMs: T0 + HOUR, inFlightBeforeMs: T0 + 1, limit: 10 }), { abandoned: 1, expired: 0 });
         assert.deepEqual(await store.previewUsage("org_a", DAY), { org: 2, global: 2 });
         assert.deepEqual(await consume("org_a", 2, 10), ORG);
-        assert.deepEqual((await store.listUsage("org_a", { limit: 10 })).records.map((r) => r.outcome).sort(), ["gateway_error", "model_error"]);
+        assert.deepEqual((await store.listUsage("org_a", { limit: 10 })).records.map((r) => r.outcome).sort(), [
+          "gateway_error",
+          "model_error",
+        ]);
       });
 
       it("rejects a malformed day or limit, or the organization id *, with StoreInputError", async () => {
@@ -1268,23 +1512,46 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
 
     describe("idempotency keys", () => {
       let n = 0;
-      const claim = async (nowMs: number, options: { key?: string; orgId?: string; hash?: string; lockMs?: number; ttlMs?: number; requestId?: string } = {}) => {
+      const claim = async (
+        nowMs: number,
+        options: { key?: string; orgId?: string; hash?: string; lockMs?: number; ttlMs?: number; requestId?: string } = {},
+      ) => {
         const requestId = options.requestId ?? `req_${++n}`;
         const orgId = options.orgId ?? "org_a";
-        const idempotency = { key: options.key ?? "key-1", requestHash: options.hash ?? "hash-1", lockUntilMs: nowMs + (options.lockMs ?? MINUTE), expiresAtMs: nowMs + (options.ttlMs ?? DAY_MS) };
+        const idempotency = {
+          key: options.key ?? "key-1",
+          requestHash: options.hash ?? "hash-1",
+          lockUntilMs: nowMs + (options.lockMs ?? MINUTE),
+          expiresAtMs: nowMs + (options.ttlMs ?? DAY_MS),
+        };
         return (await admit(admission({ requestId, orgId, nowMs, idempotency })))[0];
       };
-      const response = (requestId: string, body = `{"request_id":"${requestId}","answers":{"q":"✓"}}`): StoredResponse => ({ status: 200, body, requestId });
+      const response = (requestId: string, body = `{"request_id":"${requestId}","answers":{"q":"✓"}}`): StoredResponse => ({
+        status: 200,
+        body,
+        requestId,
+      });
       const succeed = async (requestId: string, options: { key?: string; orgId?: string; body?: string; nowMs?: number } = {}) =>
         (
           await complete(
-            completion({ requestId, orgId: options.orgId ?? "org_a", nowMs: options.nowMs ?? T0, idempotency: { key: options.key ?? "key-1", response: response(requestId, options.body) } }),
+            completion({
+              requestId,
+              orgId: options.orgId ?? "org_a",
+              nowMs: options.nowMs ?? T0,
+              idempotency: { key: options.key ?? "key-1", response: response(requestId, options.body) },
+            }),
           )
         )[0];
       const fail = async (requestId: string, key = "key-1") =>
         (
           await complete(
-            completion({ requestId, orgId: "org_a", outcome: "model_error", httpStatus: 502, idempotency: { key, response: { status: 502, body: "{}", requestId } } }),
+            completion({
+              requestId,
+              orgId: "org_a",
+              outcome: "model_error",
+              httpStatus: 502,
+              idempotency: { key, response: { status: 502, body: "{}", requestId } },
+            }),
           )
         )[0];
       const ADMITTED = { kind: "admitted" };
@@ -1345,14 +1612,25 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         await funded("org_a", 1000);
         const idempotency = { key: "key-1", requestHash: "hash-1", lockUntilMs: T0 + MINUTE, expiresAtMs: T0 + DAY_MS };
         await admit({ ...paid("req_1", "org_a", 300, { nowMs: T0, expiresAtMs: T0 + 10 }), idempotency });
-        const late = completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 10, costMicrousd: 100, reserved: true, idempotency: { key: "key-1", response: response("req_1") } });
+        const late = completion({
+          requestId: "req_1",
+          orgId: "org_a",
+          nowMs: T0 + 10,
+          costMicrousd: 100,
+          reserved: true,
+          idempotency: { key: "key-1", response: response("req_1") },
+        });
         assert.deepEqual(await complete(late), [{ kind: "reservation_expired" }]);
         assert.deepEqual(await claim(T0 + 11, { requestId: "req_2" }), ADMITTED);
       });
 
       it("only the request that holds the claim completes or drops it", async () => {
         await claim(T0, { requestId: "req_1" });
-        assert.deepEqual(await claim(T0 + MINUTE, { requestId: "req_2", hash: "hash-2" }), ADMITTED, "lockUntilMs ≤ nowMs: the lock passed");
+        assert.deepEqual(
+          await claim(T0 + MINUTE, { requestId: "req_2", hash: "hash-2" }),
+          ADMITTED,
+          "lockUntilMs ≤ nowMs: the lock passed",
+        );
         assert.deepEqual(await succeed("req_1"), { kind: "completed" }, "req_1 itself completes");
         assert.deepEqual(await claim(T0 + MINUTE + 1, { hash: "hash-2" }), IN_PROGRESS, "but req_2's claim is untouched");
         await claim(T0 + MINUTE, { requestId: "req_3", key: "key-2" });
@@ -1397,11 +1675,16 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         const sweep = (limit: number, nowMs = T0 + 1000) => store.sweep({ nowMs, inFlightBeforeMs: T0 + 20, limit });
         assert.deepEqual(await sweep(0), { abandoned: 0, expired: 0 });
         assert.deepEqual(await sweep(2), { abandoned: 2, expired: 0 });
-        const outcomes = async () => Promise.all(["req_p1", "req_v1", "req_p2", "req_late"].map(async (id) => (await store.getUsage("org_a", id))?.outcome));
+        const outcomes = async () =>
+          Promise.all(["req_p1", "req_v1", "req_p2", "req_late"].map(async (id) => (await store.getUsage("org_a", id))?.outcome));
         assert.deepEqual(await outcomes(), ["gateway_error", "gateway_error", "in_flight", "in_flight"], "the oldest two");
         assert.deepEqual(await sweep(2, T0 + 2000), { abandoned: 1, expired: 0 });
         assert.deepEqual(await sweep(2, T0 + 2000), { abandoned: 0, expired: 0 });
-        assert.deepEqual(await outcomes(), ["gateway_error", "gateway_error", "gateway_error", "in_flight"], "created at inFlightBeforeMs: not abandoned");
+        assert.deepEqual(
+          await outcomes(),
+          ["gateway_error", "gateway_error", "gateway_error", "in_flight"],
+          "created at inFlightBeforeMs: not abandoned",
+        );
 
         const abandoned = (requestId: string, createdAtMs: number, completedAtMs: number, mode: UsageRecord["mode"]): UsageRecord => ({
           ...usageRecord({ requestId, orgId: "org_a", createdAtMs, outcome: "in_flight", mode }),
@@ -1412,17 +1695,25 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.deepEqual(await store.getUsage("org_a", "req_p1"), abandoned("req_p1", T0, T0 + 1000, "paid"));
         assert.deepEqual(await store.getUsage("org_a", "req_v1"), abandoned("req_v1", T0 + 5, T0 + 1000, "preview"));
         assert.deepEqual(await store.getUsage("org_a", "req_p2"), abandoned("req_p2", T0 + 10, T0 + 2000, "paid"));
-        for (const [id, at] of [["req_p1", T0 + 1000], ["req_p2", T0 + 2000]] as const) {
+        for (const [id, at] of [
+          ["req_p1", T0 + 1000],
+          ["req_p2", T0 + 2000],
+        ] as const) {
           const r = await store.getReservation(id);
           assert.deepEqual([r?.status, r?.costMicrousd, r?.resolvedAtMs], ["expired", null, at], id);
         }
         assert.equal((await store.getReservation("req_late"))?.status, "pending");
         assert.equal((await store.getReservation("req_done"))?.status, "settled");
-        assert.deepEqual(
-          (await store.listLedger("org_a")).filter((e) => e.kind === "expire").map(entryOf),
-          [["expire", "req_p1", 100, -100, 0, 0, T0 + 1000], ["expire", "req_p2", 200, -200, 0, 0, T0 + 2000]],
-        );
-        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 10_000 - 400 - 8, reserved: 400, spent: 8, granted: 10_000 });
+        assert.deepEqual((await store.listLedger("org_a")).filter((e) => e.kind === "expire").map(entryOf), [
+          ["expire", "req_p1", 100, -100, 0, 0, T0 + 1000],
+          ["expire", "req_p2", 200, -200, 0, 0, T0 + 2000],
+        ]);
+        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), {
+          available: 10_000 - 400 - 8,
+          reserved: 400,
+          spent: 8,
+          granted: 10_000,
+        });
         assert.deepEqual(await store.previewUsage("org_a", DAY), { org: 1, global: 1 }, "the quota stays consumed");
 
         const before = await books("org_a", ["req_p1", "req_v1", "req_p2"]);
@@ -1440,7 +1731,8 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       it("expires due pending reservations whose request is no longer in flight, earliest first, at most limit", async () => {
         await funded("org_a", 10_000);
         await funded("org_b", 10_000);
-        const left = (requestId: string, orgId: string, amount: number, expiresAtMs: number) => paid(requestId, orgId, amount, { nowMs: T0, expiresAtMs });
+        const left = (requestId: string, orgId: string, amount: number, expiresAtMs: number) =>
+          paid(requestId, orgId, amount, { nowMs: T0, expiresAtMs });
         await admit(
           left("a_due1", "org_a", 100, T0 + 10),
           left("a_due2", "org_a", 200, T0 + 20),
@@ -1452,7 +1744,15 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         // Completions that do not hold the reservation leave it pending (as a request recorded before the
         // two-step books did), except a_settled's.
         await complete(
-          ...["a_due1", "a_due2", "b_due", "a_later"].map((id) => completion({ requestId: id, orgId: id.startsWith("b") ? "org_b" : "org_a", nowMs: T0 + 1, outcome: "model_error", httpStatus: 502 })),
+          ...["a_due1", "a_due2", "b_due", "a_later"].map((id) =>
+            completion({
+              requestId: id,
+              orgId: id.startsWith("b") ? "org_b" : "org_a",
+              nowMs: T0 + 1,
+              outcome: "model_error",
+              httpStatus: 502,
+            }),
+          ),
           completion({ requestId: "a_settled", orgId: "org_a", nowMs: T0 + 1, costMicrousd: 1, reserved: true }),
         );
         const settled = await store.getReservation("a_settled");
@@ -1471,12 +1771,17 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.equal(await status("a_later"), "pending", "not due yet: expiresAtMs > nowMs");
         assert.equal(await status("a_in_flight"), "pending", "its request is in flight");
         assert.deepEqual(await store.getReservation("a_settled"), settled);
-        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 10_000 - 800 - 1600 - 1, reserved: 2400, spent: 1, granted: 10_000 });
+        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), {
+          available: 10_000 - 800 - 1600 - 1,
+          reserved: 2400,
+          spent: 1,
+          granted: 10_000,
+        });
         assert.deepEqual(await checkBalanceInvariants(store, "org_b"), { available: 10_000, reserved: 0, spent: 0, granted: 10_000 });
-        assert.deepEqual(
-          (await store.listLedger("org_a")).filter((e) => e.kind === "expire").map(entryOf),
-          [["expire", "a_due1", 100, -100, 0, 0, T0 + 20], ["expire", "a_due2", 200, -200, 0, 0, T0 + 20]],
-        );
+        assert.deepEqual((await store.listLedger("org_a")).filter((e) => e.kind === "expire").map(entryOf), [
+          ["expire", "a_due1", 100, -100, 0, 0, T0 + 20],
+          ["expire", "a_due2", 200, -200, 0, 0, T0 + 20],
+        ]);
         assert.deepEqual(await sweep(10, T0 + 21), { abandoned: 0, expired: 1 });
         assert.equal(await status("a_later"), "expired");
         assert.deepEqual(
@@ -1501,7 +1806,14 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         );
         const kept = (requestId: string): StoredResponse => ({ status: 200, body: `{"id":"${requestId}"}`, requestId });
         await complete(
-          ...["req_old1", "req_edge", "req_keep"].map((id) => completion({ requestId: id, orgId: "org_a", nowMs: T0 + 50, idempotency: { key: id.replace("req_", "k-"), response: kept(id) } })),
+          ...["req_old1", "req_edge", "req_keep"].map((id) =>
+            completion({
+              requestId: id,
+              orgId: "org_a",
+              nowMs: T0 + 50,
+              idempotency: { key: id.replace("req_", "k-"), response: kept(id) },
+            }),
+          ),
         );
         await admit(
           preview("req_d1", "org_a", 9, 9, "2025-12-30"),
@@ -1525,8 +1837,18 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         }
         assert.deepEqual(await store.previewUsage("org_a", "2026-01-01"), { org: 1, global: 1 });
         assert.deepEqual(await store.previewUsage("org_b", "2026-01-02"), { org: 1, global: 1 });
-        assert.deepEqual([await store.listUsage("org_a", { limit: 200 }), await store.listUsage("org_b", { limit: 200 })], usageBefore, "usage records are kept");
-        const probe = (requestId: string, key: string) => admission({ requestId, orgId: "org_a", nowMs: T0 + 300, idempotency: { key, requestHash: "hash-1", lockUntilMs: T0 + 400, expiresAtMs: T0 + DAY_MS } });
+        assert.deepEqual(
+          [await store.listUsage("org_a", { limit: 200 }), await store.listUsage("org_b", { limit: 200 })],
+          usageBefore,
+          "usage records are kept",
+        );
+        const probe = (requestId: string, key: string) =>
+          admission({
+            requestId,
+            orgId: "org_a",
+            nowMs: T0 + 300,
+            idempotency: { key, requestHash: "hash-1", lockUntilMs: T0 + 400, expiresAtMs: T0 + DAY_MS },
+          });
         assert.deepEqual(await admit(probe("req_x1", "k-keep"), probe("req_x2", "k-keep2")), [
           { kind: "replay", response: kept("req_keep") },
           { kind: "idempotency_in_progress" },
@@ -1570,7 +1892,8 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           [a({ reservation: { ...reservation, amountMicrousd: 2 ** 53 } }), "reservation.amountMicrousd"],
           [a({ reservation: { ...reservation, expiresAtMs: Number.NaN } }), "reservation.expiresAtMs"],
         ];
-        const c = (overrides: Partial<CompleteCommand>) => completion({ requestId: "req_live", orgId: "org_a", reserved: true, ...overrides });
+        const c = (overrides: Partial<CompleteCommand>) =>
+          completion({ requestId: "req_live", orgId: "org_a", reserved: true, ...overrides });
         const kept = { status: 200, body: "{}", requestId: "req_live" };
         const badCompletions: [CompleteCommand, string][] = [
           [c({ requestId: "" }), "requestId"],
@@ -1588,7 +1911,10 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           [c({ idempotency: { key: "k", response: { ...kept, requestId: "" } } }), "idempotency.response.requestId"],
         ];
         const before = await books("org_a", ["req_live", "req_ok", "req_bad"]);
-        const good = { admission: paid("req_ok", "org_a", 10), completion: completion({ requestId: "req_live", orgId: "org_a", costMicrousd: 10, reserved: true }) };
+        const good = {
+          admission: paid("req_ok", "org_a", 10),
+          completion: completion({ requestId: "req_live", orgId: "org_a", costMicrousd: 10, reserved: true }),
+        };
         for (const [bad, field] of badAdmissions) {
           await assert.rejects(store.commitBatch({ admissions: [good.admission, bad], completions: [good.completion] }), (err) => {
             assert.ok(err instanceof StoreInputError, String(err));
@@ -1655,7 +1981,11 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         const cmd: fc.Arbitrary<Cmd> = fc.oneof(
           { arbitrary: fc.record({ t: fc.constant("grant" as const), org: orgIdx, amount: fc.integer({ min: 1, max: 1000 }) }), weight: 2 },
           {
-            arbitrary: fc.record({ t: fc.constant("batch" as const), admits: fc.array(admitArb, { maxLength: 3 }), completes: fc.array(completeArb, { maxLength: 3 }) }),
+            arbitrary: fc.record({
+              t: fc.constant("batch" as const),
+              admits: fc.array(admitArb, { maxLength: 3 }),
+              completes: fc.array(completeArb, { maxLength: 3 }),
+            }),
             weight: 6,
           },
           fc.record({ t: fc.constant("redeliver" as const), pick: fc.nat(), success: fc.boolean() }),
@@ -1704,7 +2034,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           const completed: CompleteResult[] = [];
           for (const c of completions) {
             const r = m.requests.get(c.requestId);
-            if (!r || r.outcome !== "in_flight") {
+            if (r?.outcome !== "in_flight") {
               completed.push({ kind: "not_in_flight" });
               continue;
             }
@@ -1827,7 +2157,11 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
                       list.push([e.kind, e.availableDelta, e.reservedDelta, e.spentDelta, e.grantedDelta]);
                       byReservation.set(e.reservationId, list);
                     }
-                    assert.deepEqual([...byReservation.keys()].sort(), paidOnes.map((r) => r.id).sort(), "ledger entries only for admitted reservations");
+                    assert.deepEqual(
+                      [...byReservation.keys()].sort(),
+                      paidOnes.map((r) => r.id).sort(),
+                      "ledger entries only for admitted reservations",
+                    );
                     for (const r of paidOnes) {
                       assert.ok(r.cost <= r.amount);
                       const resolution = {
@@ -1836,12 +2170,17 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
                         released: [["release", r.amount, 0 - r.amount, 0, 0]],
                         expired: [["expire", r.amount, 0 - r.amount, 0, 0]],
                       }[r.reservation!];
-                      assert.deepEqual(byReservation.get(r.id), [["reserve", 0 - r.amount, r.amount, 0, 0], ...resolution], `the ledger of ${r.id}`);
+                      assert.deepEqual(
+                        byReservation.get(r.id),
+                        [["reserve", 0 - r.amount, r.amount, 0, 0], ...resolution],
+                        `the ledger of ${r.id}`,
+                      );
                     }
                     // Exactly one usage record per admitted request: in flight, or final with the outcome the model expects.
                     const usage = (await listAll(s, orgId, { limit: 200 })).records;
                     assert.equal(new Set(ids(usage)).size, usage.length, "never two records of one request");
-                    const row = (id: string, outcome: UsageOutcome, cost: number, status: number | null, final: boolean) => JSON.stringify([id, outcome, cost, status, final]);
+                    const row = (id: string, outcome: UsageOutcome, cost: number, status: number | null, final: boolean) =>
+                      JSON.stringify([id, outcome, cost, status, final]);
                     assert.deepEqual(
                       usage.map((u) => row(u.requestId, u.outcome, u.costMicrousd, u.httpStatus, u.completedAtMs !== null)).sort(),
                       mine.map((r) => row(r.id, r.outcome, r.cost, r.httpStatus, r.outcome !== "in_flight")).sort(),
@@ -1868,15 +2207,29 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
                 }
                 tried.push(...admissions.map((a) => ({ id: a.requestId, orgId: a.orgId })));
                 const touched = [...admissions, ...completions].map((x) => x.requestId);
-                await check(touched, touched.filter((id) => !m.requests.has(id)));
+                await check(
+                  touched,
+                  touched.filter((id) => !m.requests.has(id)),
+                );
               };
 
-              const completionOf = (target: { id: string; orgId: string }, spec: { pick: number; success: boolean; costPercent?: number; over?: boolean; keep?: boolean }) => {
+              const completionOf = (
+                target: { id: string; orgId: string },
+                spec: { pick: number; success: boolean; costPercent?: number; over?: boolean; keep?: boolean },
+              ) => {
                 const r = m.requests.get(target.id);
                 const amount = r?.amount ?? 0;
                 const cost = spec.over ? amount + 1 : Math.floor((amount * (spec.costPercent ?? 0)) / 100);
                 const [outcome, httpStatus] = spec.success ? (["succeeded", 200] as const) : FAILURES[spec.pick % FAILURES.length]!;
-                return completion({ requestId: target.id, orgId: target.orgId, nowMs: t, outcome, httpStatus, costMicrousd: cost, reserved: (r?.reservation ?? null) !== null && !spec.keep });
+                return completion({
+                  requestId: target.id,
+                  orgId: target.orgId,
+                  nowMs: t,
+                  outcome,
+                  httpStatus,
+                  costMicrousd: cost,
+                  reserved: (r?.reservation ?? null) !== null && !spec.keep,
+                });
               };
 
               const sweep = async (inFlightBeforeMs: number, limit: number) => {
@@ -1892,8 +2245,18 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
                 for (const r of dueReservations) if ((await s.getReservation(r.id))?.status === "expired") expired.push(r);
                 assert.equal(abandoned.length, got.abandoned);
                 assert.equal(expired.length, got.expired);
-                for (const r of dueInFlight) if (!abandoned.includes(r)) assert.ok(abandoned.every((a) => a.createdAtMs <= r.createdAtMs), "oldest in flight first");
-                for (const r of dueReservations) if (!expired.includes(r)) assert.ok(expired.every((e) => e.expiresAtMs <= r.expiresAtMs), "earliest expiry first");
+                for (const r of dueInFlight)
+                  if (!abandoned.includes(r))
+                    assert.ok(
+                      abandoned.every((a) => a.createdAtMs <= r.createdAtMs),
+                      "oldest in flight first",
+                    );
+                for (const r of dueReservations)
+                  if (!expired.includes(r))
+                    assert.ok(
+                      expired.every((e) => e.expiresAtMs <= r.expiresAtMs),
+                      "earliest expiry first",
+                    );
                 for (const r of [...abandoned, ...expired]) {
                   if (r.outcome === "in_flight") {
                     r.outcome = "gateway_error";
@@ -1907,7 +2270,10 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
                     b.reserved -= r.amount;
                   }
                 }
-                await check([...dueInFlight, ...dueReservations].map((r) => r.id), []);
+                await check(
+                  [...dueInFlight, ...dueReservations].map((r) => r.id),
+                  [],
+                );
               };
 
               for (const c of cmds) {
@@ -1933,7 +2299,8 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
                     });
                     // Completions may name any request tried so far or admitted in this very batch (then not yet in flight).
                     const targets = [...tried, ...admissions.map((a) => ({ id: a.requestId, orgId: a.orgId }))];
-                    const completions = targets.length === 0 ? [] : c.completes.map((spec) => completionOf(targets[spec.pick % targets.length]!, spec));
+                    const completions =
+                      targets.length === 0 ? [] : c.completes.map((spec) => completionOf(targets[spec.pick % targets.length]!, spec));
                     await commit(admissions, completions);
                     break;
                   }
@@ -1996,7 +2363,14 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         return entries.map(({ id: _id, ...rest }) => rest);
       }
 
-      const entry = (action: AuditEntry["action"], orgId: string, targetId: string, atMs: number, details: AuditEntry["details"], actor = HTTP) => ({
+      const entry = (
+        action: AuditEntry["action"],
+        orgId: string,
+        targetId: string,
+        atMs: number,
+        details: AuditEntry["details"],
+        actor = HTTP,
+      ) => ({
         ...actor,
         atMs,
         action,
@@ -2048,9 +2422,17 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           await store.createOrganization({ id: "org_a", name: "Acme", nowMs: T0, audit: CLI });
           await store.createApiKey({ id: "k1", orgId: "org_a", name: "ci", hash: hashApiKey("raw-k1"), nowMs: T0, audit: CLI });
           const before = await auditTrail();
-          assert.equal(await store.setOrganizationPaused("org_a", false, { actor: HTTP, nowMs: T0 + 1 }), true, "already running: true, it exists");
+          assert.equal(
+            await store.setOrganizationPaused("org_a", false, { actor: HTTP, nowMs: T0 + 1 }),
+            true,
+            "already running: true, it exists",
+          );
           assert.equal(await store.setOrganizationPaused("org_a", true, { actor: HTTP, nowMs: T0 + 2 }), true);
-          assert.equal(await store.setOrganizationPaused("org_a", true, { actor: HTTP, nowMs: T0 + 3 }), true, "already paused: true, it exists");
+          assert.equal(
+            await store.setOrganizationPaused("org_a", true, { actor: HTTP, nowMs: T0 + 3 }),
+            true,
+            "already paused: true, it exists",
+          );
           assert.equal(await store.setOrganizationPaused("org_missing", true, { actor: HTTP, nowMs: T0 + 4 }), false);
           assert.equal(await store.setOrganizationPaused("Acme", true, { actor: HTTP, nowMs: T0 + 4 }), false, "by id only");
           assert.equal(await store.revokeApiKey("k1", T0 + 5, HTTP), true);
@@ -2066,9 +2448,14 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
 
         it("concurrent pauses of one organization change it, and audit it, once", async () => {
           await org("org_a");
-          const results = await Promise.all(Array.from({ length: 8 }, (_, i) => store.setOrganizationPaused("org_a", true, { actor: HTTP, nowMs: T0 + i })));
+          const results = await Promise.all(
+            Array.from({ length: 8 }, (_, i) => store.setOrganizationPaused("org_a", true, { actor: HTTP, nowMs: T0 + i })),
+          );
           assert.deepEqual(results, Array(8).fill(true));
-          assert.deepEqual((await allAudit()).map((e) => e.action), ["organization.paused"]);
+          assert.deepEqual(
+            (await allAudit()).map((e) => e.action),
+            ["organization.paused"],
+          );
         });
 
         it("without an audit actor nothing is written to the audit log", async () => {
@@ -2088,9 +2475,14 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           const before = await auditTrail();
           await assert.rejects(store.createOrganization({ id: "org_b", name: "Acme", nowMs: T0 + 1, audit: CLI }), StoreConflictError);
           await assert.rejects(store.createOrganization({ id: "org_a", name: "Other", nowMs: T0 + 1, audit: CLI }), StoreConflictError);
-          await assert.rejects(store.createApiKey({ id: "k1", orgId: "org_missing", name: null, hash: hashApiKey("x"), nowMs: T0 + 2, audit: CLI }));
+          await assert.rejects(
+            store.createApiKey({ id: "k1", orgId: "org_missing", name: null, hash: hashApiKey("x"), nowMs: T0 + 2, audit: CLI }),
+          );
           await store.createApiKey({ id: "k1", orgId: "org_a", name: null, hash: hashApiKey("x"), nowMs: T0 + 2 });
-          await assert.rejects(store.createApiKey({ id: "k1", orgId: "org_a", name: null, hash: hashApiKey("y"), nowMs: T0 + 3, audit: CLI }), StoreConflictError);
+          await assert.rejects(
+            store.createApiKey({ id: "k1", orgId: "org_a", name: null, hash: hashApiKey("y"), nowMs: T0 + 3, audit: CLI }),
+            StoreConflictError,
+          );
           await assert.rejects(store.grantCredits({ orgId: "org_missing", amountMicrousd: 5, nowMs: T0 + 4, audit: CLI }), StoreInputError);
           await assert.rejects(store.grantCredits({ orgId: "org_a", amountMicrousd: 0, nowMs: T0 + 4, audit: CLI }), StoreInputError);
           assert.deepEqual(await auditTrail(), before);
@@ -2101,11 +2493,19 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         it("refuses a malformed audit actor with StoreInputError before changing anything", async () => {
           await org("org_a");
           await key("k1", "org_a");
-          const bad = [{ source: "web", client: null, remoteAddress: null }, { source: "cli", client: 5, remoteAddress: null }, { source: "http", client: null }, null] as unknown as AuditActor[];
+          const bad = [
+            { source: "web", client: null, remoteAddress: null },
+            { source: "cli", client: 5, remoteAddress: null },
+            { source: "http", client: null },
+            null,
+          ] as unknown as AuditActor[];
           for (const actor of bad) {
             await assert.rejects(store.createOrganization({ id: "org_b", name: "B", nowMs: now(), audit: actor }), StoreInputError);
             await assert.rejects(store.setOrganizationPaused("org_a", true, { actor, nowMs: now() }), StoreInputError);
-            await assert.rejects(store.createApiKey({ id: "k2", orgId: "org_a", name: null, hash: hashApiKey("k2"), nowMs: now(), audit: actor }), StoreInputError);
+            await assert.rejects(
+              store.createApiKey({ id: "k2", orgId: "org_a", name: null, hash: hashApiKey("k2"), nowMs: now(), audit: actor }),
+              StoreInputError,
+            );
             await assert.rejects(store.revokeApiKey("k1", now(), actor), StoreInputError);
             await assert.rejects(store.grantCredits({ orgId: "org_a", amountMicrousd: 5, nowMs: now(), audit: actor }), StoreInputError);
           }
@@ -2124,11 +2524,19 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           await execSql("ALTER TABLE admin_audit RENAME TO admin_audit_gone");
           await assert.rejects(store.createOrganization({ id: "org_b", name: "B", nowMs: now(), audit: CLI }));
           await assert.rejects(store.setOrganizationPaused("org_a", true, { actor: CLI, nowMs: now() }));
-          await assert.rejects(store.createApiKey({ id: "k2", orgId: "org_a", name: null, hash: hashApiKey("k2"), nowMs: now(), audit: CLI }));
+          await assert.rejects(
+            store.createApiKey({ id: "k2", orgId: "org_a", name: null, hash: hashApiKey("k2"), nowMs: now(), audit: CLI }),
+          );
           await assert.rejects(store.revokeApiKey("k1", now(), CLI));
           await assert.rejects(store.grantCredits({ orgId: "org_a", amountMicrousd: 5, nowMs: now(), audit: CLI }));
           await assert.rejects(
-            store.grantCreditsOnce({ orgId: "org_a", amountMicrousd: 5, nowMs: now(), audit: CLI, idempotency: { key: "idem-1", requestHash: "h" } }),
+            store.grantCreditsOnce({
+              orgId: "org_a",
+              amountMicrousd: 5,
+              nowMs: now(),
+              audit: CLI,
+              idempotency: { key: "idem-1", requestHash: "h" },
+            }),
           );
           assert.equal(await store.findOrganization("org_b"), null);
           assert.equal((await store.findOrganization("org_a"))?.paused, false);
@@ -2138,7 +2546,13 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           assert.deepEqual(await store.listLedger("org_a"), []);
           await execSql("ALTER TABLE admin_audit_gone RENAME TO admin_audit");
           assert.deepEqual(
-            await store.grantCreditsOnce({ orgId: "org_a", amountMicrousd: 5, nowMs: now(), audit: CLI, idempotency: { key: "idem-1", requestHash: "h" } }),
+            await store.grantCreditsOnce({
+              orgId: "org_a",
+              amountMicrousd: 5,
+              nowMs: now(),
+              audit: CLI,
+              idempotency: { key: "idem-1", requestHash: "h" },
+            }),
             { kind: "granted", balance: { available: 5, reserved: 0, spent: 0, granted: 5 } },
             "the failed call stored no answer for its key",
           );
@@ -2154,20 +2568,34 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           const all = await store.listAudit({ limit: 200 });
           assert.equal(all.nextCursor, null);
           assert.equal(all.entries.length, 9);
-          assert.deepEqual(all.entries.map((e) => e.atMs), [T0 + 20, T0 + 15, T0 + 14, T0 + 13, T0 + 12, T0 + 11, T0 + 10, T0 + 1, T0], "newest first");
+          assert.deepEqual(
+            all.entries.map((e) => e.atMs),
+            [T0 + 20, T0 + 15, T0 + 14, T0 + 13, T0 + 12, T0 + 11, T0 + 10, T0 + 1, T0],
+            "newest first",
+          );
           for (const limit of [1, 2, 4, 9, 10]) assert.deepEqual(await allAudit({ limit }), all.entries, `pages of ${limit}`);
           const ofB = all.entries.filter((e) => e.orgId === "org_b");
-          assert.deepEqual(ofB.map((e) => e.action), ["organization.paused", "credits.granted", "credits.granted", "organization.created"]);
+          assert.deepEqual(
+            ofB.map((e) => e.action),
+            ["organization.paused", "credits.granted", "credits.granted", "organization.created"],
+          );
           assert.deepEqual((await store.listAudit({ orgId: "org_b", limit: 200 })).entries, ofB);
           assert.deepEqual(await allAudit({ orgId: "org_b", limit: 1 }), ofB);
-          assert.deepEqual(await allAudit({ orgId: "org_a", limit: 3 }), all.entries.filter((e) => e.orgId === "org_a"));
+          assert.deepEqual(
+            await allAudit({ orgId: "org_a", limit: 3 }),
+            all.entries.filter((e) => e.orgId === "org_a"),
+          );
           assert.deepEqual(await store.listAudit({ orgId: "org_missing", limit: 10 }), { entries: [], nextCursor: null });
           assert.deepEqual(await store.listAudit({ orgId: "A", limit: 10 }), { entries: [], nextCursor: null }, "by id only");
           const first = await store.listAudit({ limit: 2 });
           assert.equal(first.entries.length, 2);
           assert.ok(first.nextCursor !== null);
           await store.grantCredits({ orgId: "org_a", amountMicrousd: 1, nowMs: T0 + 30, audit: CLI });
-          assert.deepEqual((await store.listAudit({ limit: 2, cursor: first.nextCursor })).entries, all.entries.slice(2, 4), "a cursor stays valid when newer entries arrive");
+          assert.deepEqual(
+            (await store.listAudit({ limit: 2, cursor: first.nextCursor })).entries,
+            all.entries.slice(2, 4),
+            "a cursor stays valid when newer entries arrive",
+          );
         });
 
         it("rejects a malformed cursor or a limit outside 1 to 200 with StoreInputError", async () => {
@@ -2175,11 +2603,31 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           await store.createOrganization({ id: "org_b", name: "B", nowMs: T0, audit: CLI });
           const orgCursor = (await store.listOrganizationsPage({ limit: 1 })).nextCursor!;
           const b64 = (text: string) => Buffer.from(text, "utf8").toString("base64url");
-          for (const cursor of ["", "!!!", "abc=", b64("audit:"), b64("audit:0"), b64("audit:-1"), b64("audit:1.5"), b64("audit:99999999999999999"), b64("7"), orgCursor, "a".repeat(5000)]) {
-            await assert.rejects(store.listAudit({ limit: 10, cursor }), (err: unknown) => err instanceof StoreInputError && err.field === "cursor", JSON.stringify(cursor));
+          for (const cursor of [
+            "",
+            "!!!",
+            "abc=",
+            b64("audit:"),
+            b64("audit:0"),
+            b64("audit:-1"),
+            b64("audit:1.5"),
+            b64("audit:99999999999999999"),
+            b64("7"),
+            orgCursor,
+            "a".repeat(5000),
+          ]) {
+            await assert.rejects(
+              store.listAudit({ limit: 10, cursor }),
+              (err: unknown) => err instanceof StoreInputError && err.field === "cursor",
+              JSON.stringify(cursor),
+            );
           }
           for (const limit of [0, 201, 1.5, -1, Number.NaN]) {
-            await assert.rejects(store.listAudit({ limit }), (err: unknown) => err instanceof StoreInputError && err.field === "limit", String(limit));
+            await assert.rejects(
+              store.listAudit({ limit }),
+              (err: unknown) => err instanceof StoreInputError && err.field === "limit",
+              String(limit),
+            );
           }
           assert.equal((await store.listAudit({ limit: 200 })).entries.length, 2);
         });
@@ -2192,13 +2640,17 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
 
         it("pages through every organization exactly once, oldest first, ties by id", async () => {
           const times = [5, 1, 1, 3, 1, 9, 3, 2];
-          for (const [i, t] of times.entries()) await store.createOrganization({ id: `org_${String.fromCharCode(104 - i)}`, name: `name ${i}`, nowMs: T0 + t });
+          for (const [i, t] of times.entries())
+            await store.createOrganization({ id: `org_${String.fromCharCode(104 - i)}`, name: `name ${i}`, nowMs: T0 + t });
           const all = await store.listOrganizations();
-          assert.deepEqual(all.map((o) => o.id), ["org_c", "org_f", "org_h", "org_a", "org_d", "org_e", "org_g", "org_b"].sort((a, b) => {
-            const ta = all.find((o) => o.id === a)!.createdAtMs;
-            const tb = all.find((o) => o.id === b)!.createdAtMs;
-            return ta - tb || (a < b ? -1 : 1);
-          }));
+          assert.deepEqual(
+            all.map((o) => o.id),
+            ["org_c", "org_f", "org_h", "org_a", "org_d", "org_e", "org_g", "org_b"].sort((a, b) => {
+              const ta = all.find((o) => o.id === a)!.createdAtMs;
+              const tb = all.find((o) => o.id === b)!.createdAtMs;
+              return ta - tb || (a < b ? -1 : 1);
+            }),
+          );
           for (const limit of [1, 2, 3, 8, 200]) {
             const seen = [];
             let cursor: string | undefined;
@@ -2217,7 +2669,8 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
 
         it("keeps ids and names like __proto__ and unicode exactly across pages", async () => {
           const made = [];
-          for (const [i, id] of ["__proto__", "org_ü☕", "org_'; --", "org_a b"].entries()) made.push(await store.createOrganization({ id, name: `名 ${i}`, nowMs: T0 }));
+          for (const [i, id] of ["__proto__", "org_ü☕", "org_'; --", "org_a b"].entries())
+            made.push(await store.createOrganization({ id, name: `名 ${i}`, nowMs: T0 }));
           const seen = [];
           let cursor: string | undefined;
           do {
@@ -2234,11 +2687,29 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           await store.createOrganization({ id: "org_b", name: "B", nowMs: T0, audit: CLI });
           const auditCursor = (await store.listAudit({ limit: 1 })).nextCursor!;
           const b64 = (text: string) => Buffer.from(text, "utf8").toString("base64url");
-          for (const cursor of ["", "%%", b64("org:"), b64("org:1"), b64("org:1:"), b64("org:-1:x"), b64("org:01:x"), b64(`${T0}:org_a`), auditCursor]) {
-            await assert.rejects(store.listOrganizationsPage({ limit: 10, cursor }), (err: unknown) => err instanceof StoreInputError && err.field === "cursor", JSON.stringify(cursor));
+          for (const cursor of [
+            "",
+            "%%",
+            b64("org:"),
+            b64("org:1"),
+            b64("org:1:"),
+            b64("org:-1:x"),
+            b64("org:01:x"),
+            b64(`${T0}:org_a`),
+            auditCursor,
+          ]) {
+            await assert.rejects(
+              store.listOrganizationsPage({ limit: 10, cursor }),
+              (err: unknown) => err instanceof StoreInputError && err.field === "cursor",
+              JSON.stringify(cursor),
+            );
           }
           for (const limit of [0, 201, 2.5]) {
-            await assert.rejects(store.listOrganizationsPage({ limit }), (err: unknown) => err instanceof StoreInputError && err.field === "limit", String(limit));
+            await assert.rejects(
+              store.listOrganizationsPage({ limit }),
+              (err: unknown) => err instanceof StoreInputError && err.field === "limit",
+              String(limit),
+            );
           }
         });
       });
@@ -2253,17 +2724,29 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
             audit: HTTP,
             idempotency: { key: options.key ?? "idem-1", requestHash: options.hash ?? "hash-1" },
           });
-        const grants = async (orgId = "org_a") => (await store.listLedger(orgId)).filter((e) => e.kind === "grant").map((e) => [e.grantedDelta, e.createdAtMs, e.note]);
+        const grants = async (orgId = "org_a") =>
+          (await store.listLedger(orgId)).filter((e) => e.kind === "grant").map((e) => [e.grantedDelta, e.createdAtMs, e.note]);
 
         it("grants once; the same request again replays the first answer and grants nothing; another request is a mismatch", async () => {
           await org("org_a");
           const first = await once(T0, { note: "promo ✓" });
           assert.deepEqual(first, { kind: "granted", balance: { available: 1000, reserved: 0, spent: 0, granted: 1000 } });
           await store.grantCredits({ orgId: "org_a", amountMicrousd: 5, nowMs: T0 + 1 });
-          assert.deepEqual(await once(T0 + 2, { note: "promo ✓" }), { kind: "replayed", balance: first.kind === "granted" ? first.balance : null }, "the first grant's balance");
+          assert.deepEqual(
+            await once(T0 + 2, { note: "promo ✓" }),
+            { kind: "replayed", balance: first.kind === "granted" ? first.balance : null },
+            "the first grant's balance",
+          );
           assert.deepEqual(await once(T0 + 3, { hash: "hash-2" }), { kind: "mismatch" });
-          assert.deepEqual(await once(T0 + ADMIN_IDEMPOTENCY_TTL_MS - 1), { kind: "replayed", balance: { available: 1000, reserved: 0, spent: 0, granted: 1000 } }, "kept until its expiry");
-          assert.deepEqual(await grants(), [[1000, T0, "promo ✓"], [5, T0 + 1, null]]);
+          assert.deepEqual(
+            await once(T0 + ADMIN_IDEMPOTENCY_TTL_MS - 1),
+            { kind: "replayed", balance: { available: 1000, reserved: 0, spent: 0, granted: 1000 } },
+            "kept until its expiry",
+          );
+          assert.deepEqual(await grants(), [
+            [1000, T0, "promo ✓"],
+            [5, T0 + 1, null],
+          ]);
           assert.deepEqual((await store.getBalance("org_a")).granted, 1005);
           assert.deepEqual(
             (await allAudit()).map((e) => [e.action, e.atMs, e.details]),
@@ -2285,7 +2768,10 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
             balance: { available: 1007, reserved: 0, spent: 0, granted: 1007 },
           });
           assert.deepEqual(await once(T0 + ADMIN_IDEMPOTENCY_TTL_MS + 2), { kind: "mismatch" }, "the first request's entry is gone");
-          assert.deepEqual(await grants(), [[1000, T0, null], [7, T0 + ADMIN_IDEMPOTENCY_TTL_MS, null]]);
+          assert.deepEqual(await grants(), [
+            [1000, T0, null],
+            [7, T0 + ADMIN_IDEMPOTENCY_TTL_MS, null],
+          ]);
         });
 
         it("keys are separate; a failed grant stores nothing for its key", async () => {
@@ -2293,10 +2779,17 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           await org("org_b");
           await assert.rejects(once(T0, { key: "idem-x", orgId: "org_missing" }), StoreInputError);
           await assert.rejects(once(T0, { key: "idem-x", amount: 0 }), StoreInputError);
-          assert.equal((await once(T0, { key: "idem-x", orgId: "org_b", hash: "other" })).kind, "granted", "the failed calls left no entry");
+          assert.equal(
+            (await once(T0, { key: "idem-x", orgId: "org_b", hash: "other" })).kind,
+            "granted",
+            "the failed calls left no entry",
+          );
           assert.equal((await once(T0, { key: "idem-y" })).kind, "granted");
           assert.equal((await once(T0, { key: "idem-z" })).kind, "granted");
-          assert.deepEqual(await grants("org_a"), [[1000, T0, null], [1000, T0, null]]);
+          assert.deepEqual(await grants("org_a"), [
+            [1000, T0, null],
+            [1000, T0, null],
+          ]);
           assert.deepEqual(await grants("org_b"), [[1000, T0, null]]);
         });
 
@@ -2312,7 +2805,11 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
             { nowMs: 1.5 },
             { amountMicrousd: -5 },
           ]) {
-            await assert.rejects(store.grantCreditsOnce({ ...valid, ...bad } as unknown as typeof valid), StoreInputError, JSON.stringify(bad));
+            await assert.rejects(
+              store.grantCreditsOnce({ ...valid, ...bad } as unknown as typeof valid),
+              StoreInputError,
+              JSON.stringify(bad),
+            );
           }
           assert.deepEqual(await grants(), []);
         });
@@ -2323,14 +2820,20 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           const granted = results.filter((r) => r.kind === "granted");
           assert.equal(granted.length, 1, JSON.stringify(results));
           const balance = { available: 2500, reserved: 0, spent: 0, granted: 2500 };
-          assert.deepEqual(results.filter((r) => r.kind !== "granted"), Array(9).fill({ kind: "replayed", balance }));
+          assert.deepEqual(
+            results.filter((r) => r.kind !== "granted"),
+            Array(9).fill({ kind: "replayed", balance }),
+          );
           assert.deepEqual(granted[0], { kind: "granted", balance });
           assert.deepEqual(await store.getBalance("org_a"), balance);
           assert.equal((await grants()).length, 1);
           assert.equal((await allAudit()).length, 1);
           // Different keys at once each grant.
           const many = await Promise.all(Array.from({ length: 10 }, (_, i) => once(T0, { key: `idem-many-${i}`, amount: 1 })));
-          assert.deepEqual(many.map((r) => r.kind), Array(10).fill("granted"));
+          assert.deepEqual(
+            many.map((r) => r.kind),
+            Array(10).fill("granted"),
+          );
           assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 2510, reserved: 0, spent: 0, granted: 2510 });
         });
 
@@ -2339,7 +2842,14 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           await once(T0, { key: "idem-1" });
           await once(T0 + 10, { key: "idem-2" });
           await once(T0 + HOUR, { key: "idem-3" });
-          await admit(admission({ requestId: "req_1", orgId: "org_a", nowMs: T0, idempotency: { key: "k-1", requestHash: "h", lockUntilMs: T0 + MINUTE, expiresAtMs: T0 + 100 } }));
+          await admit(
+            admission({
+              requestId: "req_1",
+              orgId: "org_a",
+              nowMs: T0,
+              idempotency: { key: "k-1", requestHash: "h", lockUntilMs: T0 + MINUTE, expiresAtMs: T0 + 100 },
+            }),
+          );
           const purge = (limit: number) => store.purge({ nowMs: T0 + ADMIN_IDEMPOTENCY_TTL_MS + 10, keepFromDay: DAY, limit });
           assert.deepEqual(await purge(0), { idempotencyKeys: 0, previewCounters: 0 });
           assert.deepEqual(await purge(1), { idempotencyKeys: 2, previewCounters: 0 }, "one of each table");
@@ -2352,16 +2862,43 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       });
 
       describe("usage totals", () => {
-        const sums = (requests: number, inputTokens: number, outputTokens: number, costMicrousd: number) => ({ requests, inputTokens, outputTokens, costMicrousd });
+        const sums = (requests: number, inputTokens: number, outputTokens: number, costMicrousd: number) => ({
+          requests,
+          inputTokens,
+          outputTokens,
+          costMicrousd,
+        });
 
         async function seed() {
           await recordUsage(store, [
             usageRecord({ requestId: "r_before", orgId: "org_c", createdAtMs: T0 - 1, costMicrousd: 9000 }),
             usageRecord({ requestId: "r_a1", orgId: "org_a", createdAtMs: T0, costMicrousd: 300, inputTokens: 100, outputTokens: 10 }),
             usageRecord({ requestId: "r_a2", orgId: "org_a", createdAtMs: T0 + HOUR, outcome: "in_flight" }),
-            usageRecord({ requestId: "r_a3", orgId: "org_a", createdAtMs: T0 + DAY_MS - 1, outcome: "model_error", inputTokens: 5, outputTokens: 0 }),
-            usageRecord({ requestId: "r_b1", orgId: "org_b", createdAtMs: T0 + DAY_MS, costMicrousd: 500, inputTokens: 7, outputTokens: 3 }),
-            usageRecord({ requestId: "r_a4", orgId: "org_a", createdAtMs: T0 + DAY_MS + 5, outcome: "gateway_error", httpStatus: 500, inputTokens: 0, outputTokens: 0 }),
+            usageRecord({
+              requestId: "r_a3",
+              orgId: "org_a",
+              createdAtMs: T0 + DAY_MS - 1,
+              outcome: "model_error",
+              inputTokens: 5,
+              outputTokens: 0,
+            }),
+            usageRecord({
+              requestId: "r_b1",
+              orgId: "org_b",
+              createdAtMs: T0 + DAY_MS,
+              costMicrousd: 500,
+              inputTokens: 7,
+              outputTokens: 3,
+            }),
+            usageRecord({
+              requestId: "r_a4",
+              orgId: "org_a",
+              createdAtMs: T0 + DAY_MS + 5,
+              outcome: "gateway_error",
+              httpStatus: 500,
+              inputTokens: 0,
+              outputTokens: 0,
+            }),
             usageRecord({ requestId: "r_d1", orgId: "org_d", createdAtMs: T0 + 2 * DAY_MS, inputTokens: 1, outputTokens: 1 }),
             usageRecord({ requestId: "r_e1", orgId: "org_e", createdAtMs: T0 + 2 * DAY_MS + 1, inputTokens: 1, outputTokens: 1 }),
             usageRecord({ requestId: "r_e2", orgId: "org_e", createdAtMs: T0 + 2 * DAY_MS + 2, inputTokens: 1, outputTokens: 1 }),
@@ -2395,11 +2932,23 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
             organizations: [{ orgId: "org_c", ...sums(1, 120, 7, 9000) }],
           });
           const dayTwo = await store.usageTotals({ fromMs: T0 + DAY_MS - 1, toMs: T0 + DAY_MS + 5 });
-          assert.deepEqual(dayTwo.days, [{ dayStartMs: T0, ...sums(1, 5, 0, 0) }, { dayStartMs: T0 + DAY_MS, ...sums(1, 7, 3, 500) }]);
+          assert.deepEqual(dayTwo.days, [
+            { dayStartMs: T0, ...sums(1, 5, 0, 0) },
+            { dayStartMs: T0 + DAY_MS, ...sums(1, 7, 3, 500) },
+          ]);
           const gap = await store.usageTotals({ fromMs: T0 - DAY_MS, toMs: T0 + 4 * DAY_MS });
-          assert.deepEqual(gap.days.map((d) => d.dayStartMs), [T0 - DAY_MS, T0, T0 + DAY_MS, T0 + 2 * DAY_MS, T0 + 3 * DAY_MS]);
-          assert.equal(gap.days.reduce((n, d) => n + d.requests, 0), 11);
-          assert.equal(gap.organizations.reduce((n, o) => n + o.costMicrousd, 0), 9000 + 300 + 500 + 7000);
+          assert.deepEqual(
+            gap.days.map((d) => d.dayStartMs),
+            [T0 - DAY_MS, T0, T0 + DAY_MS, T0 + 2 * DAY_MS, T0 + 3 * DAY_MS],
+          );
+          assert.equal(
+            gap.days.reduce((n, d) => n + d.requests, 0),
+            11,
+          );
+          assert.equal(
+            gap.organizations.reduce((n, o) => n + o.costMicrousd, 0),
+            9000 + 300 + 500 + 7000,
+          );
           assert.deepEqual(await store.usageTotals({ fromMs: T0, toMs: T0 }), { days: [], organizations: [] });
           assert.deepEqual(await store.usageTotals({ fromMs: T0 + 5 * DAY_MS, toMs: T0 + 6 * DAY_MS }), { days: [], organizations: [] });
         });
@@ -2413,7 +2962,10 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
             ],
             organizations: [{ orgId: "org_a", ...sums(4, 105, 10, 300) }],
           });
-          assert.deepEqual(await store.usageTotals({ fromMs: T0, toMs: T0 + 4 * DAY_MS, orgId: "org_missing" }), { days: [], organizations: [] });
+          assert.deepEqual(await store.usageTotals({ fromMs: T0, toMs: T0 + 4 * DAY_MS, orgId: "org_missing" }), {
+            days: [],
+            organizations: [],
+          });
         });
 
         it("an empty store has no totals; bad arguments are StoreInputError", async () => {

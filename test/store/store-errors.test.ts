@@ -1,9 +1,24 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { isStoreUnavailable } from "../../src/store/store-errors.ts";
+import { postgresFailureKind } from "../../src/store/postgres/postgres-errors.ts";
+import { sqliteFailureKind } from "../../src/store/sqlite/sqlite-errors.ts";
+import { isStoreRetryable, isStoreUnavailable } from "../../src/store/store-errors.ts";
 
 test("storage outages (503) are told apart from bad input and bugs", () => {
-  for (const code of ["SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_IOERR_WRITE", "SQLITE_FULL", "57P01", "57014", "08006", "53100", "55P03", "40001", "ECONNREFUSED", "ETIMEDOUT"]) {
+  for (const code of [
+    "SQLITE_BUSY",
+    "SQLITE_LOCKED",
+    "SQLITE_IOERR_WRITE",
+    "SQLITE_FULL",
+    "57P01",
+    "57014",
+    "08006",
+    "53100",
+    "55P03",
+    "40001",
+    "ECONNREFUSED",
+    "ETIMEDOUT",
+  ]) {
     assert.equal(isStoreUnavailable(Object.assign(new Error(code), { code })), true, code);
   }
   for (const code of ["SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_CHECK", "23505", "23514", "3D000", "28P01", "42P01"]) {
@@ -12,4 +27,17 @@ test("storage outages (503) are told apart from bad input and bugs", () => {
   assert.equal(isStoreUnavailable(new Error("Connection terminated unexpectedly")), true);
   assert.equal(isStoreUnavailable(new Error("something else")), false);
   assert.equal(isStoreUnavailable("SQLITE_BUSY"), false);
+});
+
+test("each adapter reads only its own driver's codes; the port knows none", () => {
+  const err = (code: string) => Object.assign(new Error(code), { code });
+  assert.equal(sqliteFailureKind(err("SQLITE_BUSY")), "retryable");
+  assert.equal(sqliteFailureKind(err("SQLITE_FULL")), "unavailable");
+  assert.equal(sqliteFailureKind(err("40001")), null);
+  assert.equal(postgresFailureKind(err("40001")), "retryable");
+  assert.equal(postgresFailureKind(err("57P01")), "unavailable");
+  assert.equal(postgresFailureKind(err("SQLITE_BUSY")), null);
+  assert.equal(isStoreRetryable(err("SQLITE_LOCKED")), true);
+  assert.equal(isStoreRetryable(err("SQLITE_FULL")), false);
+  assert.equal(isStoreRetryable(err("40P01")), true);
 });

@@ -9,10 +9,26 @@ export async function assertLedgerMatches(store: Store, orgId: string): Promise<
   const balance = await store.getBalance(orgId);
   const ledger = await store.listLedger(orgId);
   const sum = (f: (e: (typeof ledger)[number]) => number) => ledger.reduce((a, e) => a + f(e), 0);
-  assert.equal(sum((e) => e.availableDelta), balance.available, "ledger sums to available");
-  assert.equal(sum((e) => e.reservedDelta), balance.reserved, "ledger sums to reserved");
-  assert.equal(sum((e) => e.spentDelta), balance.spent, "ledger sums to spent");
-  assert.equal(sum((e) => e.grantedDelta), balance.granted, "ledger sums to granted");
+  assert.equal(
+    sum((e) => e.availableDelta),
+    balance.available,
+    "ledger sums to available",
+  );
+  assert.equal(
+    sum((e) => e.reservedDelta),
+    balance.reserved,
+    "ledger sums to reserved",
+  );
+  assert.equal(
+    sum((e) => e.spentDelta),
+    balance.spent,
+    "ledger sums to spent",
+  );
+  assert.equal(
+    sum((e) => e.grantedDelta),
+    balance.granted,
+    "ledger sums to granted",
+  );
   assert.equal(balance.granted - balance.spent, balance.available + balance.reserved, "granted − spent = available + reserved");
   assert.ok(balance.available >= 0 && balance.reserved >= 0, `nothing negative: ${JSON.stringify(balance)}`);
   return balance;
@@ -42,7 +58,11 @@ export interface Snapshot {
 }
 
 export async function snapshot(store: Store, orgId: string): Promise<Snapshot> {
-  return { balance: await store.getBalance(orgId), usage: (await allUsage(store, orgId)).length, ledger: (await store.listLedger(orgId)).length };
+  return {
+    balance: await store.getBalance(orgId),
+    usage: (await allUsage(store, orgId)).length,
+    ledger: (await store.listLedger(orgId)).length,
+  };
 }
 
 /** Waits until `check` holds (polling every 10 ms), or fails after `ms`: for work the gateway finishes after answering. */

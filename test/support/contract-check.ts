@@ -13,7 +13,10 @@ const checks = {
 /** Asserts a body is exactly the contract's shape (no extra or missing fields). */
 export function assertShape(kind: keyof typeof checks, body: unknown): void {
   const validate = checks[kind];
-  assert.ok(validate(body), `${kind} body does not match the contract: ${JSON.stringify(validate.errors)}\n${JSON.stringify(body).slice(0, 2000)}`);
+  assert.ok(
+    validate(body),
+    `${kind} body does not match the contract: ${JSON.stringify(validate.errors)}\n${JSON.stringify(body).slice(0, 2000)}`,
+  );
 }
 
 /** Reads an error response and asserts its shape; returns the body. */
@@ -30,7 +33,6 @@ export function fields(body: { errors?: { field: string }[] }): string[] {
 }
 
 /** The parsed JSON body of a response, untyped for assertions. */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
 export async function json(res: Response): Promise<any> {
   return JSON.parse(await res.text());
 }

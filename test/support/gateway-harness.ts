@@ -3,18 +3,18 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { FastifyBaseLogger, FastifyInstance } from "fastify";
 import { buildApp } from "../../src/app.ts";
-import { loadConfig, type Config } from "../../src/config.ts";
-import { generateApiKey, newOrganizationId } from "../../src/gateway/api-keys.ts";
-import type { Clock } from "../../src/gateway/clock.ts";
+import { type Config, loadConfig } from "../../src/config.ts";
+import { generateApiKey, newOrganizationId } from "../../src/domain/api-keys.ts";
+import type { Clock } from "../../src/domain/clock.ts";
 import type { RateLimiter } from "../../src/limits/rate-limiter.ts";
-import type { Metrics } from "../../src/observability/metrics.ts";
 import type { ModelService } from "../../src/models/model-service.ts";
-import type { RouterOptions } from "../../src/models/routing/types.ts";
 import { openEngines, openModelServices } from "../../src/models/open-model-service.ts";
+import type { RouterOptions } from "../../src/models/routing/types.ts";
+import type { Metrics } from "../../src/observability/metrics.ts";
 import { openStore } from "../../src/store/open-store.ts";
 import { SERVING_SQLITE } from "../../src/store/sqlite/sqlite-store.ts";
 import type { Store } from "../../src/store/store.ts";
-import { startFakeModelServer, type FakeModelServer, type FakeModelServerOptions } from "../fixtures/fake-model-server.ts";
+import { type FakeModelServer, type FakeModelServerOptions, startFakeModelServer } from "../fixtures/fake-model-server.ts";
 
 export interface Gateway {
   url: string;
@@ -64,7 +64,9 @@ export interface GatewayOptions {
 export async function startGateway(options: GatewayOptions = {}): Promise<Gateway> {
   const dir = mkdtempSync(join(tmpdir(), "tds-test-"));
   const fake =
-    options.fake === false || options.modelService !== undefined ? null : await startFakeModelServer(typeof options.fake === "object" ? options.fake : {});
+    options.fake === false || options.modelService !== undefined
+      ? null
+      : await startFakeModelServer(typeof options.fake === "object" ? options.fake : {});
   const config = loadConfig({
     TDS_DATABASE_URL: `sqlite:${join(dir, "tds.sqlite")}`,
     ...(fake ? { TDS_MODEL_SERVICE_URL: fake.url } : {}),
@@ -141,14 +143,21 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
  * A realistic ticket history: enough text (1.2 KB) that a request's token bound exceeds 1000 tokens, so that with
  * TDS_RESERVE_TOKENS=1000 its paid reservation is the cap, reserve_tokens worth.
  */
-export const TICKET_HISTORY = Array.from({ length: 12 }, (_, i) => `2026-11-${10 + i}: the customer wrote again about the double charge (${i}).`).join(" ");
+export const TICKET_HISTORY = Array.from(
+  { length: 12 },
+  (_, i) => `2026-11-${10 + i}: the customer wrote again about the double charge (${i}).`,
+).join(" ");
 
 /** A request with one question of each type (its state carries TICKET_HISTORY unless overridden). */
 export function sampleRequest(overrides: Record<string, unknown> = {}): Record<string, unknown> {
   return {
     state: { ticket: "I was charged twice for my subscription this month.", customer_tier: "gold", history: TICKET_HISTORY },
     questions: {
-      topic: { type: "choice", instructions: "What is the ticket about?", criteria: { billing: "Payments and invoices", bug: "Something broken", other: null } },
+      topic: {
+        type: "choice",
+        instructions: "What is the ticket about?",
+        criteria: { billing: "Payments and invoices", bug: "Something broken", other: null },
+      },
       urgency: { type: "score", instructions: "How urgent is it?", criteria: ["not urgent", "soon", "today", "now"] },
       refund: { type: "noul", instructions: "Does the customer ask for a refund?" },
     },

@@ -16,14 +16,25 @@ export interface GatewayProcess {
 export async function startGatewayProcess(env: Record<string, string>, timeoutMs = 20_000): Promise<GatewayProcess> {
   const child = spawn(process.execPath, ["--import", "tsx", "src/server.ts"], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "/tmp", HOST: "127.0.0.1", PORT: "0", LOG_LEVEL: "info", TDS_BOOTSTRAP: "false", ...env },
+    env: {
+      PATH: process.env.PATH ?? "",
+      HOME: process.env.HOME ?? "/tmp",
+      HOST: "127.0.0.1",
+      PORT: "0",
+      LOG_LEVEL: "info",
+      TDS_BOOTSTRAP: "false",
+      ...env,
+    },
     stdio: ["ignore", "pipe", "pipe"],
   });
   const lines: string[] = [];
   let stderr = "";
   child.stderr!.on("data", (d) => (stderr += d));
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`gateway did not start in ${timeoutMs} ms:\n${stderr}\n${lines.join("\n")}`)), timeoutMs);
+    const timer = setTimeout(
+      () => reject(new Error(`gateway did not start in ${timeoutMs} ms:\n${stderr}\n${lines.join("\n")}`)),
+      timeoutMs,
+    );
     child.on("exit", (code) => reject(new Error(`gateway exited with ${code}:\n${stderr}\n${lines.join("\n")}`)));
     createInterface({ input: child.stdout! }).on("line", (line) => {
       lines.push(line);

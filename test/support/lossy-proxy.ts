@@ -1,4 +1,4 @@
-import { createServer, connect, type Server, type Socket } from "node:net";
+import { connect, createServer, type Server, type Socket } from "node:net";
 
 /**
  * A TCP proxy to the gateway that loses the first response: it forwards the request, waits until

@@ -48,4 +48,3 @@ export async function stopRedisServer(child: ChildProcess | undefined): Promise<
   child.kill("SIGKILL");
   await exited;
 }
-

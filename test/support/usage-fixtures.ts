@@ -55,7 +55,8 @@ export async function seedUsage(store: Store, records: SeedRecord[]): Promise<vo
   }
   const pool = (store as PostgresStore).pool;
   const placeholders = Array.from({ length: 19 }, (_, i) => `$${i + 1}`).join(", ");
-  for (const r of records) await pool.query(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${placeholders})`, values(r, r.overReservation));
+  for (const r of records)
+    await pool.query(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${placeholders})`, values(r, r.overReservation));
 }
 
 /** A final usage record with defaults (completed when it was created). */

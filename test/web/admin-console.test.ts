@@ -12,8 +12,8 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Browser, BrowserContext, Page } from "playwright-core";
-import { sampleRequest, startGateway, type Gateway, decideWithKey } from "../support/gateway-harness.ts";
-import { launchChromium, watchPage, type PageWatch, inPage, unlabelled } from "./browser.ts";
+import { decideWithKey, type Gateway, startGateway } from "../support/gateway-harness.ts";
+import { inPage, launchChromium, type PageWatch, unlabelled, watchPage } from "./browser.ts";
 
 const SCREENSHOTS = join(import.meta.dirname, "..", "..", "test-output", "screenshots");
 const ADMIN_TOKEN = "adm-console-3Fq8Wz1Lx6Tr9Kp2Vn5Hs7Bd4Gj0Mc";
@@ -47,12 +47,11 @@ async function newPage(browser: Browser, gw: Gateway, viewport = { width: 1280, 
   const adminRequests: AdminRequest[] = [];
   page.on("request", (request) => {
     const url = new URL(request.url());
-    if (url.pathname.startsWith("/admin/")) adminRequests.push({ method: request.method(), path: `${url.pathname}${url.search}`, headers: request.headers() });
+    if (url.pathname.startsWith("/admin/"))
+      adminRequests.push({ method: request.method(), path: `${url.pathname}${url.search}`, headers: request.headers() });
   });
   return { context, page, watch, adminRequests };
 }
-
-
 
 /** Text nodes under `selector` that say "null" (a value the page failed to format). */
 function nullText(page: Page, selector: string): Promise<string[]> {
@@ -73,11 +72,12 @@ async function spoken(locator: { textContent(): Promise<string | null> }): Promi
 }
 
 /** The datetime attributes of the audit log's time cells, top to bottom. */
-const auditTimes = (page: Page) => inPage<string[]>(page, `[...document.querySelectorAll("#audit-table tbody time")].map((t) => t.getAttribute("datetime"))`);
+const auditTimes = (page: Page) =>
+  inPage<string[]>(page, `[...document.querySelectorAll("#audit-table tbody time")].map((t) => t.getAttribute("datetime"))`);
 
 const activeId = (page: Page) => inPage<string | null>(page, "document.activeElement?.id || null");
-const activeLabel = (page: Page) => inPage<string | null>(page, `document.activeElement?.getAttribute("aria-label") ?? document.activeElement?.textContent ?? null`);
-
+const activeLabel = (page: Page) =>
+  inPage<string | null>(page, `document.activeElement?.getAttribute("aria-label") ?? document.activeElement?.textContent ?? null`);
 
 async function signInAsAdmin(page: Page, token = ADMIN_TOKEN) {
   await page.getByLabel("Admin token", { exact: true }).fill(token);
@@ -298,11 +298,31 @@ describe("console admin page in a browser", { timeout: 120_000 }, () => {
       // The audit log: newest first, every change made here, by the console.
       const auditRows = page.locator("#audit-table tbody tr");
       await auditRows.filter({ hasText: "Key revoked" }).waitFor();
-      const actions = await inPage<string[]>(page, `[...document.querySelectorAll("#audit-table tbody tr")].map((tr) => tr.dataset.action)`);
-      assert.deepEqual(actions, ["key.revoked", "organization.resumed", "organization.paused", "credits.granted", "credits.granted", "key.created", "organization.created"]);
+      const actions = await inPage<string[]>(
+        page,
+        `[...document.querySelectorAll("#audit-table tbody tr")].map((tr) => tr.dataset.action)`,
+      );
+      assert.deepEqual(actions, [
+        "key.revoked",
+        "organization.resumed",
+        "organization.paused",
+        "credits.granted",
+        "credits.granted",
+        "key.created",
+        "organization.created",
+      ]);
       for (const text of await page.locator("#audit-table tbody td.audit-source").allInnerTexts()) assert.match(text, /^http · console\b/);
       const auditText = await page.locator("#audit-table").innerText();
-      for (const part of ["Acme Robotics", keyId, "25.5 USD", "1 USD", "note “invoice 2026-114”", "name “ci runner”", "name “Acme Robotics”", "UTC"]) {
+      for (const part of [
+        "Acme Robotics",
+        keyId,
+        "25.5 USD",
+        "1 USD",
+        "note “invoice 2026-114”",
+        "name “ci runner”",
+        "name “Acme Robotics”",
+        "UTC",
+      ]) {
         assert.ok(auditText.includes(part), `audit log shows ${part}`);
       }
       const at = await auditRows.first().locator("time").getAttribute("datetime");
@@ -379,7 +399,11 @@ describe("console admin page in a browser", { timeout: 120_000 }, () => {
       await orgPager.getByRole("button", { name: "Next page →" }).click();
       await page.locator("#orgs-info", { hasText: "Page 2 · 3 organizations" }).waitFor();
       const secondPage = await page.locator("#orgs-table tbody th").allInnerTexts();
-      assert.deepEqual([...firstPage, ...secondPage], (await gw.store.listOrganizations()).map((o) => o.name), "every organization once, oldest first");
+      assert.deepEqual(
+        [...firstPage, ...secondPage],
+        (await gw.store.listOrganizations()).map((o) => o.name),
+        "every organization once, oldest first",
+      );
       assert.equal(await orgPager.getByRole("button", { name: "Next page →" }).isDisabled(), true);
       await orgPager.getByRole("button", { name: "← Previous page" }).click();
       await page.locator("#orgs-info", { hasText: "Page 1 · 20 organizations" }).waitFor();

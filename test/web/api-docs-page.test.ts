@@ -11,8 +11,8 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Browser, BrowserContext, Page } from "playwright-core";
-import { startGateway, type Gateway } from "../support/gateway-harness.ts";
-import { inPage, launchChromium, watchPage, type PageWatch } from "./browser.ts";
+import { type Gateway, startGateway } from "../support/gateway-harness.ts";
+import { inPage, launchChromium, type PageWatch, watchPage } from "./browser.ts";
 
 const SCREENSHOTS = join(import.meta.dirname, "..", "..", "test-output", "screenshots");
 const ADMIN_TOKEN = "docs-page-admin-token-0123456789abcdef";
@@ -24,7 +24,11 @@ interface OpenApiDocument {
   paths: Record<string, Record<string, { responses: Record<string, unknown> }>>;
 }
 
-async function openDocs(browser: Browser, gw: Gateway, viewport: { width: number; height: number }): Promise<{ context: BrowserContext; page: Page; watch: PageWatch }> {
+async function openDocs(
+  browser: Browser,
+  gw: Gateway,
+  viewport: { width: number; height: number },
+): Promise<{ context: BrowserContext; page: Page; watch: PageWatch }> {
   const context = await browser.newContext({ viewport, baseURL: gw.url });
   const page = await context.newPage();
   page.setDefaultTimeout(8000);
@@ -39,7 +43,10 @@ async function openDocs(browser: Browser, gw: Gateway, viewport: { width: number
 function assertOnlyGateway(watch: PageWatch, gw: Gateway) {
   const foreign = watch.requests.filter((url) => new URL(url).origin !== gw.url);
   assert.deepEqual(foreign, [], `requests to another origin than ${gw.url}`);
-  assert.ok(watch.requests.some((url) => url.endsWith("/openapi.json")), "the page read /openapi.json");
+  assert.ok(
+    watch.requests.some((url) => url.endsWith("/openapi.json")),
+    "the page read /openapi.json",
+  );
   assert.deepEqual(watch.problems, [], "console errors, page errors or CSP violations");
 }
 
@@ -82,19 +89,23 @@ describe("API reference page in a browser", { timeout: 60_000 }, () => {
       assert.ok(expected.length >= 15 && expected.includes("POST /admin/v1/organizations"), "the admin API is documented too");
       const shown = (await page.locator("article.operation h3").allInnerTexts()).map((t) => t.replace(/\s+/g, " ").trim()).sort();
       assert.deepEqual(shown, expected);
-      const listed = (await page.getByRole("navigation", { name: "Contents" }).locator("ul ul a").allInnerTexts()).map((t) => t.replace(/\s+/g, " ").trim()).sort();
+      const listed = (await page.getByRole("navigation", { name: "Contents" }).locator("ul ul a").allInnerTexts())
+        .map((t) => t.replace(/\s+/g, " ").trim())
+        .sort();
       assert.deepEqual(listed, expected);
 
       // POST /v1/systemone: its body's fields (required ones marked), its parameters and every response status.
       const decide = page.locator("article.operation", { has: page.getByRole("heading", { name: "POST /v1/systemone", level: 3 }) });
       await decide.getByText("Authentication: bearer").waitFor();
       const body = decide.locator("section.op-part", { has: page.getByRole("heading", { name: "Request body", level: 4 }) });
-      const field = (name: string) => body.locator(".schema-root > li.field", { has: page.locator(`> .field-head > code.field-name:text-is("${name}")`) });
+      const field = (name: string) =>
+        body.locator(".schema-root > li.field", { has: page.locator(`> .field-head > code.field-name:text-is("${name}")`) });
       for (const name of ["state", "questions"]) assert.match(await field(name).locator("> .field-head").innerText(), /REQUIRED/i, name);
       assert.doesNotMatch(await field("model").locator("> .field-head").innerText(), /REQUIRED/i);
       assert.match(await field("model").locator("> .field-head").innerText(), /string or null/);
       assert.match(await field("questions").innerText(), /1–32 entries/);
-      for (const variant of ["ChoiceQuestion", "ScoreQuestion", "NoulQuestion"]) await field("questions").getByText(variant, { exact: true }).waitFor();
+      for (const variant of ["ChoiceQuestion", "ScoreQuestion", "NoulQuestion"])
+        await field("questions").getByText(variant, { exact: true }).waitFor();
       const params = decide.locator("section.op-part", { has: page.getByRole("heading", { name: "Parameters", level: 4 }) });
       assert.match(await params.innerText(), /idempotency-key\s+in header\s+string/);
 
@@ -112,13 +123,21 @@ describe("API reference page in a browser", { timeout: 60_000 }, () => {
       // A parameter's enum and a path parameter.
       const usage = page.locator("article.operation", { has: page.getByRole("heading", { name: "GET /v1/usage", exact: true, level: 3 }) });
       assert.match(await usage.innerText(), /one of "in_flight", "succeeded"/);
-      const record = page.locator("article.operation", { has: page.getByRole("heading", { name: "GET /v1/usage/{request_id}", level: 3 }) });
+      const record = page.locator("article.operation", {
+        has: page.getByRole("heading", { name: "GET /v1/usage/{request_id}", level: 3 }),
+      });
       assert.match(await record.locator(".params").innerText(), /request_id\s+in path\s+string\s+REQUIRED/i);
 
       // Headings never skip a level, one h1; the landmarks.
-      const levels = await inPage<number[]>(page, `[...document.querySelectorAll("h1, h2, h3, h4, h5, h6")].map((e) => Number(e.tagName[1]))`);
+      const levels = await inPage<number[]>(
+        page,
+        `[...document.querySelectorAll("h1, h2, h3, h4, h5, h6")].map((e) => Number(e.tagName[1]))`,
+      );
       assert.equal(levels.filter((l) => l === 1).length, 1);
-      levels.reduce((previous, level) => (assert.ok(level <= previous + 1, `h${previous} followed by h${level}`), level));
+      levels.reduce((previous, level) => {
+        assert.ok(level <= previous + 1, `h${previous} followed by h${level}`);
+        return level;
+      });
       assert.equal(await page.getByRole("main").count(), 1);
       assert.equal(await page.getByRole("banner").count(), 1);
       await page.getByRole("navigation", { name: "Contents" }).waitFor();
@@ -147,7 +166,13 @@ describe("API reference page in a browser", { timeout: 60_000 }, () => {
       const top = await inPage<number>(page, `document.getElementById(${JSON.stringify(href.slice(1))}).getBoundingClientRect().top`);
       assert.ok(top >= 0 && top < 100, `the operation is scrolled to the top (at ${top})`);
       assert.ok((await inPage<number>(page, "scrollY")) > 2000, "the page scrolled");
-      assert.equal(await page.locator(`${href} h3`).innerText().then((t) => t.replace(/\s+/g, " ")), target);
+      assert.equal(
+        await page
+          .locator(`${href} h3`)
+          .innerText()
+          .then((t) => t.replace(/\s+/g, " ")),
+        target,
+      );
 
       await contents.getByRole("link", { name: "Authentication" }).click();
       await page.waitForFunction(`location.hash === "#security"`);
@@ -221,8 +246,13 @@ describe("API reference page in a browser", { timeout: 60_000 }, () => {
           put: {
             tags: ["pets"],
             summary: "Replace a pet",
-            requestBody: { required: true, content: { "application/json": { schema: { $ref: "#/components/schemas/Pet" }, example: { name: "Rex", kind: "dog" } } } },
-            responses: { "200": { description: "The pet", content: { "application/json": { schema: { $ref: "#/components/schemas/Pet" } } } } },
+            requestBody: {
+              required: true,
+              content: { "application/json": { schema: { $ref: "#/components/schemas/Pet" }, example: { name: "Rex", kind: "dog" } } },
+            },
+            responses: {
+              "200": { description: "The pet", content: { "application/json": { schema: { $ref: "#/components/schemas/Pet" } } } },
+            },
           },
         },
       },
@@ -231,10 +261,18 @@ describe("API reference page in a browser", { timeout: 60_000 }, () => {
     const page = await context.newPage();
     const watch = watchPage(page);
     try {
-      await page.route("**/openapi.json", (route) => route.fulfill({ status: 200, contentType: "application/json", body: JSON.stringify(synthetic) }));
+      await page.route("**/openapi.json", (route) =>
+        route.fulfill({ status: 200, contentType: "application/json", body: JSON.stringify(synthetic) }),
+      );
       await page.goto("/docs/");
       await page.locator("#main:not([aria-busy])").waitFor();
-      assert.equal(await page.locator("#docs-content > section h2").allInnerTexts().then((t) => t.join("|")), "Authentication|pets");
+      assert.equal(
+        await page
+          .locator("#docs-content > section h2")
+          .allInnerTexts()
+          .then((t) => t.join("|")),
+        "Authentication|pets",
+      );
       await page.getByText("Everything about pets").waitFor();
       assert.match(await page.locator("#security-key").innerText(), /An API key in the header x-key\s+Used by 1 operation in pets/);
 
@@ -258,7 +296,9 @@ describe("API reference page in a browser", { timeout: 60_000 }, () => {
     const context = await browser.newContext({ baseURL: gw.url });
     const page = await context.newPage();
     try {
-      await page.route("**/openapi.json", (route) => route.fulfill({ status: 503, contentType: "application/json", body: '{"detail":"down"}' }));
+      await page.route("**/openapi.json", (route) =>
+        route.fulfill({ status: 503, contentType: "application/json", body: '{"detail":"down"}' }),
+      );
       await page.goto("/docs/");
       const alert = page.getByRole("alert");
       await alert.waitFor();

@@ -1,5 +1,5 @@
 import { existsSync } from "node:fs";
-import { chromium, type Browser, type Page } from "playwright-core";
+import { type Browser, chromium, type Page } from "playwright-core";
 
 /** Debian's chromium (the CI script installs it); playwright-core never downloads a browser of its own. */
 export const CHROMIUM = "/usr/bin/chromium";
@@ -18,7 +18,9 @@ export const CHROMIUM_ARGS = [
 /** Throws with the install command when Debian's chromium is missing (the test must fail, not skip). */
 export function requireChromium(): void {
   if (!existsSync(CHROMIUM)) {
-    throw new Error(`${CHROMIUM} is missing: the browser tests drive Debian's chromium. Install it with: apt-get update && apt-get install -y chromium`);
+    throw new Error(
+      `${CHROMIUM} is missing: the browser tests drive Debian's chromium. Install it with: apt-get update && apt-get install -y chromium`,
+    );
   }
 }
 

@@ -14,7 +14,10 @@ import { consoleRoutes, DEFAULT_WEB_ROOT } from "../../src/http/routes/console.t
 import { startGateway } from "../support/gateway-harness.ts";
 
 /** A GET with the path sent exactly as written (fetch would normalise "..", "%2e"). */
-function rawGet(url: string, path: string): Promise<{ status: number; body: string; headers: Record<string, string | string[] | undefined> }> {
+function rawGet(
+  url: string,
+  path: string,
+): Promise<{ status: number; body: string; headers: Record<string, string | string[] | undefined> }> {
   const { hostname, port } = new URL(url);
   return new Promise((resolve, reject) => {
     const req = request({ host: hostname, port, path, method: "GET" }, (res) => {
@@ -29,7 +32,9 @@ function rawGet(url: string, path: string): Promise<{ status: number; body: stri
 }
 
 function webFiles(dir = DEFAULT_WEB_ROOT, prefix = ""): string[] {
-  return readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? webFiles(join(dir, e.name), `${prefix}${e.name}/`) : [`${prefix}${e.name}`]));
+  return readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+    e.isDirectory() ? webFiles(join(dir, e.name), `${prefix}${e.name}/`) : [`${prefix}${e.name}`],
+  );
 }
 
 describe("console static files", () => {
@@ -128,7 +133,13 @@ describe("console static files", () => {
       const address = app.server.address();
       const url = `http://127.0.0.1:${typeof address === "object" && address ? address.port : 0}`;
       assert.equal((await rawGet(url, "/console/")).status, 200);
-      for (const path of ["/console/leak.txt", "/console/server.ts", "/console/.env.json", "/console/../secret.txt", "/console/..%2fsecret.txt"]) {
+      for (const path of [
+        "/console/leak.txt",
+        "/console/server.ts",
+        "/console/.env.json",
+        "/console/../secret.txt",
+        "/console/..%2fsecret.txt",
+      ]) {
         const res = await rawGet(url, path);
         assert.equal(res.status, 404, path);
         assert.ok(!res.body.includes("secret"), path);
@@ -150,7 +161,11 @@ describe("console static files", () => {
         assert.doesNotMatch(text, /\son[a-z]+="/i, `${file}: inline event handler`);
       }
       if (file.endsWith(".js")) {
-        assert.doesNotMatch(text, /\binnerHTML\b|\bouterHTML\b|insertAdjacentHTML|document\.write|\beval\(|new Function\(/, `${file}: HTML or code from strings`);
+        assert.doesNotMatch(
+          text,
+          /\binnerHTML\b|\bouterHTML\b|insertAdjacentHTML|document\.write|\beval\(|new Function\(/,
+          `${file}: HTML or code from strings`,
+        );
         assert.doesNotMatch(text, /setAttribute\(\s*["']style["']/, `${file}: style attribute`);
       }
       const urls = (text.match(/https?:\/\/[^\s"'`)<]+/g) ?? []).filter((u) => u !== "http://www.w3.org/2000/svg");

@@ -11,10 +11,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import type { Browser, BrowserContext, Page } from "playwright-core";
-import { sampleRequest, startGateway, type Gateway } from "../support/gateway-harness.ts";
-import { launchChromium, watchPage, type PageWatch, inPage, unlabelled } from "./browser.ts";
-import { seedUsage } from "../support/usage-fixtures.ts";
 import { startFakeModelServer } from "../fixtures/fake-model-server.ts";
+import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
+import { seedUsage } from "../support/usage-fixtures.ts";
+import { inPage, launchChromium, type PageWatch, unlabelled, watchPage } from "./browser.ts";
 
 const SCREENSHOTS = join(import.meta.dirname, "..", "..", "test-output", "screenshots");
 const DAY_MS = 86_400_000;
@@ -32,7 +32,11 @@ function assertOnlyGateway(watch: PageWatch, gw: Gateway) {
   assert.deepEqual(problems, [], "console errors, page errors or CSP violations");
 }
 
-async function newPage(browser: Browser, gw: Gateway, viewport = { width: 1280, height: 900 }): Promise<{ context: BrowserContext; page: Page; watch: PageWatch }> {
+async function newPage(
+  browser: Browser,
+  gw: Gateway,
+  viewport = { width: 1280, height: 900 },
+): Promise<{ context: BrowserContext; page: Page; watch: PageWatch }> {
   const context = await browser.newContext({ viewport, baseURL: gw.url });
   await context.grantPermissions(["clipboard-read", "clipboard-write"], { origin: gw.url });
   const page = await context.newPage();
@@ -50,8 +54,6 @@ async function signIn(page: Page, gw: Gateway) {
   await page.getByRole("button", { name: "Sign in" }).click();
   await page.getByRole("heading", { name: "Playground", level: 1 }).waitFor();
 }
-
-
 
 const card = (page: Page, n: number) => page.locator("#question-list > li").nth(n - 1);
 
@@ -85,7 +87,11 @@ describe("console in a browser", { timeout: 60_000 }, () => {
       const choice = card(page, 1);
       await choice.getByLabel("Question id").fill("topic");
       await choice.getByLabel("Instructions").fill("What is the ticket about?");
-      for (const [i, name, description] of [[1, "billing", "Payments and invoices"], [2, "bug", "Something is broken"], [3, "other", ""]] as const) {
+      for (const [i, name, description] of [
+        [1, "billing", "Payments and invoices"],
+        [2, "bug", "Something is broken"],
+        [3, "other", ""],
+      ] as const) {
         await page.getByLabel(`Question 1, option ${i} name`).fill(name);
         await page.getByLabel(`Question 1, option ${i} description`).fill(description);
       }
@@ -152,7 +158,13 @@ describe("console in a browser", { timeout: 60_000 }, () => {
       const sent = gw.fake!.received.at(-1)!;
       assert.deepEqual(sent.state, { ticket: "I was charged twice for my subscription", tier: "gold" });
       assert.deepEqual(Object.keys(sent.questions as object), ["refund", "topic", "urgency"]);
-      assert.deepEqual((sent.questions as Record<string, { criteria: unknown }>).urgency!.criteria, ["not at all", "a little", "clearly", "strongly", "emergency"]);
+      assert.deepEqual((sent.questions as Record<string, { criteria: unknown }>).urgency!.criteria, [
+        "not at all",
+        "a little",
+        "clearly",
+        "strongly",
+        "emergency",
+      ]);
       const record = (await (await gw.get(`/v1/usage/${requestId}`)).json()) as { source: string; model: string };
       assert.equal(record.source, "playground");
       assert.equal(record.model, "fake-small");
@@ -229,27 +241,36 @@ describe("console in a browser", { timeout: 60_000 }, () => {
       for (let i = 0; i < 26; i++) await (await gw.decide(sampleRequest())).text();
       const startOfToday = Math.floor(Date.now() / DAY_MS) * DAY_MS;
       let seeded = 0;
-      for (const [daysAgo, count] of [[1, 6], [2, 9], [3, 4], [4, 7], [5, 3], [6, 5]] as const) {
+      for (const [daysAgo, count] of [
+        [1, 6],
+        [2, 9],
+        [3, 4],
+        [4, 7],
+        [5, 3],
+        [6, 5],
+      ] as const) {
         for (let i = 0; i < count; i++) {
           const failed = i === 0 && daysAgo !== 3;
-          await seedUsage(gw.store, [{
-            requestId: `req_seed${daysAgo}x${i}`,
-            orgId: gw.orgId,
-            keyId: gw.keyId,
-            createdAtMs: startOfToday - daysAgo * DAY_MS + 9 * 3_600_000 + i * 600_000,
-            source: i % 3 === 0 ? "playground" : "api",
-            model: "fake-small",
-            mode: "preview",
-            outcome: failed ? "model_error" : "succeeded",
-            httpStatus: failed ? 502 : 200,
-            inputTokens: failed ? 0 : 100 + i,
-            outputTokens: failed ? 0 : 3,
-            costMicrousd: 0,
-            latencyMs: failed ? null : 2 + i / 10,
-            gatewayLatencyMs: 1,
-            errorDetail: failed ? "The model service returned HTTP 500" : null,
-            overReservation: false,
-          }]);
+          await seedUsage(gw.store, [
+            {
+              requestId: `req_seed${daysAgo}x${i}`,
+              orgId: gw.orgId,
+              keyId: gw.keyId,
+              createdAtMs: startOfToday - daysAgo * DAY_MS + 9 * 3_600_000 + i * 600_000,
+              source: i % 3 === 0 ? "playground" : "api",
+              model: "fake-small",
+              mode: "preview",
+              outcome: failed ? "model_error" : "succeeded",
+              httpStatus: failed ? 502 : 200,
+              inputTokens: failed ? 0 : 100 + i,
+              outputTokens: failed ? 0 : 3,
+              costMicrousd: 0,
+              latencyMs: failed ? null : 2 + i / 10,
+              gatewayLatencyMs: 1,
+              errorDetail: failed ? "The model service returned HTTP 500" : null,
+              overReservation: false,
+            },
+          ]);
           seeded++;
         }
       }
@@ -382,7 +403,7 @@ describe("console in a browser", { timeout: 60_000 }, () => {
       await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 1000, nowMs: Date.now() });
       await signIn(page, gw);
       assert.match(await page.locator("#status-strip").innerText(), /Paid/);
-      assert.equal(await page.locator("#st-quota").innerText(), "0.001 USD", "nothing reserved: no second part, no \"null\"");
+      assert.equal(await page.locator("#st-quota").innerText(), "0.001 USD", 'nothing reserved: no second part, no "null"');
       assert.match(await page.locator("#st-rate").innerText(), /^2 requests \/ min/);
       const run = page.getByRole("button", { name: "Run request" });
 
@@ -407,7 +428,7 @@ describe("console in a browser", { timeout: 60_000 }, () => {
     }
   });
 
-  test("a failed run shows its error and request id, and no stray \"null\" text", async () => {
+  test('a failed run shows its error and request id, and no stray "null" text', async () => {
     const gw = await startGateway({ env: { TDS_PREVIEW_REQUEST_LIMIT: "0" } });
     const { context, page, watch } = await newPage(browser, gw);
     const nullText = (selector: string) =>
@@ -427,7 +448,10 @@ describe("console in a browser", { timeout: 60_000 }, () => {
       const box = page.locator("#general-error");
       await box.filter({ hasText: "HTTP 429" }).waitFor();
       await box.locator("code", { hasText: /^req_/ }).waitFor();
-      assert.deepEqual(await inPage(page, `[...document.querySelector("#general-error").children].map((e) => e.className)`), ["error-title", "error-meta"]);
+      assert.deepEqual(await inPage(page, `[...document.querySelector("#general-error").children].map((e) => e.className)`), [
+        "error-title",
+        "error-meta",
+      ]);
       assert.doesNotMatch(await box.innerText(), /\bnull\b/);
       assert.deepEqual(await nullText("#general-error, #question-list, #status-strip, #limit-banner"), []);
 

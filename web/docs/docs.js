@@ -86,7 +86,8 @@ function securityLine(security, schemes) {
 /** How a client presents the credentials of a security scheme. */
 function schemeUsage(scheme) {
   const code = (text) => h("code", { text });
-  if (scheme.type === "http" && scheme.scheme?.toLowerCase() === "bearer") return ["Send the header ", code("Authorization: Bearer <token>")];
+  if (scheme.type === "http" && scheme.scheme?.toLowerCase() === "bearer")
+    return ["Send the header ", code("Authorization: Bearer <token>")];
   if (scheme.type === "http") return [`HTTP ${scheme.scheme ?? ""} authentication`];
   if (scheme.type === "apiKey") return [`An API key in the ${scheme.in} `, code(scheme.name ?? "")];
   return [`Type ${scheme.type ?? "unknown"}`];
@@ -112,7 +113,13 @@ function securitySection(doc, ops, groups) {
           h("h3", { id: `security-${slug(name)}-title` }, h("code", { text: name })),
           paragraphs(scheme.description, "scheme-description"),
           h("p", { class: "muted" }, schemeUsage(scheme)),
-          h("p", null, users.length === 0 ? "Used by no operation." : `Used by ${users.length} operation${users.length === 1 ? "" : "s"} in ${prefixes.join(", ")}.`),
+          h(
+            "p",
+            null,
+            users.length === 0
+              ? "Used by no operation."
+              : `Used by ${users.length} operation${users.length === 1 ? "" : "s"} in ${prefixes.join(", ")}.`,
+          ),
         );
       }),
     ),
@@ -171,7 +178,12 @@ function requestBodyBlock(body, doc) {
     h("h4", { text: "Request body" }),
     paragraphs(body.description, "field-description"),
     Object.entries(body.content ?? {}).map(([type, media]) => [
-      h("p", { class: "media-type" }, h("code", { text: type }), body.required ? h("span", { class: "field-required", text: "required" }) : " (optional)"),
+      h(
+        "p",
+        { class: "media-type" },
+        h("code", { text: type }),
+        body.required ? h("span", { class: "field-required", text: "required" }) : " (optional)",
+      ),
       media.schema ? schemaView(media.schema, doc, { inRequest: true }) : null,
       mediaExamples(media),
     ]),
@@ -196,7 +208,12 @@ function responsesBlock(responses, doc) {
         h(
           "li",
           { class: "response" },
-          h("div", { class: "response-head" }, h("span", { class: ["status", statusClass(status)], text: status }), h("span", null, richText(response.description ?? ""))),
+          h(
+            "div",
+            { class: "response-head" },
+            h("span", { class: ["status", statusClass(status)], text: status }),
+            h("span", null, richText(response.description ?? "")),
+          ),
           Object.entries(response.content ?? {}).map(([type, media]) =>
             h(
               "details",
@@ -238,7 +255,7 @@ function render(doc) {
   const ops = operationsOf(doc);
   const groups = groupOperations(doc, ops);
   const uniqueId = idMaker();
-  ["overview", "security", "main", "toc"].forEach((id) => uniqueId(id));
+  for (const id of ["overview", "security", "main", "toc"]) uniqueId(id);
 
   document.title = `API reference · ${info.title ?? "API"}`;
   $("#api-title").textContent = info.title ?? "API reference";
@@ -255,7 +272,13 @@ function render(doc) {
         "li",
         null,
         tocLink(`#${groupId}`, group.name),
-        h("ul", null, items.map(({ o, id }) => h("li", null, tocLink(`#${id}`, methodBadge(o.method), " ", h("span", { class: "toc-path", text: o.path }))))),
+        h(
+          "ul",
+          null,
+          items.map(({ o, id }) =>
+            h("li", null, tocLink(`#${id}`, methodBadge(o.method), " ", h("span", { class: "toc-path", text: o.path }))),
+          ),
+        ),
       ),
     );
     return h(

@@ -136,7 +136,8 @@ function examplesOf(schema) {
 /** The pieces of one schema: its type label, title, constraints, description, examples and child rows. */
 function describe(input, ctx) {
   const resolved = deref(isObject(input) ? input : {}, ctx);
-  if (resolved.cycle) return { type: resolved.refName, title: null, facts: [["recursive: see above"]], description: null, examples: [], children: [] };
+  if (resolved.cycle)
+    return { type: resolved.refName, title: null, facts: [["recursive: see above"]], description: null, examples: [], children: [] };
   ctx = resolved.ctx ?? ctx;
   let schema = resolved.schema;
   const nullable = unwrapNullable(schema);
@@ -171,14 +172,20 @@ function childRows(schema, values, ctx) {
   for (const [pattern, prop] of Object.entries(isObject(schema.patternProperties) ? schema.patternProperties : {})) {
     rows.push(fieldRow({ placeholder: "{key}", note: ["keys match ", h("code", { text: pattern })] }, prop, false, deeper));
   }
-  if (isObject(schema.additionalProperties)) rows.push(fieldRow({ placeholder: "{key}", note: ["any other key"] }, schema.additionalProperties, false, deeper));
-  if (isObject(schema.items) && hasDetail(schema.items, deeper)) rows.push(fieldRow({ placeholder: "[item]", note: ["each item"] }, schema.items, false, deeper));
+  if (isObject(schema.additionalProperties))
+    rows.push(fieldRow({ placeholder: "{key}", note: ["any other key"] }, schema.additionalProperties, false, deeper));
+  if (isObject(schema.items) && hasDetail(schema.items, deeper))
+    rows.push(fieldRow({ placeholder: "[item]", note: ["each item"] }, schema.items, false, deeper));
 
   const variants = values ? null : (schema.oneOf ?? schema.anyOf);
   if (Array.isArray(variants) && !variants.every(isBareType)) {
     const exclusive = Boolean(schema.oneOf);
     const discriminator = schema.discriminator?.propertyName;
-    const heading = [exclusive ? "Exactly one of" : "Any of", discriminator ? [", chosen by ", h("code", { text: discriminator })] : "", ":"];
+    const heading = [
+      exclusive ? "Exactly one of" : "Any of",
+      discriminator ? [", chosen by ", h("code", { text: discriminator })] : "",
+      ":",
+    ];
     rows.push(variantGroup(heading, variants, deeper));
   }
   if (Array.isArray(schema.allOf)) rows.push(variantGroup(["All of:"], schema.allOf, deeper));
@@ -190,7 +197,8 @@ function childRows(schema, values, ctx) {
 function hasDetail(items, ctx) {
   const { schema } = deref(items, ctx);
   const inner = unwrapNullable(schema) ?? schema;
-  const structured = inner.properties || inner.patternProperties || isObject(inner.additionalProperties) || inner.oneOf || inner.anyOf || inner.allOf;
+  const structured =
+    inner.properties || inner.patternProperties || isObject(inner.additionalProperties) || inner.oneOf || inner.anyOf || inner.allOf;
   return Boolean(structured || inner.description) || constraints(inner, allowedValues(inner), ctx).length > 0;
 }
 
@@ -199,7 +207,11 @@ function variantGroup(heading, variants, ctx) {
     "li",
     { class: "variants" },
     h("p", { class: "variants-title" }, heading),
-    h("ol", { class: "schema-fields" }, variants.map((v, i) => fieldRow({ placeholder: `option ${i + 1}`, titled: true }, v, false, ctx))),
+    h(
+      "ol",
+      { class: "schema-fields" },
+      variants.map((v, i) => fieldRow({ placeholder: `option ${i + 1}`, titled: true }, v, false, ctx)),
+    ),
   );
 }
 
@@ -230,12 +242,20 @@ function fieldRow(name, schema, required, ctx) {
 }
 
 function factsList(facts) {
-  return facts.length > 0 ? h("ul", { class: "field-facts" }, facts.map((f) => h("li", null, f))) : null;
+  return facts.length > 0
+    ? h(
+        "ul",
+        { class: "field-facts" },
+        facts.map((f) => h("li", null, f)),
+      )
+    : null;
 }
 
 function examplesBlock(examples) {
   if (examples.length === 0) return null;
-  return examples.map((e) => h("pre", { class: "code schema-example", tabindex: "0", "aria-label": "Example" }, JSON.stringify(e, null, 2)));
+  return examples.map((e) =>
+    h("pre", { class: "code schema-example", tabindex: "0", "aria-label": "Example" }, JSON.stringify(e, null, 2)),
+  );
 }
 
 /**

@@ -88,12 +88,9 @@ export function staticFileHandler(rootDir: string, notFoundDetail: string) {
     if (!file) return sendError(reply, "route_not_found", { detail: notFoundDetail });
     const [body, info] = await Promise.all([readFile(file), stat(file)]);
     const etag = `"${createHash("sha256").update(body).digest("base64url").slice(0, 27)}"`;
-    securityHeaders(reply)
-      .header("cache-control", "no-cache")
-      .header("etag", etag)
-      .header("last-modified", info.mtime.toUTCString());
+    securityHeaders(reply).header("cache-control", "no-cache").header("etag", etag).header("last-modified", info.mtime.toUTCString());
     const ifNoneMatch = request.headers["if-none-match"];
-    if (ifNoneMatch && ifNoneMatch.split(",").some((tag) => tag.trim().replace(/^W\//, "") === etag)) {
+    if (ifNoneMatch?.split(",").some((tag) => tag.trim().replace(/^W\//, "") === etag)) {
       return reply.code(304).send();
     }
     return reply.type(CONTENT_TYPES[extname(file).toLowerCase()]!).send(body);

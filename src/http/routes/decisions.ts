@@ -1,13 +1,36 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyInstance, onRequestHookHandler } from "fastify";
 import { DecisionRequest, DecisionResponse } from "../../contract/decision.ts";
-import { ErrorResponse } from "../../contract/errors.ts";
+import type { ErrorCode } from "../../domain/errors.ts";
 import type { DecisionPipeline } from "../../gateway/decision-pipeline.ts";
-import type { InFlight } from "../in-flight.ts";
 import type { Store, UsageSource } from "../../store/store.ts";
 import { authenticate, authOf } from "../auth.ts";
+import { API_KEY_ERRORS, errorResponses } from "../error-responses.ts";
+import type { InFlight } from "../in-flight.ts";
 
-const errorStatuses = [401, 402, 403, 409, 413, 422, 429, 502, 503] as const;
+/** Every catalogue code a decision request can be answered with. */
+const DECISION_ERRORS: ErrorCode[] = [
+  ...API_KEY_ERRORS,
+  "insufficient_credits",
+  "org_paused",
+  "reservation_expired",
+  "idempotency_in_progress",
+  "idempotency_response_not_kept",
+  "body_too_large",
+  "invalid_body",
+  "invalid_json",
+  "unknown_model",
+  "context_rejected",
+  "idempotency_key_reused",
+  "rate_limited",
+  "preview_quota_org",
+  "model_unavailable",
+  "model_timeout",
+  "model_invalid_response",
+  "model_not_configured",
+  "model_not_ready",
+  "storage_unavailable",
+];
 
 const DecisionHeaders = Type.Object({
   "idempotency-key": Type.Optional(
@@ -15,10 +38,13 @@ const DecisionHeaders = Type.Object({
       minLength: 1,
       maxLength: 255,
       pattern: "^[\\x21-\\x7E]+$",
-      description: "Optional. The same key with the same body within 24 h replays the first 200 response (Idempotent-Replayed: true) without a second charge",
+      description:
+        "Optional. The same key with the same body within 24 h replays the first 200 response (Idempotent-Replayed: true) without a second charge",
     }),
   ),
-  "x-tds-source": Type.Optional(Type.String({ description: '"playground" marks Playground requests; they share every quota with the API' })),
+  "x-tds-source": Type.Optional(
+    Type.String({ description: '"playground" marks Playground requests; they share every quota with the API' }),
+  ),
 });
 
 /** The request's own text of `state` and `questions`, to forward every value exactly as written. */
@@ -33,7 +59,10 @@ function sourceOf(header: string | string[] | undefined): UsageSource {
   return header === "playground" ? "playground" : "api";
 }
 
-export function decisionRoutes(app: FastifyInstance, deps: { store: Store; pipeline: DecisionPipeline; maxRequestBytes: number; inFlight: InFlight; rateLimit: onRequestHookHandler }) {
+export function decisionRoutes(
+  app: FastifyInstance,
+  deps: { store: Store; pipeline: DecisionPipeline; maxRequestBytes: number; inFlight: InFlight; rateLimit: onRequestHookHandler },
+) {
   app.post<{ Body: DecisionRequest; Headers: { "idempotency-key"?: string; "x-tds-source"?: string } }>(
     "/v1/systemone",
     {
@@ -48,7 +77,7 @@ export function decisionRoutes(app: FastifyInstance, deps: { store: Store; pipel
         security: [{ bearer: [] }],
         headers: DecisionHeaders,
         body: DecisionRequest,
-        response: { 200: DecisionResponse, ...Object.fromEntries(errorStatuses.map((s) => [s, ErrorResponse])) },
+        response: { 200: DecisionResponse, ...errorResponses(...DECISION_ERRORS) },
       },
     },
     async (request, reply) => {
@@ -74,7 +103,11 @@ export function decisionRoutes(app: FastifyInstance, deps: { store: Store; pipel
         reply.header("x-typesafe-request-id", result.requestId);
         reply.header("idempotent-replayed", "true");
       }
-      return reply.code(result.status).type("application/json; charset=utf-8").serializer((text: string) => text).send(result.body);
+      return reply
+        .code(result.status)
+        .type("application/json; charset=utf-8")
+        .serializer((text: string) => text)
+        .send(result.body);
     },
   );
 }

@@ -1,8 +1,8 @@
 import type { FastifyInstance } from "fastify";
 import { IN_PROCESS } from "../../config-models.ts";
-import { engineStatusOf, type EngineStatus } from "../../models/llama/engine-status.ts";
+import type { ModelRegistry } from "../../gateway/model-registry.ts";
+import { type EngineStatus, engineStatusOf } from "../../models/llama/engine-status.ts";
 import type { ModelService } from "../../models/model-service.ts";
-import type { ModelRegistry } from "../../models/registry.ts";
 import type { Store } from "../../store/store.ts";
 
 const CHECK_TIMEOUT_MS = 2000;
@@ -18,7 +18,7 @@ async function check(what: () => Promise<unknown>): Promise<string> {
     ]);
     return "ok";
   } catch (err) {
-    return err instanceof Error ? (err as { detail?: string }).detail ?? err.message : String(err);
+    return err instanceof Error ? ((err as { detail?: string }).detail ?? err.message) : String(err);
   } finally {
     clearTimeout(timer);
   }
@@ -84,13 +84,19 @@ function modelStates(registry: ModelRegistry, engines: ReadonlyMap<string, Model
  * GET /healthz: the process is up. GET /readyz: the database answers and every model has a deployment that takes
  * calls (503 otherwise), with each model's state (and its in-process engine's while that is not ready).
  */
-export function healthRoutes(app: FastifyInstance, deps: { store: Store; registry: ModelRegistry; engines?: ReadonlyMap<string, ModelService> | undefined }) {
+export function healthRoutes(
+  app: FastifyInstance,
+  deps: { store: Store; registry: ModelRegistry; engines?: ReadonlyMap<string, ModelService> | undefined },
+) {
   app.get("/healthz", { schema: { hide: true } }, async () => ({ status: "ok" }));
   app.get("/readyz", { schema: { hide: true } }, async (_request, reply) => {
     const [database, listed] = await Promise.all([check(() => deps.store.countOrganizations()), check(() => deps.registry.list())]);
     const models = modelStates(deps.registry, deps.engines ?? new Map());
-    const down = Object.entries(models).filter(([, m]) => m.state === "unavailable").map(([name]) => name);
-    const modelsCheck = listed !== "ok" ? listed : down.length > 0 ? `no healthy deployment of ${down.map((n) => JSON.stringify(n)).join(", ")}` : "ok";
+    const down = Object.entries(models)
+      .filter(([, m]) => m.state === "unavailable")
+      .map(([name]) => name);
+    const modelsCheck =
+      listed !== "ok" ? listed : down.length > 0 ? `no healthy deployment of ${down.map((n) => JSON.stringify(n)).join(", ")}` : "ok";
     const ready = database === "ok" && modelsCheck === "ok";
     return reply.code(ready ? 200 : 503).send({ status: ready ? "ready" : "not_ready", checks: { database, models: modelsCheck }, models });
   });

@@ -15,12 +15,17 @@ function sameToken(presented: string, expected: string): boolean {
  */
 export function metricsRoutes(app: FastifyInstance, deps: { metrics: Metrics; token: string | null }) {
   app.addHook("onResponse", async (request, reply) => {
-    deps.metrics.httpRequests.inc({ method: request.method, route: request.routeOptions.url ?? "unmatched", status: String(reply.statusCode) });
+    deps.metrics.httpRequests.inc({
+      method: request.method,
+      route: request.routeOptions.url ?? "unmatched",
+      status: String(reply.statusCode),
+    });
   });
   app.get("/metrics", { schema: { hide: true } }, async (request, reply) => {
     if (deps.token !== null) {
       const presented = /^Bearer[ \t]+(\S+)$/i.exec(request.headers.authorization ?? "")?.[1];
-      if (!presented || !sameToken(presented, deps.token)) return sendError(reply, "invalid_api_key", { detail: "GET /metrics needs Authorization: Bearer <TDS_METRICS_TOKEN>." });
+      if (!presented || !sameToken(presented, deps.token))
+        return sendError(reply, "invalid_api_key", { detail: "GET /metrics needs Authorization: Bearer <TDS_METRICS_TOKEN>." });
     }
     reply.type(deps.metrics.registry.contentType);
     return deps.metrics.registry.metrics();

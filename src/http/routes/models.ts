@@ -1,9 +1,9 @@
 import type { FastifyInstance } from "fastify";
-import { ErrorResponse } from "../../contract/errors.ts";
 import { ModelsResponse } from "../../contract/models.ts";
-import type { ModelRegistry } from "../../models/registry.ts";
+import type { ModelRegistry } from "../../gateway/model-registry.ts";
 import type { Store } from "../../store/store.ts";
 import { authenticate } from "../auth.ts";
+import { API_KEY_ERRORS, errorResponses } from "../error-responses.ts";
 
 export function modelRoutes(app: FastifyInstance, deps: { store: Store; registry: ModelRegistry }) {
   app.get(
@@ -13,7 +13,7 @@ export function modelRoutes(app: FastifyInstance, deps: { store: Store; registry
       schema: {
         summary: "List the models offered",
         security: [{ bearer: [] }],
-        response: { 200: ModelsResponse, 401: ErrorResponse, 502: ErrorResponse, 503: ErrorResponse },
+        response: { 200: ModelsResponse, ...errorResponses(...API_KEY_ERRORS, "model_unavailable", "model_not_configured") },
       },
     },
     async (): Promise<ModelsResponse> => ({ models: await deps.registry.list() }),

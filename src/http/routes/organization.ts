@@ -1,21 +1,21 @@
 import type { FastifyInstance, onRequestHookHandler } from "fastify";
 import type { Config } from "../../config.ts";
-import { ErrorResponse } from "../../contract/errors.ts";
 import {
   OrganizationResponse,
   USAGE_SUMMARY_DEFAULT_DAYS,
   USAGE_SUMMARY_MAX_DAYS,
   USAGE_SUMMARY_MAX_RECORDS,
+  type UsageDay,
   UsageSummaryQuery,
   UsageSummaryResponse,
-  type UsageDay,
 } from "../../contract/organization.ts";
-import type { Clock } from "../../gateway/clock.ts";
-import { formatUsd } from "../../gateway/money.ts";
-import { msUntilUtcMidnight, utcDay } from "../../gateway/utc-day.ts";
+import type { Clock } from "../../domain/clock.ts";
+import { ServiceError } from "../../domain/errors.ts";
+import { formatUsd } from "../../domain/money.ts";
+import { msUntilUtcMidnight, utcDay } from "../../domain/utc-day.ts";
 import type { Store, UsageQuery } from "../../store/store.ts";
 import { authenticate, authOf } from "../auth.ts";
-import { HttpError } from "../http-error.ts";
+import { API_KEY_ERRORS, errorResponses } from "../error-responses.ts";
 
 const DAY_MS = 86_400_000;
 const PAGE = 200;
@@ -44,7 +44,7 @@ export function organizationRoutes(app: FastifyInstance, deps: OrganizationRoute
       schema: {
         summary: "The key's organization: service mode, credits or today's preview quota, and rate limit",
         security: [{ bearer: [] }],
-        response: { 200: OrganizationResponse, 401: ErrorResponse },
+        response: { 200: OrganizationResponse, ...errorResponses(...API_KEY_ERRORS) },
       },
     },
     async (request): Promise<OrganizationResponse> => {
@@ -95,13 +95,15 @@ export function organizationRoutes(app: FastifyInstance, deps: OrganizationRoute
         summary: "Requests, tokens and cost per UTC day for the last N days (today included, oldest first)",
         security: [{ bearer: [] }],
         querystring: UsageSummaryQuery,
-        response: { 200: UsageSummaryResponse, 401: ErrorResponse, 422: ErrorResponse },
+        response: { 200: UsageSummaryResponse, ...errorResponses(...API_KEY_ERRORS, "invalid_query") },
       },
     },
     async (request): Promise<UsageSummaryResponse> => {
       const days = request.query.days === undefined ? USAGE_SUMMARY_DEFAULT_DAYS : Number(request.query.days);
       if (!Number.isInteger(days) || days < 1 || days > USAGE_SUMMARY_MAX_DAYS) {
-        throw new HttpError("invalid_query", undefined, [{ field: "query.days", message: `must be from 1 to ${USAGE_SUMMARY_MAX_DAYS}` }]);
+        throw new ServiceError("invalid_query", undefined, {
+          errors: [{ field: "query.days", message: `must be from 1 to ${USAGE_SUMMARY_MAX_DAYS}` }],
+        });
       }
       const { org } = authOf(request);
       const now = clock.nowMs();

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import type { Config } from "../../config.ts";
 import { ServiceConfigResponse } from "../../contract/config.ts";
-import type { ModelRegistry } from "../../models/registry.ts";
+import type { ModelRegistry } from "../../gateway/model-registry.ts";
 import { PROMPT_OVERHEAD_TOKENS, QUESTION_OVERHEAD_TOKENS } from "../../gateway/token-bound.ts";
 
 /**

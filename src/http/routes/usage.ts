@@ -1,26 +1,29 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyInstance, onRequestHookHandler } from "fastify";
-import { ErrorResponse } from "../../contract/errors.ts";
 import { UsageListQuery, UsagePageJson, UsageRecordJson } from "../../contract/usage.ts";
-import { GatewayError } from "../../gateway/errors.ts";
+import { ServiceError } from "../../domain/errors.ts";
+import { usageRecordJson } from "../../presentation/usage-json.ts";
 import type { Store, UsageQuery } from "../../store/store.ts";
-import { usageRecordJson } from "../../store/usage-json.ts";
 import { authenticate, authOf } from "../auth.ts";
-import { HttpError } from "../http-error.ts";
+import { API_KEY_ERRORS, errorResponses } from "../error-responses.ts";
 
 const DEFAULT_PAGE = 50;
 
 function parseTime(name: string, text: string | undefined): number | undefined {
   if (text === undefined) return undefined;
   const ms = Date.parse(text);
-  if (!Number.isFinite(ms)) throw new HttpError("invalid_query", undefined, [{ field: `query.${name}`, message: "must be an ISO-8601 time such as 2026-11-26T00:00:00Z" }]);
+  if (!Number.isFinite(ms))
+    throw new ServiceError("invalid_query", undefined, {
+      errors: [{ field: `query.${name}`, message: "must be an ISO-8601 time such as 2026-11-26T00:00:00Z" }],
+    });
   return ms;
 }
 
 /** The store query of GET …/usage's query string (limit, from, to, outcome, cursor), or a 422 naming the field. */
 export function usageQuery(q: UsageListQuery): UsageQuery {
   const limit = q.limit === undefined ? DEFAULT_PAGE : Number(q.limit);
-  if (limit < 1 || limit > 200) throw new HttpError("invalid_query", undefined, [{ field: "query.limit", message: "must be from 1 to 200" }]);
+  if (limit < 1 || limit > 200)
+    throw new ServiceError("invalid_query", undefined, { errors: [{ field: "query.limit", message: "must be from 1 to 200" }] });
   const query: UsageQuery = { limit };
   const fromMs = parseTime("from", q.from);
   const toMs = parseTime("to", q.to);
@@ -43,12 +46,16 @@ export function usageRoutes(app: FastifyInstance, deps: { store: Store; rateLimi
         summary: "One usage record by request_id (404 for another organization's request)",
         security: [{ bearer: [] }],
         params: Type.Object({ request_id: Type.String({ minLength: 1, maxLength: 200 }) }),
-        response: { 200: UsageRecordJson, 401: ErrorResponse, 404: ErrorResponse },
+        response: { 200: UsageRecordJson, ...errorResponses(...API_KEY_ERRORS, "not_found") },
       },
     },
     async (request) => {
       const record = await deps.store.getUsage(authOf(request).org.id, request.params.request_id);
-      if (!record) throw new GatewayError("not_found", `No usage record with request_id ${JSON.stringify(request.params.request_id)} in this organization.`);
+      if (!record)
+        throw new ServiceError(
+          "not_found",
+          `No usage record with request_id ${JSON.stringify(request.params.request_id)} in this organization.`,
+        );
       return usageRecordJson(record);
     },
   );
@@ -61,7 +68,7 @@ export function usageRoutes(app: FastifyInstance, deps: { store: Store; rateLimi
         summary: "The organization's usage records, newest first, with cursor paging and filters",
         security: [{ bearer: [] }],
         querystring: UsageListQuery,
-        response: { 200: UsagePageJson, 401: ErrorResponse, 422: ErrorResponse },
+        response: { 200: UsagePageJson, ...errorResponses(...API_KEY_ERRORS, "invalid_query") },
       },
     },
     async (request) => {

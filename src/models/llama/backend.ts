@@ -1,4 +1,4 @@
-import { getLlama, LlamaLogLevel, type Llama } from "node-llama-cpp";
+import { getLlama, type Llama, LlamaLogLevel } from "node-llama-cpp";
 
 /**
  * The llama.cpp backend, loaded lazily and once per process and GPU setting, never downloaded or built from

@@ -1,14 +1,15 @@
 import {
-  JinjaTemplateChatWrapper,
-  LlamaText,
-  SpecialTokensText,
-  resolveChatWrapper,
   type ChatHistoryItem,
   type ChatWrapper,
+  JinjaTemplateChatWrapper,
   type LlamaModel,
+  LlamaText,
+  resolveChatWrapper,
+  SpecialTokensText,
   type Token,
   type Tokenizer,
 } from "node-llama-cpp";
+import type { RenderPrompt } from "./evaluation-plan.ts";
 import type { LabelTokenizer } from "./labels.ts";
 
 /**
@@ -72,7 +73,8 @@ export class ChatPrompt {
       const hit = cache.get(label);
       if (hit !== undefined) return hit;
       const result =
-        after(this.tokens(appendToLastPiece(text, label), tokenizer), label) ?? after(this.tokens(LlamaText([...text.values, label]), tokenizer), label);
+        after(this.tokens(appendToLastPiece(text, label), tokenizer), label) ??
+        after(this.tokens(LlamaText([...text.values, label]), tokenizer), label);
       cache.set(label, result);
       return result;
     };
@@ -117,7 +119,9 @@ function pickChatWrapper(model: LlamaModel, warn: (message: string) => void): Ch
         additionalRenderParameters: { enable_thinking: false },
       });
     } catch (err) {
-      warn(`the model's chat template cannot be used (${err instanceof Error ? err.message : String(err)}); using node-llama-cpp's resolved chat wrapper`);
+      warn(
+        `the model's chat template cannot be used (${err instanceof Error ? err.message : String(err)}); using node-llama-cpp's resolved chat wrapper`,
+      );
     }
   } else {
     warn("the model has no chat template; using node-llama-cpp's resolved chat wrapper");
@@ -153,10 +157,18 @@ export function memoTokenizer(model: LlamaModel): Tokenizer {
   return Object.assign(tokenize, { detokenize: model.tokenizer.detokenize }) as Tokenizer;
 }
 
-/** Length of the common prefix of two token arrays. */
-export function commonPrefixLength(a: readonly number[], b: readonly number[]): number {
-  const n = Math.min(a.length, b.length);
-  let i = 0;
-  while (i < n && a[i] === b[i]) i++;
-  return i;
+/**
+ * The planner's view of one call's prompts (see `planCall`): each rendered with `prompt`, tokenized by one
+ * memoising tokenizer for the whole call.
+ */
+export function callPrompts(prompt: ChatPrompt, model: LlamaModel): RenderPrompt<Token> {
+  const tokenizer = memoTokenizer(model);
+  return (systemText, userText) => {
+    const text = prompt.text(systemText, userText);
+    return {
+      tokens: () => prompt.tokens(text, tokenizer),
+      tailKey: () => lastPieceKey(text),
+      labelTokenizer: () => prompt.labelTokenizer(text, tokenizer),
+    };
+  };
 }

@@ -1,4 +1,4 @@
-import { ModelServiceError, type ModelService } from "../model-service.ts";
+import { type ModelService, ModelServiceError } from "../model-service.ts";
 import type { EngineStatus } from "./engine-status.ts";
 
 /** The version package.json pins (optionalDependencies). */

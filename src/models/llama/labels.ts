@@ -100,7 +100,8 @@ function multiToken(labels: string[], tokenize: LabelTokenizer): LabelSet {
   const tokens: number[][] = [];
   for (const label of labels) {
     const t = tokenize(label);
-    if (t === null || t.length === 0) throw new NoUsableLabelsError(`the label ${JSON.stringify(label)} cannot be tokenized after the prompt`);
+    if (t === null || t.length === 0)
+      throw new NoUsableLabelsError(`the label ${JSON.stringify(label)} cannot be tokenized after the prompt`);
     tokens.push([...t]);
   }
   if (!prefixFree(tokens)) throw new NoUsableLabelsError("the labels' token sequences are not prefix-free");

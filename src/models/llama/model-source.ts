@@ -1,7 +1,7 @@
 import { existsSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import { resolveModelFile } from "node-llama-cpp";
-import { DEFAULT_EMBEDDED_MODEL } from "./default-model.ts";
+import { DEFAULT_EMBEDDED_MODEL } from "../../config-defaults.ts";
 
 /**
  * Where the embedded engine's GGUF model comes from:
@@ -87,10 +87,15 @@ export function publicSourceName(source: string): string {
 /** The kind of a download failure in words that name no path (the full error goes to the log). */
 function downloadProblem(reason: string): string {
   if (/\b(ENOSPC)\b|no space left/i.test(reason)) return "no space is left in the model cache folder";
-  if (/\b(EACCES|EPERM|EROFS|ENOTDIR)\b|permission denied|read-only file system/i.test(reason)) return "the model cache folder cannot be written";
+  if (/\b(EACCES|EPERM|EROFS|ENOTDIR)\b|permission denied|read-only file system/i.test(reason))
+    return "the model cache folder cannot be written";
   if (/\b(401|403)\b|unauthori[sz]ed|forbidden/i.test(reason)) return "the hub refused access (a gated model needs HF_TOKEN)";
   if (/\b404\b|not found|does not exist/i.test(reason)) return "the hub has no such model file";
-  if (/fetch failed|\b(ECONNREFUSED|ECONNRESET|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH)\b|socket|network|timed? ?out/i.test(reason)) {
+  if (
+    /fetch failed|\b(ECONNREFUSED|ECONNRESET|ENOTFOUND|EAI_AGAIN|ETIMEDOUT|EHOSTUNREACH|ENETUNREACH)\b|socket|network|timed? ?out/i.test(
+      reason,
+    )
+  ) {
     return "the model hub cannot be reached";
   }
   return "the download failed";
@@ -140,14 +145,23 @@ export async function resolveModelSource(source: string, options: ResolveModelSo
       ...(options.hubToken ? { tokens: { huggingFace: options.hubToken } } : {}),
     });
   } catch (err) {
-    if (options.signal?.aborted) throw new ModelSourceError(`the download of ${trimmed} was cancelled`, `the download of ${shown} was cancelled`, { cause: err });
+    if (options.signal?.aborted)
+      throw new ModelSourceError(`the download of ${trimmed} was cancelled`, `the download of ${shown} was cancelled`, { cause: err });
     const reason = err instanceof Error ? `${err.message}${causeCode(err)}` : String(err);
-    throw new ModelSourceError(`cannot download ${trimmed} into ${directory}: ${reason}`, `cannot download ${shown}: ${downloadProblem(reason)}`, { cause: err });
+    throw new ModelSourceError(
+      `cannot download ${trimmed} into ${directory}: ${reason}`,
+      `cannot download ${shown}: ${downloadProblem(reason)}`,
+      { cause: err },
+    );
   }
   // A cancelled download returns the path it would have written; the partial file stays for a resume.
-  if (options.signal?.aborted) throw new ModelSourceError(`the download of ${trimmed} was cancelled`, `the download of ${shown} was cancelled`);
+  if (options.signal?.aborted)
+    throw new ModelSourceError(`the download of ${trimmed} was cancelled`, `the download of ${shown} was cancelled`);
   if (!existsSync(path)) {
-    throw new ModelSourceError(`the download of ${trimmed} did not complete (no file at ${path})`, `the download of ${shown} did not complete`);
+    throw new ModelSourceError(
+      `the download of ${trimmed} did not complete (no file at ${path})`,
+      `the download of ${shown} did not complete`,
+    );
   }
   return path;
 }

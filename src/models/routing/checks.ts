@@ -1,7 +1,7 @@
 import { ModelServiceError, type UpstreamModel } from "../model-service.ts";
 import type { DeploymentRuntime } from "./deployment.ts";
-import { MAX_TIMER_MS } from "./wait-queue.ts";
 import type { RouterTimers } from "./types.ts";
+import { MAX_TIMER_MS } from "./wait-queue.ts";
 
 export interface ListResult {
   ok: boolean;
@@ -28,10 +28,13 @@ export async function listDeployment(
   signal?.addEventListener("abort", onAbort, { once: true });
   try {
     const deadline = new Promise<never>((_, reject) => {
-      timer = timers.setTimeout(() => {
-        controller.abort();
-        reject(new ModelServiceError("timeout", `model list did not arrive within ${timeoutMs} ms`));
-      }, Math.min(Math.ceil(timeoutMs), MAX_TIMER_MS));
+      timer = timers.setTimeout(
+        () => {
+          controller.abort();
+          reject(new ModelServiceError("timeout", `model list did not arrive within ${timeoutMs} ms`));
+        },
+        Math.min(Math.ceil(timeoutMs), MAX_TIMER_MS),
+      );
     });
     const listed = Promise.resolve().then(() => d.spec.service.listModels({ timeoutMs, signal: controller.signal }));
     listed.catch(() => {}); // when the deadline won

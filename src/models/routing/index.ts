@@ -19,8 +19,9 @@
  *   cooldown. Active checks (`listModels` every healthCheckIntervalMs after `start()`) end or start cooldowns. With
  *   nothing usable, `decide` fails at once: "unavailable", or "not_ready" when every deployment is a loading engine.
  */
-export { createModelRouter, ROUTER_DEFAULTS } from "./router.ts";
+
 export { isRetryable } from "./outcomes.ts";
+export { createModelRouter } from "./router.ts";
 export type {
   AttemptOutcome,
   Deployment,

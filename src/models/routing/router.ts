@@ -1,3 +1,4 @@
+import { ROUTER_DEFAULTS } from "../../config-defaults.ts";
 import {
   type CallOptions,
   type ModelAnswerSet,
@@ -14,16 +15,6 @@ import type { HealthTicket } from "./health.ts";
 import { attemptOutcome, healthOutcome, isRetryable, withRoute } from "./outcomes.ts";
 import type { DeploymentInput, HealthState, ModelRouter, RouterHealth, RouterObserver, RouterOptions, RouterTimers } from "./types.ts";
 import { AcquireFailure, type AcquireReason, type Grant, MAX_TIMER_MS, WaitQueue } from "./wait-queue.ts";
-
-export const ROUTER_DEFAULTS = {
-  maxAttempts: 3,
-  failureThreshold: 3,
-  cooldownInitialMs: 1_000,
-  cooldownMaxMs: 30_000,
-  healthCheckIntervalMs: 10_000,
-  checkTimeoutMs: 2_000,
-  listCacheMs: 5_000,
-} as const;
 
 const realTimers: RouterTimers = {
   setTimeout: (fn, ms) => setTimeout(fn, ms),
@@ -54,9 +45,13 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
   const maxAttempts = positiveInteger("maxAttempts", options.maxAttempts ?? ROUTER_DEFAULTS.maxAttempts);
   const failureThreshold = positiveInteger("failureThreshold", options.failureThreshold ?? ROUTER_DEFAULTS.failureThreshold);
   const cooldownInitialMs = positiveNumber("cooldownInitialMs", options.cooldownInitialMs ?? ROUTER_DEFAULTS.cooldownInitialMs);
-  const cooldownMaxMs = positiveNumber("cooldownMaxMs", options.cooldownMaxMs ?? Math.max(ROUTER_DEFAULTS.cooldownMaxMs, cooldownInitialMs));
+  const cooldownMaxMs = positiveNumber(
+    "cooldownMaxMs",
+    options.cooldownMaxMs ?? Math.max(ROUTER_DEFAULTS.cooldownMaxMs, cooldownInitialMs),
+  );
   if (cooldownMaxMs < cooldownInitialMs) throw new TypeError("cooldownMaxMs must be >= cooldownInitialMs");
-  const intervalOption = options.healthCheckIntervalMs === undefined ? ROUTER_DEFAULTS.healthCheckIntervalMs : options.healthCheckIntervalMs;
+  const intervalOption =
+    options.healthCheckIntervalMs === undefined ? ROUTER_DEFAULTS.healthCheckIntervalMs : options.healthCheckIntervalMs;
   const healthCheckIntervalMs = intervalOption === null ? null : positiveNumber("healthCheckIntervalMs", intervalOption);
   const attemptTimeoutMs = options.attemptTimeoutMs == null ? null : positiveNumber("attemptTimeoutMs", options.attemptTimeoutMs);
   const checkTimeoutMs = positiveNumber("checkTimeoutMs", options.checkTimeoutMs ?? ROUTER_DEFAULTS.checkTimeoutMs);
@@ -154,7 +149,8 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
     const now = nowMs();
     const failures = all.map((d) => d.health.lastFailure);
     // Every deployment is an engine that is still loading (or failed to load): say so, as one engine would (503).
-    if (failures.every((f) => f?.kind === "not_ready")) return new ModelServiceError("not_ready", (failures[0] as ModelServiceError).message);
+    if (failures.every((f) => f?.kind === "not_ready"))
+      return new ModelServiceError("not_ready", (failures[0] as ModelServiceError).message);
     const waits = all.map((d) => d.health.retryInMs(now)).filter((ms): ms is number => ms !== null);
     const probing = all.some((d) => d.health.state(now) === "probing" && d.health.probeInFlight);
     const next =
@@ -210,11 +206,14 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
         d.health.end(l.ticket, healthOutcome(error), now, error instanceof ModelServiceError ? error : null);
         resolve(result);
       };
-      const timer = timers.setTimeout(() => {
-        controller.abort();
-        const error = new ModelServiceError("timeout", `model service did not answer within ${Math.round(remainingMs)} ms`);
-        finish(error, { ok: false, error });
-      }, Math.min(Math.ceil(remainingMs), MAX_TIMER_MS));
+      const timer = timers.setTimeout(
+        () => {
+          controller.abort();
+          const error = new ModelServiceError("timeout", `model service did not answer within ${Math.round(remainingMs)} ms`);
+          finish(error, { ok: false, error });
+        },
+        Math.min(Math.ceil(remainingMs), MAX_TIMER_MS),
+      );
       const onAbort = () => {
         controller.abort();
         const error = new ModelServiceError("aborted", "model call aborted");
@@ -265,7 +264,8 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
         l = await acquire(route, deadlineMs, signal);
       } catch (err) {
         // After a failed attempt, the call ends with that failure (unless the caller aborted).
-        if (err instanceof AcquireFailure) throw routed(lastError !== null && err.reason !== "aborted" ? lastError : acquireError(err.reason, timeoutMs));
+        if (err instanceof AcquireFailure)
+          throw routed(lastError !== null && err.reason !== "aborted" ? lastError : acquireError(err.reason, timeoutMs));
         throw err;
       }
       const remainingMs = deadlineMs - nowMs();
@@ -279,7 +279,12 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
       route.tried.add(l.deployment);
       last = l.deployment;
       const lastPossible = attempts >= maxAttempts || typeof untried(route, nowMs()) === "string";
-      const result = await attempt(l, call, attemptTimeoutMs === null || lastPossible ? remainingMs : Math.min(remainingMs, attemptTimeoutMs), signal);
+      const result = await attempt(
+        l,
+        call,
+        attemptTimeoutMs === null || lastPossible ? remainingMs : Math.min(remainingMs, attemptTimeoutMs),
+        signal,
+      );
       // latencyMs: the whole routed call (slot wait and failed attempts included), so that the gateway's own share
       // (gateway_latency_ms = its time minus this) is not inflated by failovers.
       if (result.ok) return { ...result.answer, latencyMs: nowMs() - startedMs, route: { deployment: l.deployment.name, attempts } };

@@ -41,7 +41,8 @@ export interface DecideEnvelope {
 export function parseDecideEnvelope(body: unknown): Parsed<DecideEnvelope> {
   if (!isObject(body)) return { ok: false, reason: `body is ${typeName(body)}, not an object` };
   const { answers, usage } = body;
-  if (!isObject(answers)) return { ok: false, reason: `"answers" is ${answers === undefined ? "missing" : typeName(answers)}, not an object` };
+  if (!isObject(answers))
+    return { ok: false, reason: `"answers" is ${answers === undefined ? "missing" : typeName(answers)}, not an object` };
   if (!isObject(usage)) return { ok: false, reason: `"usage" is ${usage === undefined ? "missing" : typeName(usage)}, not an object` };
   const input = usage.input_tokens;
   const output = usage.output_tokens;
@@ -126,7 +127,7 @@ function messageOf(value: unknown): string | undefined {
 
 /** Cuts at most `max` characters (code points), without control characters. */
 export function truncate(text: string, max: number): string {
-  // eslint-disable-next-line no-control-regex
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: the class must match the C0 controls and DEL to strip them from upstream text
   const clean = text.replace(/[\u0000-\u001f\u007f]+/g, " ");
   const chars = Array.from(clean);
   return chars.length > max ? `${chars.slice(0, max - 1).join("")}…` : clean;

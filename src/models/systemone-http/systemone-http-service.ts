@@ -1,5 +1,5 @@
-import { Pool } from "undici";
 import type { IncomingHttpHeaders } from "node:http";
+import { Pool } from "undici";
 import {
   type CallOptions,
   type ModelAnswerSet,
@@ -63,7 +63,7 @@ interface Exchange {
   body: Uint8Array;
 }
 
-export function createSystemOneHttpService(options: SystemOneHttpOptions): ModelService {
+export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelService {
   const base = parseBaseUrl(options.baseUrl);
   const apiKey = options.apiKey;
   if (apiKey !== undefined && !/^[\x21-\x7e]+$/.test(apiKey)) {
@@ -189,14 +189,15 @@ export function createSystemOneHttpService(options: SystemOneHttpOptions): Model
     if (code === "UND_ERR_HEADERS_TIMEOUT" || code === "UND_ERR_BODY_TIMEOUT") {
       return fail("timeout", `model service timed out ${when} (${code})`);
     }
-    if (code !== undefined && code.startsWith("HPE_")) {
+    if (code?.startsWith("HPE_")) {
       return fail("invalid_response", `model service sent a malformed HTTP response (${code})`);
     }
     if (code === "UND_ERR_INVALID_ARG") {
       return fail("unavailable", `model service request could not be sent: ${truncate(errorMessage(err), 200)}`);
     }
     const what = code !== undefined ? UNAVAILABLE_CODES[code] : undefined;
-    const reason = what !== undefined ? `${what} (${code})` : truncate(`${errorMessage(err)}${code !== undefined ? ` (${code})` : ""}`, 200);
+    const reason =
+      what !== undefined ? `${what} (${code})` : truncate(`${errorMessage(err)}${code !== undefined ? ` (${code})` : ""}`, 200);
     return fail("unavailable", `model service is unavailable ${when}: ${reason}`);
   }
 
@@ -286,10 +287,11 @@ function errorCode(err: unknown): string | undefined {
   if (typeof code === "string") return code;
   // AggregateError (e.g. happy-eyeballs connect to several addresses): use the first inner code.
   const inner = (err as { errors?: unknown }).errors;
-  if (Array.isArray(inner)) for (const e of inner) {
-    const c = errorCode(e);
-    if (c !== undefined) return c;
-  }
+  if (Array.isArray(inner))
+    for (const e of inner) {
+      const c = errorCode(e);
+      if (c !== undefined) return c;
+    }
   const cause = (err as { cause?: unknown }).cause;
   return cause !== undefined && cause !== err ? errorCode(cause) : undefined;
 }

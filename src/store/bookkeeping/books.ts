@@ -1,6 +1,6 @@
 import { checkAmount, checkCount, checkDay, checkEpochMs, checkHttpStatus, checkPreviewOrg, checkText } from "../input-checks.ts";
-import { StoreInputError } from "../store-errors.ts";
 import { type Balance, type BookkeepingStore, USAGE_OUTCOMES, type UsageQuery } from "../store.ts";
+import { StoreInputError } from "../store-errors.ts";
 import type { AdmitCommand, CompleteCommand } from "./commands.ts";
 import { batchProgram, grantProgram, sweepProgram } from "./programs.ts";
 import type { BookProgram, RunProgram } from "./rows.ts";
@@ -83,7 +83,8 @@ function checkComplete(c: CompleteCommand): void {
   if (c.idempotency) checkText(c.idempotency.key, "idempotency.key");
   if (c.idempotency?.response) {
     checkHttpStatus(c.idempotency.response.status, "idempotency.response.status");
-    if (typeof c.idempotency.response.body !== "string") throw new StoreInputError("idempotency.response.body must be a string", "idempotency.response.body");
+    if (typeof c.idempotency.response.body !== "string")
+      throw new StoreInputError("idempotency.response.body must be a string", "idempotency.response.body");
     checkText(c.idempotency.response.requestId, "idempotency.response.requestId");
   }
 }
@@ -100,7 +101,8 @@ export function checkUsageQuery(query: UsageQuery): void {
     [query.fromMs, "fromMs"],
     [query.toMs, "toMs"],
   ] as const) {
-    if (value !== undefined && !Number.isFinite(value)) throw new StoreInputError(`${field} must be a finite number of epoch milliseconds`, field);
+    if (value !== undefined && !Number.isFinite(value))
+      throw new StoreInputError(`${field} must be a finite number of epoch milliseconds`, field);
   }
   if (query.outcome !== undefined && !USAGE_OUTCOMES.includes(query.outcome)) {
     throw new StoreInputError(`outcome must be one of ${USAGE_OUTCOMES.join(", ")}`, "outcome");

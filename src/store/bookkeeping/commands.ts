@@ -40,7 +40,16 @@ export type AdmitResult =
 export interface CompleteCommand
   extends Pick<
     UsageRecord,
-    "requestId" | "orgId" | "inputTokens" | "outputTokens" | "latencyMs" | "gatewayLatencyMs" | "errorDetail" | "overReservation" | "deployment" | "attempts"
+    | "requestId"
+    | "orgId"
+    | "inputTokens"
+    | "outputTokens"
+    | "latencyMs"
+    | "gatewayLatencyMs"
+    | "errorDetail"
+    | "overReservation"
+    | "deployment"
+    | "attempts"
   > {
   nowMs: number;
   outcome: Exclude<FinalOutcome, "reservation_expired">;

@@ -1,6 +1,6 @@
-import { StoreInputError } from "../store-errors.ts";
-import type { Balance, LedgerKind, UsageRecord } from "../store.ts";
 import { GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
+import type { Balance, LedgerKind, UsageRecord } from "../store.ts";
+import { StoreInputError } from "../store-errors.ts";
 import { type AdmitCommand, type AdmitResult, type CompleteCommand, type CompleteResult, MAX_KEPT_RESPONSE_BYTES } from "./commands.ts";
 import {
   type BookProgram,
@@ -147,7 +147,13 @@ class Books {
 function resolve(books: Books, r: ReservationRow, status: "released" | "expired", nowMs: number): void {
   const amount = r.amount_microusd;
   books.writes.reservationResolutions.push({ id: r.id, status, costMicrousd: null, resolvedAtMs: nowMs });
-  books.move(r.org_id, status === "released" ? "release" : "expire", r.id, { available: amount, reserved: -amount, spent: 0, granted: 0 }, nowMs);
+  books.move(
+    r.org_id,
+    status === "released" ? "release" : "expire",
+    r.id,
+    { available: amount, reserved: -amount, spent: 0, granted: 0 },
+    nowMs,
+  );
 }
 
 function settle(books: Books, r: ReservationRow, cost: number, nowMs: number): void {
@@ -191,7 +197,7 @@ export function batchQuery(admissions: readonly AdmitCommand[], completions: rea
 
 function complete(books: Books, snapshot: Snapshot, c: CompleteCommand): CompleteResult {
   const state = snapshot.usage.get(c.requestId);
-  if (!state || state.outcome !== "in_flight" || state.orgId !== c.orgId || !books.completing(c.requestId)) return { kind: "not_in_flight" };
+  if (state?.outcome !== "in_flight" || state.orgId !== c.orgId || !books.completing(c.requestId)) return { kind: "not_in_flight" };
   const final: UsageFinal = {
     requestId: c.requestId,
     completedAtMs: c.nowMs,
@@ -214,7 +220,13 @@ function complete(books: Books, snapshot: Snapshot, c: CompleteCommand): Complet
     const expired = !pending || r.expires_at_ms <= c.nowMs;
     if (c.outcome === "succeeded" && expired) {
       if (pending) resolve(books, r, "expired", c.nowMs);
-      Object.assign(final, { outcome: "reservation_expired", httpStatus: 409, costMicrousd: 0, errorDetail: EXPIRED_DETAIL, overReservation: false });
+      Object.assign(final, {
+        outcome: "reservation_expired",
+        httpStatus: 409,
+        costMicrousd: 0,
+        errorDetail: EXPIRED_DETAIL,
+        overReservation: false,
+      });
       result = { kind: "reservation_expired" };
     } else if (pending && c.outcome === "succeeded") {
       settle(books, r, final.costMicrousd, c.nowMs);
@@ -253,7 +265,10 @@ function admit(books: Books, a: AdmitCommand): AdmitResult {
       if (row.state === "completed") {
         if (row.requestHash !== idem.requestHash) return { kind: "idempotency_mismatch" };
         if (row.responseBody === null) return { kind: "replay_not_kept", requestId: row.responseRequestId ?? row.requestId };
-        return { kind: "replay", response: { status: row.responseStatus ?? 200, body: row.responseBody, requestId: row.responseRequestId ?? row.requestId } };
+        return {
+          kind: "replay",
+          response: { status: row.responseStatus ?? 200, body: row.responseBody, requestId: row.responseRequestId ?? row.requestId },
+        };
       }
       if (row.lockUntilMs > a.nowMs) return { kind: "idempotency_in_progress" };
     }
@@ -354,9 +369,16 @@ export function* batchProgram(
  * as gateway_error with nothing charged, their reservations expired; pending reservations of requests no longer
  * in flight are expired too. Usage rows are locked before reservations, as a completion does.
  */
-export function* sweepProgram(input: { nowMs: number; inFlightBeforeMs: number; limit: number }): BookProgram<{ abandoned: number; expired: number }> {
+export function* sweepProgram(input: {
+  nowMs: number;
+  inFlightBeforeMs: number;
+  limit: number;
+}): BookProgram<{ abandoned: number; expired: number }> {
   const due = (yield {
-    read: { dueInFlight: { createdBeforeMs: input.inFlightBeforeMs, limit: input.limit }, dueReservations: { nowMs: input.nowMs, limit: input.limit } },
+    read: {
+      dueInFlight: { createdBeforeMs: input.inFlightBeforeMs, limit: input.limit },
+      dueReservations: { nowMs: input.nowMs, limit: input.limit },
+    },
   })!;
   if (due.dueInFlight.length === 0 && due.dueReservations.length === 0) return { abandoned: 0, expired: 0 };
   const paid = due.dueInFlight.filter((u) => u.mode === "paid").map((u) => u.requestId);
@@ -389,7 +411,8 @@ export function* sweepProgram(input: { nowMs: number; inFlightBeforeMs: number; 
 /** Adds credits with a grant ledger entry; returns the new balance. */
 export function* grantProgram(input: { orgId: string; amountMicrousd: number; nowMs: number; note: string | null }): BookProgram<Balance> {
   const snapshot = (yield { read: { balances: [input.orgId] } })!;
-  if (!snapshot.organizations.has(input.orgId)) throw new StoreInputError(`No organization with id ${JSON.stringify(input.orgId)}`, "orgId");
+  if (!snapshot.organizations.has(input.orgId))
+    throw new StoreInputError(`No organization with id ${JSON.stringify(input.orgId)}`, "orgId");
   const books = new Books(snapshot);
   if (!Number.isSafeInteger(books.balance(input.orgId).granted + input.amountMicrousd)) {
     throw new StoreInputError("The grant would take the organization's credits beyond the safe integer range", "amountMicrousd");

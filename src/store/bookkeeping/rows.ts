@@ -21,7 +21,6 @@ export interface IdempotencyKeyRef {
 }
 
 export interface SnapshotQuery {
-
   /** Preview counters, locked (created at 0 where missing, so that they can be locked). */
   counters?: readonly CounterKey[];
   /** Usage records by request id, locked. */
@@ -101,7 +100,12 @@ export interface UsageStateRow {
   outcome: UsageState["outcome"];
 }
 
-export const toUsageState = (r: UsageStateRow): UsageState => ({ requestId: r.request_id, orgId: r.org_id, mode: r.mode, outcome: r.outcome });
+export const toUsageState = (r: UsageStateRow): UsageState => ({
+  requestId: r.request_id,
+  orgId: r.org_id,
+  mode: r.mode,
+  outcome: r.outcome,
+});
 
 export interface Snapshot {
   /** The organizations of `balances` that exist. */
@@ -135,7 +139,16 @@ export function emptySnapshot(): Snapshot {
 /** The final fields of a usage record, written once at completion. */
 export type UsageFinal = Pick<
   UsageRecord,
-  "requestId" | "inputTokens" | "outputTokens" | "costMicrousd" | "latencyMs" | "gatewayLatencyMs" | "errorDetail" | "overReservation" | "deployment" | "attempts"
+  | "requestId"
+  | "inputTokens"
+  | "outputTokens"
+  | "costMicrousd"
+  | "latencyMs"
+  | "gatewayLatencyMs"
+  | "errorDetail"
+  | "overReservation"
+  | "deployment"
+  | "attempts"
 > & { completedAtMs: number; outcome: FinalOutcome; httpStatus: number | null };
 
 export type NewLedgerEntry = Omit<LedgerEntry, "id">;

@@ -1,5 +1,4 @@
 import type pg from "pg";
-import type { AuditActor, AuditPage, AuditQuery, OrganizationPage } from "../administration.ts";
 import {
   AUDIT_COLUMNS,
   type AuditRow,
@@ -14,13 +13,14 @@ import {
   pageOf,
   toAuditEntry,
 } from "../admin-rows.ts";
+import type { AuditActor, AuditPage, AuditQuery, OrganizationPage } from "../administration.ts";
 import type { AccountsPart } from "../compose-store.ts";
+import { perTurnLookup } from "../per-turn-lookup.ts";
 import { type ApiKeyRecord, type Organization, StoreConflictError } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
 import { badCursor } from "../usage-cursor.ts";
-import { type Client, FOREIGN_KEY_VIOLATION, hasNul, isUniqueViolation, pgCode, transaction, withClient } from "./postgres-connection.ts";
 import { insertAudit } from "./postgres-audit.ts";
-import { perTurnLookup } from "../per-turn-lookup.ts";
+import { type Client, FOREIGN_KEY_VIOLATION, hasNul, isUniqueViolation, pgCode, transaction, withClient } from "./postgres-connection.ts";
 
 interface OrgRow {
   id: string;
@@ -76,7 +76,11 @@ export class PostgresAccounts implements AccountsPart {
     checkAudit(audit);
     try {
       await this.#write(audit !== undefined, async (c) => {
-        await c.query("INSERT INTO organizations (id, name, paused, created_at_ms) VALUES ($1, $2, false, $3)", [input.id, input.name, input.nowMs]);
+        await c.query("INSERT INTO organizations (id, name, paused, created_at_ms) VALUES ($1, $2, false, $3)", [
+          input.id,
+          input.name,
+          input.nowMs,
+        ]);
         if (audit) await insertAudit(c, audits.organizationCreated(input, audit, input.nowMs));
       });
     } catch (err) {
@@ -93,7 +97,9 @@ export class PostgresAccounts implements AccountsPart {
     if (hasNul(idOrName)) return null;
     // An id match first, then a name match (a name may equal another organization's id).
     const row = (
-      await this.#query<OrgRow>(`SELECT ${ORG_COLUMNS} FROM organizations WHERE id = $1 OR name = $1 ORDER BY (id = $1) DESC LIMIT 1`, [idOrName])
+      await this.#query<OrgRow>(`SELECT ${ORG_COLUMNS} FROM organizations WHERE id = $1 OR name = $1 ORDER BY (id = $1) DESC LIMIT 1`, [
+        idOrName,
+      ])
     ).rows[0];
     return row ? toOrganization(row) : null;
   }
@@ -114,14 +120,22 @@ export class PostgresAccounts implements AccountsPart {
     checkPauseAudit(audit);
     if (hasNul(orgId)) return false;
     return this.#write(audit !== undefined, async (c) => {
-      const changed = (await c.query("UPDATE organizations SET paused = $1 WHERE id = $2 AND paused <> $1", [paused, orgId])).rowCount === 1;
+      const changed =
+        (await c.query("UPDATE organizations SET paused = $1 WHERE id = $2 AND paused <> $1", [paused, orgId])).rowCount === 1;
       if (!changed) return (await c.query("SELECT 1 FROM organizations WHERE id = $1", [orgId])).rowCount === 1;
       if (audit) await insertAudit(c, audits.pauseChanged(orgId, paused, audit.actor, audit.nowMs));
       return true;
     });
   }
 
-  async createApiKey(input: { id: string; orgId: string; name: string | null; hash: string; nowMs: number; audit?: AuditActor }): Promise<ApiKeyRecord> {
+  async createApiKey(input: {
+    id: string;
+    orgId: string;
+    name: string | null;
+    hash: string;
+    nowMs: number;
+    audit?: AuditActor;
+  }): Promise<ApiKeyRecord> {
     const { audit } = input;
     checkAudit(audit);
     try {
@@ -133,10 +147,12 @@ export class PostgresAccounts implements AccountsPart {
           input.hash,
           input.nowMs,
         ]);
-        if (audit) await insertAudit(c, audits.keyCreated({ id: input.id, orgId: input.orgId, name: input.name ?? null }, audit, input.nowMs));
+        if (audit)
+          await insertAudit(c, audits.keyCreated({ id: input.id, orgId: input.orgId, name: input.name ?? null }, audit, input.nowMs));
       });
     } catch (err) {
-      if (pgCode(err) === FOREIGN_KEY_VIOLATION) throw new StoreInputError(`No organization with id ${JSON.stringify(input.orgId)}`, "orgId");
+      if (pgCode(err) === FOREIGN_KEY_VIOLATION)
+        throw new StoreInputError(`No organization with id ${JSON.stringify(input.orgId)}`, "orgId");
       if (isUniqueViolation(err)) {
         // Never include the hash in a message.
         const what = isUniqueViolation(err, "api_keys_hash_key") ? "with this hash" : `with id ${JSON.stringify(input.id)}`;
@@ -169,7 +185,9 @@ export class PostgresAccounts implements AccountsPart {
 
   async listApiKeys(orgId: string): Promise<ApiKeyRecord[]> {
     if (hasNul(orgId)) return [];
-    return (await this.#query<KeyRow>(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE org_id = $1 ORDER BY created_at_ms, id`, [orgId])).rows.map(toApiKey);
+    return (
+      await this.#query<KeyRow>(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE org_id = $1 ORDER BY created_at_ms, id`, [orgId])
+    ).rows.map(toApiKey);
   }
 
   async revokeApiKey(keyId: string, nowMs: number, audit?: AuditActor): Promise<boolean> {
@@ -194,11 +212,10 @@ export class PostgresAccounts implements AccountsPart {
     // No stored id holds U+0000, so no page of ours can end at one: not a cursor we gave out.
     if (after && hasNul(after.id)) throw badCursor();
     const rows = after
-      ? await this.#query<OrgRow>(`SELECT ${ORG_COLUMNS} FROM organizations WHERE (created_at_ms, id) > ($1, $2) ORDER BY created_at_ms, id LIMIT $3`, [
-          after.createdAtMs,
-          after.id,
-          query.limit + 1,
-        ])
+      ? await this.#query<OrgRow>(
+          `SELECT ${ORG_COLUMNS} FROM organizations WHERE (created_at_ms, id) > ($1, $2) ORDER BY created_at_ms, id LIMIT $3`,
+          [after.createdAtMs, after.id, query.limit + 1],
+        )
       : await this.#query<OrgRow>(`SELECT ${ORG_COLUMNS} FROM organizations ORDER BY created_at_ms, id LIMIT $1`, [query.limit + 1]);
     const page = pageOf(rows.rows, query.limit, toOrganization, encodeOrganizationCursor);
     return { organizations: page.items, nextCursor: page.nextCursor };

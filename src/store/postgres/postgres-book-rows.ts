@@ -1,5 +1,3 @@
-import { StoreConflictError } from "../store.ts";
-import { RESERVATION_COLUMNS } from "../credit-rows.ts";
 import {
   counterKey,
   emptySnapshot,
@@ -14,6 +12,8 @@ import {
   type UsageStateRow,
   type WriteSet,
 } from "../bookkeeping/rows.ts";
+import { RESERVATION_COLUMNS } from "../credit-rows.ts";
+import { StoreConflictError } from "../store.ts";
 import { type Client, isUniqueViolation } from "./postgres-connection.ts";
 
 /**
@@ -24,7 +24,6 @@ import { type Client, isUniqueViolation } from "./postgres-connection.ts";
  * sorted by key — so concurrent batches of several instances wait for each other but never deadlock. The sweep's
  * reads skip rows another transaction holds.
  */
-
 
 const SQL = {
   // Creates missing counters at 0 so that every counter of the batch is locked; the no-op update locks existing ones.
@@ -149,12 +148,24 @@ const rowsOf = <T>(value: unknown): T[] => (value as T[] | null) ?? [];
 export async function readSnapshot(c: Client, q: SnapshotQuery): Promise<Snapshot> {
   const s = emptySnapshot();
   const parts: Part[] = [];
-  if (q.counters?.length) parts.push({ name: "counters", values: columns(q.counters, (k) => k.scope, (k) => k.day) });
+  if (q.counters?.length)
+    parts.push({
+      name: "counters",
+      values: columns(
+        q.counters,
+        (k) => k.scope,
+        (k) => k.day,
+      ),
+    });
   if (q.usage?.length) parts.push({ name: "usage", values: [q.usage] });
   if (q.reservations?.length) parts.push({ name: "reservations", values: [q.reservations] });
   if (q.balances?.length) parts.push({ name: "balances", values: [q.balances] });
   if (q.idempotency?.length) {
-    const keys = columns(q.idempotency, (k) => k.orgId, (k) => k.key);
+    const keys = columns(
+      q.idempotency,
+      (k) => k.orgId,
+      (k) => k.key,
+    );
     // First and on its own: the read below must take its snapshot after the locks are held, to see a claim
     // committed by the transaction it waited for.
     await c.query({ name: "tds_lockIdempotency", text: SQL.lockIdempotency, values: keys });
@@ -163,24 +174,36 @@ export async function readSnapshot(c: Client, q: SnapshotQuery): Promise<Snapsho
   if (parts.length > 0) {
     const row = await runCombined<Record<string, unknown>>(c, parts, (texts) => {
       const counters = parts[0]!.name === "counters" ? `WITH counters AS (${texts[0]}) ` : "";
-      const selects = parts.map((p, i) => (p.name === "counters" ? "(SELECT json_agg(x) FROM counters x)" : `(SELECT json_agg(x) FROM (${texts[i]}) x)`));
+      const selects = parts.map((p, i) =>
+        p.name === "counters" ? "(SELECT json_agg(x) FROM counters x)" : `(SELECT json_agg(x) FROM (${texts[i]}) x)`,
+      );
       return `${counters}SELECT ${selects.map((sel, i) => `${sel} AS "${parts[i]!.name}"`).join(", ")}`;
     });
-    for (const r of rowsOf<{ scope: string; day: string; count: number }>(row.counters)) s.counters.set(counterKey(r.scope, r.day), r.count);
+    for (const r of rowsOf<{ scope: string; day: string; count: number }>(row.counters))
+      s.counters.set(counterKey(r.scope, r.day), r.count);
     for (const r of rowsOf<UsageStateRow>(row.usage)) s.usage.set(r.request_id, toUsageState(r));
     for (const r of rowsOf<ReservationRow>(row.reservations)) s.reservations.set(r.id, r);
     for (const r of rowsOf<{ org_id: string; available: number | null; reserved: number; spent: number; granted: number }>(row.balances)) {
       s.organizations.add(r.org_id);
-      if (r.available !== null) s.balances.set(r.org_id, { available: r.available, reserved: r.reserved, spent: r.spent, granted: r.granted });
+      if (r.available !== null)
+        s.balances.set(r.org_id, { available: r.available, reserved: r.reserved, spent: r.spent, granted: r.granted });
     }
     for (const r of rowsOf<IdempotencyDbRow>(row.idempotency)) s.idempotency.set(idempotencyKey(r.org_id, r.key), toIdempotencyRow(r));
   }
   if (q.dueInFlight) {
-    const { rows } = await c.query<UsageStateRow>({ name: "tds_dueInFlight", text: SQL.dueInFlight, values: [q.dueInFlight.createdBeforeMs, q.dueInFlight.limit] });
+    const { rows } = await c.query<UsageStateRow>({
+      name: "tds_dueInFlight",
+      text: SQL.dueInFlight,
+      values: [q.dueInFlight.createdBeforeMs, q.dueInFlight.limit],
+    });
     s.dueInFlight = rows.map(toUsageState);
   }
   if (q.dueReservations) {
-    const { rows } = await c.query<ReservationRow>({ name: "tds_dueReservations", text: SQL.dueReservations, values: [q.dueReservations.nowMs, q.dueReservations.limit] });
+    const { rows } = await c.query<ReservationRow>({
+      name: "tds_dueReservations",
+      text: SQL.dueReservations,
+      values: [q.dueReservations.nowMs, q.dueReservations.limit],
+    });
     s.dueReservations = rows;
   }
   return s;
@@ -270,9 +293,32 @@ function writeParts(w: WriteSet): Part[] {
     (r) => r.expires_at_ms,
     (r) => r.resolved_at_ms,
   );
-  add("resolveReservations", w.reservationResolutions, (r) => r.id, (r) => r.status, (r) => r.costMicrousd, (r) => r.resolvedAtMs);
-  add("insertBalances", w.balanceInserts, (b) => b.orgId, (b) => b.available, (b) => b.reserved, (b) => b.spent, (b) => b.granted);
-  add("moveBalances", w.balanceDeltas, (b) => b.orgId, (b) => b.available, (b) => b.reserved, (b) => b.spent, (b) => b.granted);
+  add(
+    "resolveReservations",
+    w.reservationResolutions,
+    (r) => r.id,
+    (r) => r.status,
+    (r) => r.costMicrousd,
+    (r) => r.resolvedAtMs,
+  );
+  add(
+    "insertBalances",
+    w.balanceInserts,
+    (b) => b.orgId,
+    (b) => b.available,
+    (b) => b.reserved,
+    (b) => b.spent,
+    (b) => b.granted,
+  );
+  add(
+    "moveBalances",
+    w.balanceDeltas,
+    (b) => b.orgId,
+    (b) => b.available,
+    (b) => b.reserved,
+    (b) => b.spent,
+    (b) => b.granted,
+  );
   add(
     "insertLedger",
     w.ledger,
@@ -286,7 +332,13 @@ function writeParts(w: WriteSet): Part[] {
     (e) => e.createdAtMs,
     (e) => e.note,
   );
-  add("putCounters", w.counters, (k) => k.scope, (k) => k.day, (k) => k.count);
+  add(
+    "putCounters",
+    w.counters,
+    (k) => k.scope,
+    (k) => k.day,
+    (k) => k.count,
+  );
   add(
     "putIdempotency",
     w.idempotencyPuts,
@@ -301,6 +353,11 @@ function writeParts(w: WriteSet): Part[] {
     (i) => i.lockUntilMs,
     (i) => i.expiresAtMs,
   );
-  add("deleteIdempotency", w.idempotencyDeletes, (k) => k.orgId, (k) => k.key);
+  add(
+    "deleteIdempotency",
+    w.idempotencyDeletes,
+    (k) => k.orgId,
+    (k) => k.key,
+  );
   return parts;
 }

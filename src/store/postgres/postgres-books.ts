@@ -1,5 +1,4 @@
 import type pg from "pg";
-import type { AuditActor, GrantOnceResult, UsageTotals } from "../administration.ts";
 import {
   type AdminIdempotencyRow,
   audits,
@@ -9,22 +8,31 @@ import {
   DAY_MS,
   type GrantOnceInput,
   idempotencyParams,
+  type SumsRow,
   storedAnswer,
   sumColumns,
-  type SumsRow,
   toSums,
   type UsageTotalsQuery,
 } from "../admin-rows.ts";
+import type { AuditActor, GrantOnceResult, UsageTotals } from "../administration.ts";
 import { bookkeepingWrites, checkGrant, checkUsageQuery, type GrantInput, grantOf } from "../bookkeeping/books.ts";
 import { type BookProgram, runAsync } from "../bookkeeping/rows.ts";
 import type { BooksPart } from "../compose-store.ts";
-import { LEDGER_COLUMNS, type LedgerRow, RESERVATION_COLUMNS, type ReservationRow, toLedgerEntry, toReservation, ZERO_BALANCE } from "../credit-rows.ts";
+import {
+  LEDGER_COLUMNS,
+  type LedgerRow,
+  RESERVATION_COLUMNS,
+  type ReservationRow,
+  toLedgerEntry,
+  toReservation,
+  ZERO_BALANCE,
+} from "../credit-rows.ts";
 import { checkCount, checkDay, checkEpochMs, checkPreviewOrg, GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
 import type { Balance, BookkeepingStore, LedgerEntry, PurgeResult, Reservation, UsagePage, UsageQuery, UsageRecord } from "../store.ts";
 import { encodeUsageCursor } from "../usage-cursor.ts";
 import { toUsage, USAGE_COLUMNS, type UsageRow } from "../usage-rows.ts";
-import { readSnapshot, writeRows } from "./postgres-book-rows.ts";
 import { insertAudit } from "./postgres-audit.ts";
+import { readSnapshot, writeRows } from "./postgres-book-rows.ts";
 import { type Client, hasNul, transaction, withClient } from "./postgres-connection.ts";
 import { postgresUsageListQuery } from "./postgres-usage.ts";
 
@@ -82,7 +90,9 @@ export class PostgresBooks implements BooksPart {
     const { key, requestHash } = input.idempotency;
     return transaction(this.pool, async (c): Promise<GrantOnceResult> => {
       await c.query(ADMIN_IDEMPOTENCY_LOCK, [key]);
-      const row = (await c.query<AdminIdempotencyRow>("SELECT request_hash, response, expires_at_ms FROM admin_idempotency WHERE key = $1", [key])).rows[0];
+      const row = (
+        await c.query<AdminIdempotencyRow>("SELECT request_hash, response, expires_at_ms FROM admin_idempotency WHERE key = $1", [key])
+      ).rows[0];
       const stored = storedAnswer(row, requestHash, input.nowMs);
       if (stored) return stored;
       const balance = await grantAudited(c, input, input.audit);
@@ -101,7 +111,12 @@ export class PostgresBooks implements BooksPart {
     checkUsageTotalsQuery(query);
     if (query.orgId !== undefined && hasNul(query.orgId)) return { days: [], organizations: [] };
     const params = query.orgId === undefined ? [query.fromMs, query.toMs] : [query.fromMs, query.toMs, query.orgId];
-    const rows = (await this.#query<SumsRow & { day_start_ms: number | null; org_id: string | null; by_day: number }>(totalsQuery(params.length === 3), params)).rows;
+    const rows = (
+      await this.#query<SumsRow & { day_start_ms: number | null; org_id: string | null; by_day: number }>(
+        totalsQuery(params.length === 3),
+        params,
+      )
+    ).rows;
     const totals: UsageTotals = { days: [], organizations: [] };
     for (const row of rows) {
       if (row.by_day === 1) totals.days.push({ dayStartMs: row.day_start_ms!, ...toSums(row) });
@@ -132,19 +147,23 @@ export class PostgresBooks implements BooksPart {
 
   async getBalance(orgId: string): Promise<Balance> {
     if (hasNul(orgId)) return { ...ZERO_BALANCE };
-    const row = (await this.#query<Balance>("SELECT available, reserved, spent, granted FROM org_balances WHERE org_id = $1", [orgId])).rows[0];
+    const row = (await this.#query<Balance>("SELECT available, reserved, spent, granted FROM org_balances WHERE org_id = $1", [orgId]))
+      .rows[0];
     return row ? { available: row.available, reserved: row.reserved, spent: row.spent, granted: row.granted } : { ...ZERO_BALANCE };
   }
 
   async getReservation(reservationId: string): Promise<Reservation | null> {
     if (hasNul(reservationId)) return null;
-    const row = (await this.#query<ReservationRow>(`SELECT ${RESERVATION_COLUMNS} FROM reservations WHERE id = $1`, [reservationId])).rows[0];
+    const row = (await this.#query<ReservationRow>(`SELECT ${RESERVATION_COLUMNS} FROM reservations WHERE id = $1`, [reservationId]))
+      .rows[0];
     return row ? toReservation(row) : null;
   }
 
   async listLedger(orgId: string): Promise<LedgerEntry[]> {
     if (hasNul(orgId)) return [];
-    return (await this.#query<LedgerRow>(`SELECT ${LEDGER_COLUMNS} FROM ledger_entries WHERE org_id = $1 ORDER BY id`, [orgId])).rows.map(toLedgerEntry);
+    return (await this.#query<LedgerRow>(`SELECT ${LEDGER_COLUMNS} FROM ledger_entries WHERE org_id = $1 ORDER BY id`, [orgId])).rows.map(
+      toLedgerEntry,
+    );
   }
 
   async previewUsage(orgId: string, day: string): Promise<{ org: number; global: number }> {
@@ -152,10 +171,10 @@ export class PostgresBooks implements BooksPart {
     checkDay(day);
     // Both counters from one statement, so from one snapshot.
     const rows = (
-      await this.#query<{ scope: string; count: number }>("SELECT scope, count FROM preview_counters WHERE day = $1 AND scope = ANY($2::text[])", [
-        day,
-        hasNul(orgId) ? [GLOBAL_PREVIEW_SCOPE] : [orgId, GLOBAL_PREVIEW_SCOPE],
-      ])
+      await this.#query<{ scope: string; count: number }>(
+        "SELECT scope, count FROM preview_counters WHERE day = $1 AND scope = ANY($2::text[])",
+        [day, hasNul(orgId) ? [GLOBAL_PREVIEW_SCOPE] : [orgId, GLOBAL_PREVIEW_SCOPE]],
+      )
     ).rows;
     return {
       org: rows.find((r) => r.scope === orgId)?.count ?? 0,
@@ -165,7 +184,9 @@ export class PostgresBooks implements BooksPart {
 
   async getUsage(orgId: string, requestId: string): Promise<UsageRecord | null> {
     if (hasNul(orgId, requestId)) return null;
-    const row = (await this.#query<UsageRow>(`SELECT ${USAGE_COLUMNS} FROM usage_records WHERE org_id = $1 AND request_id = $2`, [orgId, requestId])).rows[0];
+    const row = (
+      await this.#query<UsageRow>(`SELECT ${USAGE_COLUMNS} FROM usage_records WHERE org_id = $1 AND request_id = $2`, [orgId, requestId])
+    ).rows[0];
     return row ? toUsage(row) : null;
   }
 
@@ -183,7 +204,11 @@ export class PostgresBooks implements BooksPart {
 
 /** Drives a program; the caller holds the transaction. */
 function run<T>(c: Client, program: BookProgram<T>): Promise<T> {
-  return runAsync(program, (q) => readSnapshot(c, q), (w) => writeRows(c, w));
+  return runAsync(
+    program,
+    (q) => readSnapshot(c, q),
+    (w) => writeRows(c, w),
+  );
 }
 
 /** The grant program and its audit entry; the caller holds the transaction. */

@@ -57,7 +57,9 @@ function wholeNumber(value: unknown, field: string, max: number): number {
 export function connectionSettings(url: string, options: ConnectionOptions = {}): ConnectionSettings {
   let poolSize = options.poolSize === undefined ? DEFAULT_POOL_SIZE : wholeNumber(options.poolSize, "pool size", MAX_POOL_SIZE);
   let statementTimeoutMs =
-    options.statementTimeoutMs === undefined ? DEFAULT_STATEMENT_TIMEOUT_MS : wholeNumber(options.statementTimeoutMs, "statement timeout", MAX_TIMEOUT_MS);
+    options.statementTimeoutMs === undefined
+      ? DEFAULT_STATEMENT_TIMEOUT_MS
+      : wholeNumber(options.statementTimeoutMs, "statement timeout", MAX_TIMEOUT_MS);
   const trimmed = url.trim();
   if (!/^postgres(ql)?:\/\//i.test(trimmed)) throw new Error("A PostgreSQL database URL starts with postgres:// or postgresql://");
   const hash = trimmed.indexOf("#");
@@ -72,7 +74,8 @@ export function connectionSettings(url: string, options: ConnectionOptions = {})
       const name = safeDecode(eq < 0 ? part : part.slice(0, eq));
       const value = safeDecode(eq < 0 ? "" : part.slice(eq + 1));
       if (name === "pool_size") poolSize = wholeNumber(value, "pool_size URL parameter", MAX_POOL_SIZE);
-      else if (name === "statement_timeout_ms") statementTimeoutMs = wholeNumber(value, "statement_timeout_ms URL parameter", MAX_TIMEOUT_MS);
+      else if (name === "statement_timeout_ms")
+        statementTimeoutMs = wholeNumber(value, "statement_timeout_ms URL parameter", MAX_TIMEOUT_MS);
       else kept.push(part);
     }
     connectionString = withoutFragment.slice(0, q) + (kept.length > 0 ? `?${kept.join("&")}` : "");
@@ -95,7 +98,8 @@ const INT8_OID = 20;
 /** bigint columns (and count(*)) as numbers; every stored amount and time is a safe integer, and this checks it. */
 export function parseBigint(text: string): number {
   const n = Number(text);
-  if (!Number.isSafeInteger(n)) throw new RangeError(`The database returned the bigint ${text}, outside the range of exact JavaScript numbers`);
+  if (!Number.isSafeInteger(n))
+    throw new RangeError(`The database returned the bigint ${text}, outside the range of exact JavaScript numbers`);
   return n;
 }
 
@@ -124,7 +128,7 @@ export function clientConfig(settings: ConnectionSettings, statementTimeoutMs = 
   };
 }
 
-export function createPool(settings: ConnectionSettings, onIdleError?: (err: Error) => void): pg.Pool {
+export function openPool(settings: ConnectionSettings, onIdleError?: (err: Error) => void): pg.Pool {
   const pool = new pg.Pool({ ...clientConfig(settings), max: settings.poolSize, idleTimeoutMillis: IDLE_TIMEOUT_MS });
   // An idle pooled connection that fails (server restart, pg_terminate_backend, network) has already been
   // removed by pg-pool; the next call opens a new one. Without a listener the 'error' event would crash the process.

@@ -1,11 +1,11 @@
 import { fileURLToPath } from "node:url";
 import type pg from "pg";
-import { readMigrations, type Migration } from "../sqlite/migrations.ts";
+import { type Migration, readMigrations } from "../migration-files.ts";
 
 /** The PostgreSQL migration files shipped with the service (src/store/migrations/postgres/), named NNN_name.sql. */
 export const POSTGRES_MIGRATIONS_DIR = fileURLToPath(new URL("../migrations/postgres/", import.meta.url));
 
-/** Reads the `NNN_name.sql` files of a folder, ordered by version (the same rules as SQLite's). */
+/** Reads the `NNN_name.sql` files of a folder, ordered by version. */
 export function readPostgresMigrations(dir: string = POSTGRES_MIGRATIONS_DIR): Migration[] {
   return readMigrations(dir);
 }
@@ -44,16 +44,24 @@ export interface MigrationResult {
  * so point the service at the server or at a session-mode pool. The wait for the lock is bounded by the
  * connection's statement_timeout; migration statements run without one.
  */
-export async function applyPostgresMigrations(client: pg.ClientBase, migrations: Migration[], nowMs: number = Date.now()): Promise<MigrationResult> {
+export async function applyPostgresMigrations(
+  client: pg.ClientBase,
+  migrations: Migration[],
+  nowMs: number = Date.now(),
+): Promise<MigrationResult> {
   try {
     await client.query("SELECT pg_advisory_lock($1)", [MIGRATION_LOCK_KEY.toString()]);
   } catch (err) {
     if ((err as { code?: unknown }).code === "57014") {
-      throw new Error("Timed out waiting for another instance of the service to finish migrating the database (its migration advisory lock)", { cause: err });
+      throw new Error(
+        "Timed out waiting for another instance of the service to finish migrating the database (its migration advisory lock)",
+        { cause: err },
+      );
     }
     throw err;
   }
-  let failed = false;
+  const unlock = () => client.query("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK_KEY.toString()]);
+  let result: MigrationResult;
   try {
     // A migration may take longer than the statement timeout meant for requests.
     await client.query("SET statement_timeout = 0");
@@ -79,7 +87,11 @@ export async function applyPostgresMigrations(client: pg.ClientBase, migrations:
         } catch (err) {
           throw new Error(`Migration ${migration.file} failed: ${(err as Error).message}`, { cause: err });
         }
-        await client.query("INSERT INTO schema_migrations (version, name, applied_at_ms) VALUES ($1, $2, $3)", [migration.version, migration.name, nowMs]);
+        await client.query("INSERT INTO schema_migrations (version, name, applied_at_ms) VALUES ($1, $2, $3)", [
+          migration.version,
+          migration.name,
+          nowMs,
+        ]);
         await client.query("COMMIT");
       } catch (err) {
         await client.query("ROLLBACK").catch(() => undefined);
@@ -88,16 +100,12 @@ export async function applyPostgresMigrations(client: pg.ClientBase, migrations:
       applied.push({ version: migration.version, name: migration.name });
     }
     const current = (await client.query<MigrationRecord>("SELECT version, name FROM schema_migrations ORDER BY version")).rows;
-    return { applied, current: current.map((r) => ({ version: r.version, name: r.name })) };
+    result = { applied, current: current.map((r) => ({ version: r.version, name: r.name })) };
   } catch (err) {
-    failed = true;
+    // When the unlock fails too, the connection is gone (and with it the lock); the caller ends the client. Keep the first error.
+    await unlock().catch(() => undefined);
     throw err;
-  } finally {
-    try {
-      await client.query("SELECT pg_advisory_unlock($1)", [MIGRATION_LOCK_KEY.toString()]);
-    } catch (unlockErr) {
-      // The connection is gone (and with it the lock); the caller ends the client. Keep the first error.
-      if (!failed) throw unlockErr;
-    }
   }
+  await unlock();
+  return result;
 }

@@ -1,10 +1,11 @@
 import pg from "pg";
+import "./postgres-errors.ts";
 import { composeStore } from "../compose-store.ts";
 import type { Store } from "../store.ts";
-import { clientConfig, connectionSettings, createPool, type ConnectionSettings } from "./postgres-connection.ts";
 import { PostgresAccounts } from "./postgres-accounts.ts";
 import { PostgresBooks } from "./postgres-books.ts";
-import { applyPostgresMigrations, readPostgresMigrations, type MigrationResult } from "./postgres-migrations.ts";
+import { type ConnectionSettings, clientConfig, connectionSettings, openPool } from "./postgres-connection.ts";
+import { applyPostgresMigrations, type MigrationResult, readPostgresMigrations } from "./postgres-migrations.ts";
 
 export interface PostgresStore extends Store {
   readonly dialect: "postgres";
@@ -35,7 +36,6 @@ export interface PostgresStoreOptions {
 /** The wait for another instance's migrations (the advisory lock) gives up after this long. */
 export const MIGRATION_LOCK_TIMEOUT_MS = 60_000;
 
-
 /**
  * Opens a PostgreSQL database (`postgres://` or `postgresql://` URL, see connectionSettings for the adapter's
  * URL parameters), applies pending migrations under the migration advisory lock on one dedicated connection,
@@ -56,7 +56,7 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
   } finally {
     await client.end().catch(() => undefined);
   }
-  const pool = createPool(settings, options.onIdleError);
+  const pool = openPool(settings, options.onIdleError);
   return composeStore(new PostgresHandle(pool, migrations, settings), new PostgresAccounts(pool), new PostgresBooks(pool));
 }
 
@@ -71,7 +71,11 @@ class PostgresHandle {
     readonly migrations: MigrationResult,
     settings: ConnectionSettings,
   ) {
-    this.settings = { poolSize: settings.poolSize, statementTimeoutMs: settings.statementTimeoutMs, applicationName: settings.applicationName };
+    this.settings = {
+      poolSize: settings.poolSize,
+      statementTimeoutMs: settings.statementTimeoutMs,
+      applicationName: settings.applicationName,
+    };
   }
 
   connectionStats(): { total: number; idle: number; waiting: number } {

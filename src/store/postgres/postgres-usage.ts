@@ -1,7 +1,7 @@
 import type { UsageQuery } from "../store.ts";
+import { StoreInputError } from "../store-errors.ts";
 import { decodeUsageCursor } from "../usage-cursor.ts";
 import { USAGE_COLUMNS } from "../usage-rows.ts";
-import { StoreInputError } from "../store-errors.ts";
 import { hasNul } from "./postgres-connection.ts";
 
 /** The usage page query of PostgreSQL. */
@@ -22,7 +22,8 @@ function timeBound(ms: number): number {
 export function postgresUsageListQuery(orgId: string, query: UsageQuery): { sql: string; params: unknown[] } {
   const cursor = query.cursor === undefined ? undefined : decodeUsageCursor(query.cursor);
   // No stored request id holds U+0000, so no page of ours can end at one: not a cursor we gave out.
-  if (cursor !== undefined && hasNul(cursor.requestId)) throw new StoreInputError("cursor is not a cursor returned by a previous page", "cursor");
+  if (cursor !== undefined && hasNul(cursor.requestId))
+    throw new StoreInputError("cursor is not a cursor returned by a previous page", "cursor");
   const params: unknown[] = [orgId];
   const p = (value: unknown) => {
     params.push(value);

@@ -1,5 +1,5 @@
-import Database from "better-sqlite3";
 import { setTimeout as sleep } from "node:timers/promises";
+import Database from "better-sqlite3";
 
 /** SQLITE_BUSY or SQLITE_LOCKED (any extended code): another connection holds a lock this statement needs. */
 export function isSqliteBusy(err: unknown): boolean {

@@ -47,7 +47,8 @@ export function startCheckpointer(
   const driver = createRequire(import.meta.url).resolve("better-sqlite3");
   const worker = new Worker(WORKER, {
     eval: true,
-    execArgv: [], workerData: { path, intervalMs: options.intervalMs, driver, busyMs: BUSY_MS, restartPages: options.restartPages ?? WAL_RESTART_PAGES },
+    execArgv: [],
+    workerData: { path, intervalMs: options.intervalMs, driver, busyMs: BUSY_MS, restartPages: options.restartPages ?? WAL_RESTART_PAGES },
   });
   worker.unref();
   worker.on("message", (m: { error?: string }) => {

@@ -1,6 +1,5 @@
 import type Database from "better-sqlite3";
 import type { Statement } from "better-sqlite3";
-import type { AuditActor, AuditPage, AuditQuery, OrganizationPage } from "../administration.ts";
 import {
   AUDIT_COLUMNS,
   AUDIT_INSERT,
@@ -19,10 +18,11 @@ import {
   pageOf,
   toAuditEntry,
 } from "../admin-rows.ts";
+import type { AuditActor, AuditPage, AuditQuery, OrganizationPage } from "../administration.ts";
 import type { AccountsPart } from "../compose-store.ts";
+import { perTurnLookup } from "../per-turn-lookup.ts";
 import { type ApiKeyRecord, type Organization, StoreConflictError } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
-import { perTurnLookup } from "../per-turn-lookup.ts";
 import { isConstraint, UNIQUE_CODES } from "./sqlite-errors.ts";
 
 interface OrgRow {
@@ -94,11 +94,15 @@ export class SqliteAccounts implements AccountsPart {
     this.#orgByName = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations WHERE name = ?`);
     this.#listOrgs = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations ORDER BY created_at_ms, id`);
     this.#orgsFirst = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations ORDER BY created_at_ms, id LIMIT ?`);
-    this.#orgsAfter = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations WHERE (created_at_ms, id) > (?, ?) ORDER BY created_at_ms, id LIMIT ?`);
+    this.#orgsAfter = db.prepare(
+      `SELECT ${ORG_COLUMNS} FROM organizations WHERE (created_at_ms, id) > (?, ?) ORDER BY created_at_ms, id LIMIT ?`,
+    );
     this.#countOrgs = db.prepare("SELECT count(*) AS n FROM organizations");
     // Only a change of state counts (and is audited).
     this.#setPaused = db.prepare("UPDATE organizations SET paused = ? WHERE id = ? AND paused <> ?");
-    this.#insertKey = db.prepare(`INSERT INTO api_keys (id, org_id, name, hash, created_at_ms, revoked_at_ms) VALUES (?, ?, ?, ?, ?, NULL)`);
+    this.#insertKey = db.prepare(
+      `INSERT INTO api_keys (id, org_id, name, hash, created_at_ms, revoked_at_ms) VALUES (?, ?, ?, ?, ?, NULL)`,
+    );
     this.#keyWithOrg = db.prepare(
       "SELECT k.id, k.org_id, k.name, k.hash, k.created_at_ms, k.revoked_at_ms, " +
         "o.name AS org_name, o.paused AS org_paused, o.created_at_ms AS org_created_at_ms " +
@@ -107,7 +111,8 @@ export class SqliteAccounts implements AccountsPart {
     this.#listKeys = db.prepare(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE org_id = ? ORDER BY created_at_ms, id`);
     this.#revokeKey = db.prepare("UPDATE api_keys SET revoked_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL RETURNING org_id, name");
     this.#insertAudit = db.prepare(`${AUDIT_INSERT} VALUES (${Array(AUDIT_PARAM_COUNT).fill("?").join(", ")})`);
-    const audit = <P extends unknown[]>(where: string) => db.prepare<P, AuditRow>(`SELECT ${AUDIT_COLUMNS} FROM admin_audit ${where} ORDER BY id DESC LIMIT ?`);
+    const audit = <P extends unknown[]>(where: string) =>
+      db.prepare<P, AuditRow>(`SELECT ${AUDIT_COLUMNS} FROM admin_audit ${where} ORDER BY id DESC LIMIT ?`);
     this.#auditAll = audit("");
     this.#auditAllAfter = audit("WHERE id < ?");
     this.#auditOrg = audit("WHERE org_id = ?");
@@ -135,7 +140,8 @@ export class SqliteAccounts implements AccountsPart {
       if (isConstraint(err, "SQLITE_CONSTRAINT_UNIQUE") && err.message.includes("organizations.name")) {
         throw new StoreConflictError(`An organization named ${JSON.stringify(input.name)} already exists`);
       }
-      if (isConstraint(err, ...UNIQUE_CODES)) throw new StoreConflictError(`An organization with id ${JSON.stringify(input.id)} already exists`);
+      if (isConstraint(err, ...UNIQUE_CODES))
+        throw new StoreConflictError(`An organization with id ${JSON.stringify(input.id)} already exists`);
       throw err;
     }
     return { id: input.id, name: input.name, paused: false, createdAtMs: input.nowMs };
@@ -165,7 +171,14 @@ export class SqliteAccounts implements AccountsPart {
     });
   }
 
-  async createApiKey(input: { id: string; orgId: string; name: string | null; hash: string; nowMs: number; audit?: AuditActor }): Promise<ApiKeyRecord> {
+  async createApiKey(input: {
+    id: string;
+    orgId: string;
+    name: string | null;
+    hash: string;
+    nowMs: number;
+    audit?: AuditActor;
+  }): Promise<ApiKeyRecord> {
     const { audit } = input;
     checkAudit(audit);
     try {
@@ -235,8 +248,12 @@ export class SqliteAccounts implements AccountsPart {
     const { orgId } = query;
     const rows =
       orgId === undefined
-        ? before === undefined ? this.#auditAll.all(n) : this.#auditAllAfter.all(before, n)
-        : before === undefined ? this.#auditOrg.all(orgId, n) : this.#auditOrgAfter.all(orgId, before, n);
+        ? before === undefined
+          ? this.#auditAll.all(n)
+          : this.#auditAllAfter.all(before, n)
+        : before === undefined
+          ? this.#auditOrg.all(orgId, n)
+          : this.#auditOrgAfter.all(orgId, before, n);
     const page = pageOf(rows, query.limit, toAuditEntry, (last) => encodeAuditCursor(last.id));
     return { entries: page.items, nextCursor: page.nextCursor };
   }

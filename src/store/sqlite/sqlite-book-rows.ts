@@ -1,9 +1,5 @@
 import type Database from "better-sqlite3";
 import type { Statement } from "better-sqlite3";
-import { RESERVATION_COLUMNS } from "../credit-rows.ts";
-import { type Balance, StoreConflictError } from "../store.ts";
-import { isConstraint, UNIQUE_CODES } from "./sqlite-errors.ts";
-import { USAGE_COLUMNS } from "../usage-rows.ts";
 import {
   counterKey,
   emptySnapshot,
@@ -18,11 +14,10 @@ import {
   type UsageStateRow,
   type WriteSet,
 } from "../bookkeeping/rows.ts";
-
-
-
-
-
+import { RESERVATION_COLUMNS } from "../credit-rows.ts";
+import { type Balance, StoreConflictError } from "../store.ts";
+import { USAGE_COLUMNS } from "../usage-rows.ts";
+import { isConstraint, UNIQUE_CODES } from "./sqlite-errors.ts";
 
 /**
  * The rows of the bookkeeping programs in SQLite: reads by primary key and writes row by row with prepared
@@ -177,7 +172,17 @@ export class SqliteBookRows {
       if (changed !== 1) throw new Error(`The usage record ${JSON.stringify(f.requestId)} was not in flight`);
     }
     for (const r of w.reservationInserts) {
-      this.#insertReservation.run(r.id, r.org_id, r.request_id, r.amount_microusd, r.status, r.cost_microusd, r.created_at_ms, r.expires_at_ms, r.resolved_at_ms);
+      this.#insertReservation.run(
+        r.id,
+        r.org_id,
+        r.request_id,
+        r.amount_microusd,
+        r.status,
+        r.cost_microusd,
+        r.created_at_ms,
+        r.expires_at_ms,
+        r.resolved_at_ms,
+      );
     }
     for (const r of w.reservationResolutions) {
       if (this.#resolveReservation.run(r.status, r.costMicrousd, r.resolvedAtMs, r.id).changes !== 1) {
@@ -192,7 +197,17 @@ export class SqliteBookRows {
       }
     }
     for (const e of w.ledger) {
-      this.#insertLedger.run(e.orgId, e.kind, e.reservationId, e.availableDelta, e.reservedDelta, e.spentDelta, e.grantedDelta, e.createdAtMs, e.note);
+      this.#insertLedger.run(
+        e.orgId,
+        e.kind,
+        e.reservationId,
+        e.availableDelta,
+        e.reservedDelta,
+        e.spentDelta,
+        e.grantedDelta,
+        e.createdAtMs,
+        e.note,
+      );
     }
     for (const c of w.counters) this.#putCounter.run(c.scope, c.day, c.count);
     for (const i of w.idempotencyPuts) {

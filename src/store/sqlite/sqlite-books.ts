@@ -1,6 +1,5 @@
 import type Database from "better-sqlite3";
 import type { Statement } from "better-sqlite3";
-import type { AuditActor, GrantOnceResult, UsageTotals } from "../administration.ts";
 import {
   type AdminIdempotencyRow,
   AUDIT_INSERT,
@@ -13,19 +12,38 @@ import {
   DAY_MS,
   type GrantOnceInput,
   idempotencyParams,
+  type SumsRow,
   storedAnswer,
   sumColumns,
-  type SumsRow,
   toSums,
   type UsageTotalsQuery,
 } from "../admin-rows.ts";
+import type { AuditActor, GrantOnceResult, UsageTotals } from "../administration.ts";
 import { bookkeepingWrites, checkGrant, checkUsageQuery, type GrantInput, grantOf } from "../bookkeeping/books.ts";
 import { type BookProgram, runSync } from "../bookkeeping/rows.ts";
 import type { BooksPart } from "../compose-store.ts";
-import { LEDGER_COLUMNS, type LedgerRow, RESERVATION_COLUMNS, type ReservationRow, toLedgerEntry, toReservation, ZERO_BALANCE } from "../credit-rows.ts";
+import {
+  LEDGER_COLUMNS,
+  type LedgerRow,
+  RESERVATION_COLUMNS,
+  type ReservationRow,
+  toLedgerEntry,
+  toReservation,
+  ZERO_BALANCE,
+} from "../credit-rows.ts";
 import { checkCount, checkDay, checkEpochMs, checkPreviewOrg, GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
-import type { Balance, BookkeepingStore, LedgerEntry, PurgeResult, Reservation, SweepResult, UsagePage, UsageQuery, UsageRecord } from "../store.ts";
-import { encodeUsageCursor, decodeUsageCursor } from "../usage-cursor.ts";
+import type {
+  Balance,
+  BookkeepingStore,
+  LedgerEntry,
+  PurgeResult,
+  Reservation,
+  SweepResult,
+  UsagePage,
+  UsageQuery,
+  UsageRecord,
+} from "../store.ts";
+import { decodeUsageCursor, encodeUsageCursor } from "../usage-cursor.ts";
 import { toUsage, USAGE_COLUMNS, type UsageRow } from "../usage-rows.ts";
 import { SqliteBookRows } from "./sqlite-book-rows.ts";
 
@@ -57,7 +75,7 @@ export function usageListQuery(orgId: string, query: UsageQuery): { sql: string;
   // With an outcome, its index (migration 004) is never worse than the time index: the same order, and only that
   // outcome's rows. Named, because without statistics SQLite takes the time index when both from and to are set.
   const table = query.outcome !== undefined ? "usage_records INDEXED BY usage_records_by_org_outcome_time" : "usage_records";
-  const sql = `SELECT ${USAGE_COLUMNS} FROM ${table} WHERE ${clauses.join(" AND ")} ` + "ORDER BY created_at_ms DESC, request_id DESC LIMIT ?";
+  const sql = `SELECT ${USAGE_COLUMNS} FROM ${table} WHERE ${clauses.join(" AND ")} ORDER BY created_at_ms DESC, request_id DESC LIMIT ?`;
   return { sql, params };
 }
 
@@ -107,7 +125,9 @@ export class SqliteBooks implements BooksPart {
     this.#purgeIdempotency = db.prepare(
       "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE expires_at_ms <= ? LIMIT ?)",
     );
-    this.#purgeCounters = db.prepare("DELETE FROM preview_counters WHERE rowid IN (SELECT rowid FROM preview_counters WHERE day < ? LIMIT ?)");
+    this.#purgeCounters = db.prepare(
+      "DELETE FROM preview_counters WHERE rowid IN (SELECT rowid FROM preview_counters WHERE day < ? LIMIT ?)",
+    );
     this.#purgeAdminIdempotency = db.prepare(
       "DELETE FROM admin_idempotency WHERE key IN (SELECT key FROM admin_idempotency WHERE expires_at_ms <= ? LIMIT ?)",
     );
@@ -159,7 +179,11 @@ export class SqliteBooks implements BooksPart {
 
   /** Drives a program; the caller holds the transaction. */
   #run<T>(program: BookProgram<T>): T {
-    return runSync(program, (q) => this.#rows.read(q), (w) => this.#rows.write(w));
+    return runSync(
+      program,
+      (q) => this.#rows.read(q),
+      (w) => this.#rows.write(w),
+    );
   }
 
   /** The grant program and its audit entry; the caller holds the transaction. */

@@ -1,4 +1,5 @@
 import Database from "better-sqlite3";
+import { registerDriverErrors, type StoreFailureKind } from "../store-errors.ts";
 
 export type SqliteError = InstanceType<typeof Database.SqliteError>;
 
@@ -8,3 +9,15 @@ export function isConstraint(err: unknown, ...codes: string[]): err is SqliteErr
 }
 
 export const UNIQUE_CODES = ["SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE"];
+
+const RETRYABLE = /^SQLITE_(BUSY|LOCKED)/;
+const UNAVAILABLE = /^SQLITE_(IOERR|FULL|CANTOPEN|READONLY|PROTOCOL)/;
+
+/** SQLite's storage failures as the port's kinds: busy or locked can run again; I/O, full disk, read-only are outages. */
+export function sqliteFailureKind(err: unknown): StoreFailureKind | null {
+  const code = (err as { code?: unknown }).code;
+  if (typeof code !== "string") return null;
+  return RETRYABLE.test(code) ? "retryable" : UNAVAILABLE.test(code) ? "unavailable" : null;
+}
+
+registerDriverErrors(sqliteFailureKind);

@@ -1,12 +1,14 @@
 import { chmodSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import Database from "better-sqlite3";
+import "./sqlite-errors.ts";
 import { createPrivateFile, makePrivateDir, octal, PRIVATE_FILE_MODE, readableByOthers } from "../../private-files.ts";
 import { composeStore } from "../compose-store.ts";
+import { readMigrations } from "../migration-files.ts";
 import type { Store } from "../store.ts";
 import { whileBusy } from "./busy.ts";
 import { type Checkpointer, startCheckpointer } from "./checkpointer.ts";
-import { applyMigrations, readMigrations, SQLITE_MIGRATIONS_DIR } from "./migrations.ts";
+import { applyMigrations, SQLITE_MIGRATIONS_DIR } from "./migrations.ts";
 import { SqliteAccounts } from "./sqlite-accounts.ts";
 import { SqliteBooks } from "./sqlite-books.ts";
 
@@ -41,7 +43,11 @@ export interface SqliteStoreOptions {
 }
 
 /** The options of a serving gateway: the event loop never waits on a lock, a commit or a checkpoint. */
-export const SERVING_SQLITE: Readonly<SqliteStoreOptions> = Object.freeze({ lockWaitMs: 5000, busyTimeoutMs: 0, checkpointIntervalMs: 1000 });
+export const SERVING_SQLITE: Readonly<SqliteStoreOptions> = Object.freeze({
+  lockWaitMs: 5000,
+  busyTimeoutMs: 0,
+  checkpointIntervalMs: 1000,
+});
 
 /**
  * Opens (creating the file and its folder when missing) a SQLite database and applies pending migrations.

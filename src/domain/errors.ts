@@ -1,18 +1,23 @@
-import type { GatewayErrorCode } from "../gateway/errors.ts";
-
-/** Every error the API returns: code → HTTP status and the standard `detail` text. */
-export const ERROR_CATALOGUE: Record<GatewayErrorCode | HttpErrorCode, { status: number; detail: string }> = {
+/**
+ * Every way the service refuses or fails a request, with its HTTP status and standard `detail`: the one place that
+ * decides a status (the HTTP answer, the usage record's http_status and the routes' documented responses).
+ */
+export const ERROR_CATALOGUE = {
   missing_api_key: { status: 401, detail: "Missing API key: send the header Authorization: Bearer <API_KEY>." },
   invalid_api_key: { status: 401, detail: "Invalid API key." },
   revoked_api_key: { status: 401, detail: "This API key has been revoked." },
-  missing_admin_token: { status: 401, detail: "Missing admin token: send the header Authorization: Bearer <admin token> (TDS_ADMIN_TOKEN)." },
+  missing_admin_token: {
+    status: 401,
+    detail: "Missing admin token: send the header Authorization: Bearer <admin token> (TDS_ADMIN_TOKEN).",
+  },
   invalid_admin_token: { status: 401, detail: "Invalid admin token." },
   name_taken: { status: 409, detail: "The name is already in use." },
   org_paused: { status: 403, detail: "Requests of this organization are paused pending billing review." },
   insufficient_credits: { status: 402, detail: "Available credits cannot cover the token reservation for this request." },
   reservation_expired: {
     status: 409,
-    detail: "The request's credit reservation expired before it could be settled; nothing was charged. Check Usage by request_id before retrying.",
+    detail:
+      "The request's credit reservation expired before it could be settled; nothing was charged. Check Usage by request_id before retrying.",
   },
   idempotency_in_progress: {
     status: 409,
@@ -20,7 +25,8 @@ export const ERROR_CATALOGUE: Record<GatewayErrorCode | HttpErrorCode, { status:
   },
   idempotency_response_not_kept: {
     status: 409,
-    detail: "A request with this Idempotency-Key already succeeded, but its response was too large to keep for replays; find it in Usage by request_id.",
+    detail:
+      "A request with this Idempotency-Key already succeeded, but its response was too large to keep for replays; find it in Usage by request_id.",
   },
   idempotency_key_reused: { status: 422, detail: "This Idempotency-Key was already used with a different request body." },
   body_too_large: { status: 413, detail: "Request body exceeds max_request_bytes." },
@@ -44,22 +50,40 @@ export const ERROR_CATALOGUE: Record<GatewayErrorCode | HttpErrorCode, { status:
   route_not_found: { status: 404, detail: "No such endpoint." },
   method_not_allowed: { status: 405, detail: "Method not allowed." },
   internal: { status: 500, detail: "Internal error." },
-};
+} as const satisfies Record<string, { status: number; detail: string }>;
 
-export type HttpErrorCode =
-  | "missing_api_key"
-  | "invalid_api_key"
-  | "revoked_api_key"
-  | "missing_admin_token"
-  | "invalid_admin_token"
-  | "name_taken"
-  | "body_too_large"
-  | "invalid_json"
-  | "invalid_utf8"
-  | "unsupported_media_type"
-  | "invalid_query"
-  | "route_not_found"
-  | "method_not_allowed"
-  | "internal";
-
+/** The one code union: the catalogue's keys. */
 export type ErrorCode = keyof typeof ERROR_CATALOGUE;
+
+export function statusOf(code: ErrorCode): number {
+  return ERROR_CATALOGUE[code].status;
+}
+
+/** One problem with one field of a request (the contract's FieldError has this shape). */
+export interface FieldProblem {
+  field: string;
+  message: string;
+}
+
+export interface ServiceErrorExtra {
+  /** Field-level problems of the request (bounded when sent). */
+  errors?: FieldProblem[];
+  retryAfterMs?: number;
+  /** The Error's message when it differs from the detail sent (a CLI prints it); default: the detail, else the code. */
+  message?: string;
+}
+
+/** The one error the service throws for a refusal or failure it can name; the HTTP layer answers it from the catalogue. */
+export class ServiceError extends Error {
+  readonly status: number;
+  constructor(
+    readonly code: ErrorCode,
+    /** Overrides the catalogue's text when the situation has more to say. */
+    readonly detail?: string,
+    readonly extra: ServiceErrorExtra = {},
+  ) {
+    super(extra.message ?? detail ?? code);
+    this.name = "ServiceError";
+    this.status = statusOf(code);
+  }
+}

@@ -1,6 +1,6 @@
 import type { UsageRecordJson } from "../contract/usage.ts";
-import { formatUsd } from "../gateway/money.ts";
-import type { UsageRecord } from "./store.ts";
+import { formatUsd } from "../domain/money.ts";
+import type { UsageRecord } from "../store/store.ts";
 
 export type { UsageRecordJson };
 

@@ -24,7 +24,8 @@ export function sqlitePathOf(databaseUrl: string): string | null {
     path = url;
   }
   if (path === null) return null;
-  if (path === "") throw new Error(`The database URL ${JSON.stringify(databaseUrl)} has no path; accepted forms: ${ACCEPTED_DATABASE_URLS}`);
+  if (path === "")
+    throw new Error(`The database URL ${JSON.stringify(databaseUrl)} has no path; accepted forms: ${ACCEPTED_DATABASE_URLS}`);
   return path;
 }
 

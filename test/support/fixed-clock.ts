@@ -1,9 +1,4 @@
-export interface Clock {
-  /** Wall-clock time in epoch milliseconds (quota days, reservation expiry, record times). */
-  nowMs(): number;
-}
-
-export const systemClock: Clock = { nowMs: () => Date.now() };
+import type { Clock } from "../../src/domain/clock.ts";
 
 /** A clock for tests: starts at the given time and moves only when told. */
 export class FixedClock implements Clock {

@@ -1,11 +1,12 @@
 import type { Config } from "../config.ts";
 import { engineKey } from "../config-models.ts";
 import type { ModelContext, ModelEntry } from "../contract/models.ts";
-import { GatewayError } from "../gateway/errors.ts";
-import { parseUsd, type Price } from "../gateway/money.ts";
-import { type ModelService, ModelServiceError } from "./model-service.ts";
-import { createModelRouter } from "./routing/router.ts";
-import type { DeploymentInput, ModelRouter, RouterHealth, RouterObserver, RouterOptions } from "./routing/types.ts";
+import { ServiceError } from "../domain/errors.ts";
+import { type Price, parseUsd } from "../domain/money.ts";
+import type { ModelService } from "../models/model-service.ts";
+import { createModelRouter } from "../models/routing/router.ts";
+import type { DeploymentInput, ModelRouter, RouterHealth, RouterObserver, RouterOptions } from "../models/routing/types.ts";
+import { modelServiceFailure } from "./model-failure.ts";
 
 /** The SDK's default model name; it means "the default model" unless configured otherwise. */
 export const SDK_DEFAULT_ALIAS = "jev-latest";
@@ -73,7 +74,15 @@ export class ModelRegistry {
       const deployments: DeploymentInput[] = [];
       m.deployments.forEach((d, i) => {
         const service = d.service === null ? engines.get(engineKey(m.name, i)) : services.get(d.service);
-        if (service) deployments.push({ name: d.name, service, upstreamName: d.upstreamName, weight: d.weight, maxConcurrency: d.maxConcurrency, fallback: d.fallback });
+        if (service)
+          deployments.push({
+            name: d.name,
+            service,
+            upstreamName: d.upstreamName,
+            weight: d.weight,
+            maxConcurrency: d.maxConcurrency,
+            fallback: d.fallback,
+          });
       });
       if (deployments.length === 0) continue;
       this.configured.push({
@@ -99,7 +108,10 @@ export class ModelRegistry {
 
   async close(): Promise<void> {
     this.started = false;
-    await Promise.all([...this.configured.map((m) => m.router.close()), ...[...this.discoveredRouters.values()].map((d) => d.router.close())]);
+    await Promise.all([
+      ...this.configured.map((m) => m.router.close()),
+      ...[...this.discoveredRouters.values()].map((d) => d.router.close()),
+    ]);
   }
 
   /** Each offered model's router health (for readiness, metrics and the console). */
@@ -141,7 +153,7 @@ export class ModelRegistry {
     }
   }
 
-  /** Resolves a requested name (null/undefined = default) to a model, or throws GatewayError. */
+  /** Resolves a requested name (null/undefined = default) to a model, or throws ServiceError. */
   async resolve(requested: string | null | undefined): Promise<ResolvedModel> {
     const offered = await this.offered();
     const byName = new Map(offered.map((m) => [m.name, m]));
@@ -160,9 +172,9 @@ export class ModelRegistry {
     const model = name === null ? undefined : byName.get(name);
     if (!model) {
       if (requested == null) {
-        throw new GatewayError("model_not_configured", `The default model "${defaultName}" is not offered by the model service.`);
+        throw new ServiceError("model_not_configured", `The default model "${defaultName}" is not offered by the model service.`);
       }
-      throw new GatewayError("unknown_model", `Unknown model ${JSON.stringify(requested)}; GET /v1/models lists the names offered.`, {
+      throw new ServiceError("unknown_model", `Unknown model ${JSON.stringify(requested)}; GET /v1/models lists the names offered.`, {
         errors: [{ field: "model", message: `unknown model ${JSON.stringify(requested)}; see GET /v1/models for the names offered` }],
       });
     }
@@ -195,7 +207,7 @@ export class ModelRegistry {
 
   /** Configured models, then, when no configured model is served by a model service, the services' own lists. */
   private async offered(): Promise<Offered[]> {
-    if (!this.isConfigured) throw new GatewayError("model_not_configured");
+    if (!this.isConfigured) throw new ServiceError("model_not_configured");
     const servedByService = this.config.models.some((m) => m.deployments.some((d) => d.service !== null));
     if (this.services.size === 0 || servedByService) return this.configured;
     const discovered = (await this.discover()).filter((d) => !this.configured.some((c) => c.name === d.name));
@@ -206,7 +218,11 @@ export class ModelRegistry {
     const now = this.nowMs();
     if (this.discovered && now - this.discovered.at < SERVICE_LIST_TTL_MS) return this.discovered.models;
     const lists = await Promise.allSettled(
-      [...this.services].map(async ([name, service]) => ({ name, service, models: await service.listModels({ timeoutMs: this.config.modelTimeoutMs }) })),
+      [...this.services].map(async ([name, service]) => ({
+        name,
+        service,
+        models: await service.listModels({ timeoutMs: this.config.modelTimeoutMs }),
+      })),
     );
     const answered = lists.flatMap((l) => (l.status === "fulfilled" ? [l.value] : []));
     if (answered.length === 0) throw modelServiceFailure((lists[0] as PromiseRejectedResult).reason);
@@ -234,24 +250,5 @@ export class ModelRegistry {
     if (this.started) router.start();
     this.discoveredRouters.set(model, { key, router });
     return router;
-  }
-}
-
-/** Maps a model service failure to the gateway's error; context rejections are the client's, the rest are 502. */
-export function modelServiceFailure(err: unknown): GatewayError {
-  if (!(err instanceof ModelServiceError)) {
-    return new GatewayError("model_invalid_response", "The model service failed unexpectedly.");
-  }
-  switch (err.kind) {
-    case "timeout":
-      return new GatewayError("model_timeout", `The model service did not answer in time: ${err.message}`);
-    case "not_ready":
-      return new GatewayError("model_not_ready", err.message);
-    case "context_rejected":
-      return new GatewayError("context_rejected", `The model rejected the request's context: ${err.message}`);
-    case "invalid_response":
-      return new GatewayError("model_invalid_response", `The model service returned an invalid response: ${err.message}`);
-    default:
-      return new GatewayError("model_unavailable", `The model service is unavailable: ${err.message}`);
   }
 }
