@@ -250,6 +250,14 @@ export function parseModelConfig(
   return { modelServices, models };
 }
 
+/**
+ * The model services whose own lists of models are offered: every service, while no configured model is served by a
+ * model service; none otherwise (then only the configured models are offered).
+ */
+export function listingServices(config: { models: ConfiguredModel[]; modelServices: ServiceConfig[] }): ServiceConfig[] {
+  return config.models.some((m) => m.deployments.some((d) => d.service !== null)) ? [] : config.modelServices;
+}
+
 /** The key of one in-process engine: its model and its place among the model's deployments. */
 export function engineKey(model: string, deploymentIndex: number): string {
   return `${model}#${deploymentIndex}`;

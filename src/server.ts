@@ -1,7 +1,7 @@
 import { buildApp } from "./app.ts";
 import { bootstrapAndDeliver, bootstrapKeyFilePath } from "./bootstrap.ts";
 import { type Config, ConfigError, configFileWarning, loadConfig, servingProblems } from "./config.ts";
-import { engineKey } from "./config-models.ts";
+import { engineKey, listingServices } from "./config-models.ts";
 import { systemClock } from "./domain/clock.ts";
 import { MemoryRateLimiter } from "./limits/memory-rate-limiter.ts";
 import type { RateLimiter } from "./limits/rate-limiter.ts";
@@ -30,7 +30,7 @@ TDS_CONFIG); .env.example lists them all with their defaults.
 
 /** The names of the models the model services list, for the summary; null when none answers in time. */
 async function listedModels(config: Config, services: ReadonlyMap<string, ModelService>): Promise<string[] | null> {
-  const unbound = config.modelServices.filter((s) => !config.models.some((m) => m.deployments.some((d) => d.service === s.name)));
+  const unbound = listingServices(config);
   if (unbound.length === 0) return [];
   const lists = await Promise.allSettled(unbound.map((s) => services.get(s.name)!.listModels({ timeoutMs: LIST_WAIT_MS })));
   const answered = lists.flatMap((l) => (l.status === "fulfilled" ? [l.value.map((m) => m.name)] : []));

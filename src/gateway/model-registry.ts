@@ -1,5 +1,5 @@
 import type { Config } from "../config.ts";
-import { engineKey } from "../config-models.ts";
+import { engineKey, listingServices } from "../config-models.ts";
 import type { ModelContext, ModelEntry } from "../contract/models.ts";
 import { ServiceError } from "../domain/errors.ts";
 import { type Price, parseUsd } from "../domain/money.ts";
@@ -60,7 +60,7 @@ export class ModelRegistry {
   private started = false;
 
   constructor(
-    private readonly config: Pick<Config, "models" | "aliases" | "defaultModel" | "pricing" | "modelTimeoutMs">,
+    private readonly config: Pick<Config, "models" | "modelServices" | "aliases" | "defaultModel" | "pricing" | "modelTimeoutMs">,
     /** The model services by name (HTTP clients; shared by every model they serve). */
     private readonly services: ReadonlyMap<string, ModelService>,
     /** In-process engines by engineKey(model, deployment index). */
@@ -208,8 +208,7 @@ export class ModelRegistry {
   /** Configured models, then, when no configured model is served by a model service, the services' own lists. */
   private async offered(): Promise<Offered[]> {
     if (!this.isConfigured) throw new ServiceError("model_not_configured");
-    const servedByService = this.config.models.some((m) => m.deployments.some((d) => d.service !== null));
-    if (this.services.size === 0 || servedByService) return this.configured;
+    if (this.services.size === 0 || listingServices(this.config).length === 0) return this.configured;
     const discovered = (await this.discover()).filter((d) => !this.configured.some((c) => c.name === d.name));
     return [...this.configured, ...discovered];
   }

@@ -1,4 +1,5 @@
 import type { Config, ConfiguredModel } from "../config.ts";
+import { listingServices } from "../config-models.ts";
 import { describeDatabase } from "../database-url.ts";
 import { SERVICE_VERSION } from "../version.ts";
 
@@ -41,7 +42,7 @@ function modelLines(facts: StartupFacts): string[] {
   const lines = config.models.map(
     (m) => `${mark(m.name)} from ${m.deployments.map((_, i) => deploymentSource(facts, m, i)).join(" and ")}`,
   );
-  const unbound = config.modelServices.filter((s) => !config.models.some((m) => m.deployments.some((d) => d.service === s.name)));
+  const unbound = listingServices(config);
   if (unbound.length > 0) {
     const services = unbound.map((s) => `"${s.name}" ${safeUrl(s.url)}`).join(", ");
     lines.push(

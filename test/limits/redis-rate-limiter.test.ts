@@ -57,9 +57,8 @@ async function redisProblem(url: string): Promise<string | null> {
 
 const problem = SKIP ? null : await redisProblem(REDIS_URL);
 const unreachable = problem
-  ? `Redis at ${REDIS_URL} is not reachable (${problem}). Start it with the command in ../shared/notes/services.md ` +
-    `(redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no ...), ` +
-    `or set TDS_SKIP_REDIS=1 to skip the Redis tests.`
+  ? `Redis at ${REDIS_URL} is not reachable (${problem}). Start it with: bash scripts/ensure-services.sh ` +
+    `(see docs/services.md), or set TDS_SKIP_REDIS=1 to skip the Redis tests.`
   : null;
 const skipShared: string | false = SKIP || (unreachable ? "Redis unreachable: see the failing test" : false);
 
