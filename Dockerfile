@@ -5,13 +5,15 @@
 #   docker build -t typed-decision-service .                          # with the in-process engine
 #   docker build -t typed-decision-service --build-arg WITH_ENGINE=false .   # external model services only
 #   docker run -d -p 8080:8080 -v tds-data:/data \
-#     -e TDS_METRICS_TOKEN="$(openssl rand -hex 32)" \
+#     -v "$PWD/secrets/metrics_token:/run/secrets/metrics_token:ro" \
+#     -e TDS_METRICS_TOKEN_FILE=/run/secrets/metrics_token \
 #     -e TDS_MODEL_SERVICE_URL=http://models.internal:11434 typed-decision-service
 #
-# HOST is 0.0.0.0 here, so the server refuses to start without TDS_METRICS_TOKEN (GET /metrics would
-# otherwise be open to the network).
+# HOST is 0.0.0.0 here, so the server refuses to start without TDS_METRICS_TOKEN or TDS_METRICS_TOKEN_FILE
+# (GET /metrics would otherwise be open to the network). Every secret setting has a *_FILE variant.
 
-ARG NODE_IMAGE=node:20-bookworm-slim
+# Node.js 24 (LTS); the gateway itself supports Node.js 20 and later.
+ARG NODE_IMAGE=node:24-bookworm-slim
 
 # --- build: compile src/ to dist/ (TypeScript and the other dev dependencies live only here) ----------
 FROM ${NODE_IMAGE} AS build
@@ -62,7 +64,8 @@ COPY package.json package-lock.json LICENSE ./
 COPY bin ./bin
 COPY web ./web
 # /data: the SQLite database, the downloaded models and the bootstrap key file; owned by the
-# unprivileged `node` user (uid 1000) of the base image. A new named volume takes this owner and mode.
+# unprivileged `node` user (uid 1000) of the base image. Mount a named volume there (-v tds-data:/data):
+# a new named volume takes this owner and mode.
 RUN mkdir -p /data \
  && chown node:node /data \
  && chmod 0700 /data \
@@ -79,8 +82,8 @@ VOLUME /data
 USER node
 EXPOSE 8080
 STOPSIGNAL SIGTERM
-# /healthz answers 200 while the process is up (readiness, /readyz, also checks the database and models).
-# Node's fetch, as the slim image has no curl.
+# Liveness: /healthz answers 200 while the process is up. Readiness (/readyz: the database and the models
+# too) is for load balancers and orchestrators; compose.yaml uses it. Node's fetch: the slim image has no curl.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.PORT || 8080) + '/healthz', { signal: AbortSignal.timeout(4000) }).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 CMD ["node", "dist/server.js"]

@@ -12,8 +12,9 @@
  * in flight. For a 200, the gateway's own time (gateway_latency_ms) and the model call's (latency_ms, the fake model
  * server parsing and answering 1 MiB in its own process) are shown apart. The baseline row is /healthz with nothing else in flight.
  *
- * Then, in this process, the schema check alone (JSON.parse, the route's Ajv validator with allErrors, the field
- * errors of the response) on pathological shapes at n, 2n and 4n: each step must grow linearly (4n/n ≈ 4).
+ * Then, in this process, the schema check alone (JSON.parse, the route's validator: the body cut to a bounded size,
+ * then Ajv with allErrors; the field errors of the response) on pathological shapes at n, 2n and 4n: each step must
+ * grow linearly (4n/n ≈ 4).
  *
  * --profile DIR writes the gateway process's V8 CPU profile (.cpuprofile) into DIR when it exits.
  * Exit code 1 when a shape answers a status other than expected, or its median time in the gateway (the whole response
@@ -26,7 +27,8 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { Agent, request } from "undici";
 import { DecisionRequest } from "../src/contract/decision.ts";
-import { compileSchema, summarizeFieldErrors } from "../src/contract/validation.ts";
+import { boundDecisionRequest } from "../src/contract/decision-bound.ts";
+import { compileBoundedSchema, summarizeFieldErrors } from "../src/contract/validation.ts";
 import { OPEN_LIMITS, provisionOrg, type Started, startGateway, startProcess } from "./support.ts";
 
 const { values } = parseArgs({
@@ -332,7 +334,7 @@ const SCALING: Array<{ name: string; make: (n: number) => string }> = [
 ];
 
 function scalingTable(): string {
-  const validate = compileSchema(DecisionRequest);
+  const validate = compileBoundedSchema(DecisionRequest, boundDecisionRequest);
   const best = (text: string) => {
     const ms = [Infinity, Infinity, Infinity];
     let problems = 0;

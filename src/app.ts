@@ -1,12 +1,17 @@
+import { maxHeaderSize } from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
 import type { Config } from "./config.ts";
 import { compileSchema } from "./contract/validation.ts";
+import { addressRanges } from "./domain/address-ranges.ts";
 import { type Clock, systemClock } from "./domain/clock.ts";
 import { AdmissionPolicy } from "./gateway/admission.ts";
-import { startBookkeepingJobs } from "./gateway/bookkeeping-jobs.ts";
+import { newInstanceId, SWEEP_INTERVAL_MS, startBookkeepingJobs } from "./gateway/bookkeeping-jobs.ts";
 import { DecisionPipeline } from "./gateway/decision-pipeline.ts";
+import { deploymentHealthLine } from "./gateway/deployment-health-log.ts";
+import { modelFailureLevel } from "./gateway/model-failure-report.ts";
 import { ModelRegistry, type RegistryOptions } from "./gateway/model-registry.ts";
-import { installErrorHandling } from "./http/error-handler.ts";
+import { guardConnections } from "./http/connection-guard.ts";
+import { clientErrorHandler, frameworkErrorHandler, installErrorHandling } from "./http/error-handler.ts";
 import { InFlight } from "./http/in-flight.ts";
 import { installJsonBodyParser } from "./http/json-body-parser.ts";
 import { installOpenApi } from "./http/openapi.ts";
@@ -45,13 +50,13 @@ export interface AppDeps {
   clock?: Clock;
   /** Defaults to the in-memory limiter (one process). */
   rateLimiter?: RateLimiter;
-  /** How often expired reservations are swept; default a quarter of the reservation TTL. */
+  /** How often the sweep runs (the work of stopped processes, then expired reservations); default SWEEP_INTERVAL_MS (5 s). */
   sweepIntervalMs?: number;
   /** How often expired idempotency entries and old preview counters are deleted (default 10 minutes). */
   purgeIntervalMs?: number;
   /** How long a durable step waits for busy storage before the request gets 503 (default 2 s). */
   storageWaitMs?: number;
-  /** Deadlines and the connection cap (defaults REQUEST_TIMEOUT_MS, HEADERS_TIMEOUT_MS, MAX_CONNECTIONS); for tests. */
+  /** Deadlines and the connection cap (defaults REQUEST_TIMEOUT_MS, HEADERS_TIMEOUT_MS, config.connections.maxConnections); for tests. */
   requestTimeoutMs?: number;
   headersTimeoutMs?: number;
   maxConnections?: number;
@@ -69,8 +74,6 @@ export interface AppDeps {
 export const REQUEST_TIMEOUT_MS = 30_000;
 /** The request line and headers must arrive within this. */
 export const HEADERS_TIMEOUT_MS = 10_000;
-/** Open client connections at once, at most. */
-export const MAX_CONNECTIONS = 4096;
 
 declare module "fastify" {
   interface FastifyInstance {
@@ -80,6 +83,8 @@ declare module "fastify" {
     purgeBooks(): Promise<PurgeResult>;
     /** The models offered, their routers and the default model. */
     modelRegistry: ModelRegistry;
+    /** This gateway process's id: recorded on the requests it admits and kept alive by its lease. */
+    instanceId: string;
   }
 }
 
@@ -88,6 +93,7 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   const clock = deps.clock ?? systemClock;
   const requestTimeoutMs = deps.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
   const headersTimeoutMs = deps.headersTimeoutMs ?? HEADERS_TIMEOUT_MS;
+  const trustedProxies = addressRanges(config.trustedProxies);
   const app = Fastify({
     ...(deps.loggerInstance
       ? { loggerInstance: deps.loggerInstance }
@@ -103,25 +109,25 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     // Node checks those deadlines every connectionsCheckingInterval (30 s by default, so a deadline of
     // 30 s could take 60): once a second keeps them within a second.
     http: { headersTimeout: headersTimeoutMs, connectionsCheckingInterval: 1000 },
-    // Malformed HTTP (bad framing, invalid Content-Length) and requests past their deadline: the contract's error body.
-    clientErrorHandler: (err, socket) => {
-      if (!socket.writable) return socket.destroy(err);
-      const timedOut = (err as { code?: string }).code === "ERR_HTTP_REQUEST_TIMEOUT";
-      const body = JSON.stringify({
-        detail: timedOut
-          ? `The request did not arrive in time: its headers must arrive within ${headersTimeoutMs / 1000} s and the whole request within ${requestTimeoutMs / 1000} s.`
-          : "Malformed HTTP request: the request line, headers or body framing could not be parsed.",
-      });
-      const status = timedOut ? "408 Request Timeout" : "400 Bad Request";
-      socket.end(
-        `HTTP/1.1 ${status}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
-      );
-    },
+    keepAliveTimeout: config.connections.keepAliveTimeoutMs,
+    // Behind trusted reverse proxies request.ip is the client X-Forwarded-For names; otherwise the socket's address.
+    trustProxy: trustedProxies.size > 0 ? (address) => trustedProxies.has(address) : false,
+    // Malformed HTTP, oversized headers, deadlines passed and unroutable URLs: the catalogue's error body.
+    clientErrorHandler: clientErrorHandler({ headersTimeoutMs, requestTimeoutMs, maxHeaderSize }),
+    frameworkErrors: frameworkErrorHandler,
     forceCloseConnections: "idle",
   });
 
-  // Beyond this many open connections, new ones are refused (closed at once) instead of exhausting the process.
-  app.server.maxConnections = deps.maxConnections ?? MAX_CONNECTIONS;
+  guardConnections(app.server, {
+    maxConnections: deps.maxConnections ?? config.connections.maxConnections,
+    maxPerAddress: config.connections.maxConnectionsPerAddress,
+    exempt: (address) => trustedProxies.has(address),
+    onPressure: (report) =>
+      app.log.warn(
+        report,
+        "client connections refused or idle ones closed to make room (TDS_MAX_CONNECTIONS, TDS_MAX_CONNECTIONS_PER_ADDRESS)",
+      ),
+  });
   app.setValidatorCompiler(({ schema }) => compileSchema(schema as never));
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   installRequestContext(app);
@@ -147,12 +153,10 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
       const counted = metrics.routerObserver(model);
       return {
         attempt: counted.attempt,
-        healthChanged: (deployment, state) =>
-          state === "healthy"
-            ? app.log.info({ model, deployment }, "deployment healthy again")
-            : state === "cooling_down"
-              ? app.log.warn({ model, deployment }, "deployment failing: no calls until its cooldown ends")
-              : undefined,
+        healthChanged: (deployment, state, change) => {
+          const line = deploymentHealthLine(model, deployment, state, change);
+          if (line) app.log[line.level](line.fields, line.message);
+        },
       };
     },
   });
@@ -171,7 +175,35 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     onCommit: (steps, seconds, ok) => metrics.storeCommitted(steps, seconds, ok),
   });
   const inFlight = new InFlight();
-  const admission = new AdmissionPolicy({ books, clock, config, observer });
+  const instanceId = newInstanceId();
+  // At start, the work left in flight by stopped processes is released (on SQLite, one process serves the file:
+  // everything from before this start), before anything is admitted; then every SWEEP_INTERVAL_MS.
+  const jobs = startBookkeepingJobs(store, clock, {
+    inFlightTtlMs: config.reservationTtlSeconds * 1000,
+    sweepIntervalMs: deps.sweepIntervalMs ?? SWEEP_INTERVAL_MS,
+    purgeIntervalMs: deps.purgeIntervalMs ?? 10 * 60 * 1000,
+    instance: { id: instanceId, startedAtMs: clock.nowMs(), alone: store.dialect === "sqlite" },
+    onError: (err, job, suppressed) =>
+      app.log.warn(
+        { err, ...(suppressed > 0 ? { failures_not_logged: suppressed } : {}) },
+        job === "lease"
+          ? "the lease of this gateway process could not be renewed; it is tried again every few seconds"
+          : `${job} of the books failed; it runs again at its next interval`,
+      ),
+    onReleased: (released) =>
+      app.log.warn(
+        { released, instance: instanceId },
+        "completed requests left in flight by stopped gateway processes: gateway_error, nothing charged, reservations released",
+      ),
+  });
+  const admission = new AdmissionPolicy({
+    books,
+    clock,
+    config,
+    observer,
+    instanceId,
+    releaseAbandoned: () => jobs.releaseOrphansNow(),
+  });
   // Decisions and reads have limits of their own; rejected requests (413, 422) count like accepted ones.
   const decisionLimit = rateLimit({
     limiter,
@@ -198,14 +230,9 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     background: (work) => inFlight.track(work),
     onUnexpected: (err, requestId) =>
       app.log.error({ err, request_id: requestId }, "unexpected error after admission; recorded as gateway_error"),
+    onModelFailure: (report) => app.log[modelFailureLevel(report)](report, "model call failed"),
   });
 
-  const jobs = startBookkeepingJobs(store, clock, {
-    inFlightTtlMs: config.reservationTtlSeconds * 1000,
-    sweepIntervalMs: deps.sweepIntervalMs ?? Math.max(1000, (config.reservationTtlSeconds * 1000) / 4),
-    purgeIntervalMs: deps.purgeIntervalMs ?? 10 * 60 * 1000,
-    onError: (err, job) => app.log.warn({ err }, `${job} of the books failed; it runs again at its next interval`),
-  });
   app.addHook("preClose", async () => {
     const { finished } = await inFlight.drain(deps.shutdownGraceMs ?? 10_000);
     if (!finished) app.log.warn("shutdown deadline passed: abandoned in-flight model calls (their reservations were released)");
@@ -218,6 +245,7 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   app.decorate("sweepBooks", () => jobs.sweepNow());
   app.decorate("purgeBooks", () => jobs.purgeNow());
   app.decorate("modelRegistry", registry);
+  app.decorate("instanceId", instanceId);
 
   metricsRoutes(app, { metrics, token: config.metricsToken });
   healthRoutes(app, { store, registry, engines: deps.engines });
@@ -229,5 +257,6 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   adminRoutes(app, { config, store, clock });
   consoleRoutes(app);
   apiDocsRoutes(app);
+  await jobs.started;
   return app;
 }

@@ -1,7 +1,9 @@
 import { dirname, join, resolve } from "node:path";
+import { osOperator } from "./admin/operator.ts";
 import { generateApiKey, newOrganizationId } from "./domain/api-keys.ts";
 import { type PendingPrivateFile, preparePrivateFile } from "./private-files.ts";
 import { StartupFailure } from "./startup/failures.ts";
+import type { AuditActor } from "./store/administration.ts";
 import type { Store } from "./store/store.ts";
 
 export const DEFAULT_ORGANIZATION_NAME = "default";
@@ -14,14 +16,26 @@ export interface BootstrappedKey {
 }
 
 /**
- * First start with an empty database: create the "default" organization and one key, and return
- * the raw key so the caller can show it once. Returns null when any organization exists.
+ * Who the audit log says made the first start's changes: a local change like the CLI's on the database (source
+ * "cli"), with the client `bootstrap:` and the OS user that started the server.
  */
-export async function bootstrapFirstKey(store: Store, nowMs: number): Promise<BootstrappedKey | null> {
+export function bootstrapActor(operator: string = osOperator()): AuditActor {
+  return { source: "cli", client: `bootstrap:${operator}`, remoteAddress: null };
+}
+
+/**
+ * First start with an empty database: create the "default" organization and one key (both in the audit log), and
+ * return the raw key so the caller can show it once. Returns null when any organization exists.
+ */
+export async function bootstrapFirstKey(
+  store: Store,
+  nowMs: number,
+  actor: AuditActor = bootstrapActor(),
+): Promise<BootstrappedKey | null> {
   if ((await store.countOrganizations()) > 0) return null;
-  const org = await store.createOrganization({ id: newOrganizationId(), name: DEFAULT_ORGANIZATION_NAME, nowMs });
+  const org = await store.createOrganization({ id: newOrganizationId(), name: DEFAULT_ORGANIZATION_NAME, nowMs, audit: actor });
   const key = generateApiKey();
-  await store.createApiKey({ id: key.id, orgId: org.id, name: "bootstrap", hash: key.hash, nowMs });
+  await store.createApiKey({ id: key.id, orgId: org.id, name: "bootstrap", hash: key.hash, nowMs, audit: actor });
   return { orgId: org.id, keyId: key.id, rawKey: key.raw };
 }
 
@@ -39,6 +53,8 @@ export interface KeyDelivery {
   keyFile: string;
   log: { info(obj: object, msg: string): void };
   nowMs: () => number;
+  /** Recorded in the audit log; default bootstrapActor(). */
+  actor?: AuditActor;
 }
 
 /**
@@ -59,9 +75,10 @@ export async function bootstrapAndDeliver(store: Store, delivery: KeyDelivery): 
       );
     }
   }
+  const actor = delivery.actor ?? bootstrapActor();
   let created: BootstrappedKey | null;
   try {
-    created = await bootstrapFirstKey(store, delivery.nowMs());
+    created = await bootstrapFirstKey(store, delivery.nowMs(), actor);
   } catch (err) {
     pending?.discard();
     throw err;
@@ -80,7 +97,7 @@ export async function bootstrapAndDeliver(store: Store, delivery: KeyDelivery): 
   try {
     pending.commit(`${created.rawKey}\n`);
   } catch (err) {
-    await store.revokeApiKey(created.keyId, delivery.nowMs());
+    await store.revokeApiKey(created.keyId, delivery.nowMs(), actor);
     throw new StartupFailure(
       `Cannot write the first API key to ${pending.path} (${(err as Error).message}); the key was revoked. ` +
         `Create one with: npx tds key create --org ${DEFAULT_ORGANIZATION_NAME}`,

@@ -27,12 +27,16 @@ export interface EmbeddedModelSettings {
   gpu?: "auto" | false;
   /** The setting that names `source`, for messages ("TDS_MODEL_PATH", or the config file's entry). */
   sourceSetting?: string;
+  /** Set when nothing was configured and `source` is the built-in default model (sourceSetting is then the one to set instead). */
+  builtInDefault?: true;
 }
 
 export interface ServiceConfig {
   /** Unique; what usage records, metrics and logs call it. */
   name: string;
   url: string;
+  /** Set when the configured URL ended in a path the gateway adds itself (`/v1`, `/v1/systemone`, `/v1/models`), which `url` drops. */
+  correctedFrom?: { setting: string; url: string };
   apiKey?: string;
   /** Default weight of its deployments (1). */
   weight: number;
@@ -82,6 +86,27 @@ function checkUrl(setting: string, url: string, problems: string[]): string {
     problems.push(`${setting} must be an http(s) URL such as http://127.0.0.1:11434 (got ${JSON.stringify(url)})`);
   }
   return url.replace(/\/+$/, "");
+}
+
+/** The API paths the gateway adds to a model service's URL itself: a URL that ends in one is corrected. */
+const API_PATH_SUFFIX = /\/v1(?:\/(?:systemone|models))?\/*$/i;
+
+/**
+ * A model service URL without a trailing API path (`http://h:9090/v1/` → `http://h:9090`), and where it came from
+ * when one was dropped; a path before it (a reverse proxy's prefix, `http://h/ollama/v1` → `http://h/ollama`) is kept.
+ */
+function serviceUrl(setting: string, given: string, problems: string[]): Pick<ServiceConfig, "url" | "correctedFrom"> {
+  const url = checkUrl(setting, given, problems);
+  let path: string;
+  try {
+    path = new URL(url).pathname;
+  } catch {
+    return { url };
+  }
+  if (!API_PATH_SUFFIX.test(path)) return { url };
+  const u = new URL(url);
+  u.pathname = path.replace(API_PATH_SUFFIX, "");
+  return { url: u.toString().replace(/\/+$/, ""), correctedFrom: { setting, url: given } };
 }
 
 /** host:port of a URL (the default port spelled out), the name of an unnamed replica. */
@@ -150,12 +175,12 @@ export function parseModelConfig(
     .map((u) => u.trim())
     .filter(Boolean)
     .map((u) => {
-      const url = checkUrl(setting, u, problems);
-      return { name: hostPort(url), url, ...(key ? { apiKey: key } : {}), weight: 1, maxConcurrency: null };
+      const checked = serviceUrl(setting, u, problems);
+      return { name: hostPort(checked.url), ...checked, ...(key ? { apiKey: key } : {}), weight: 1, maxConcurrency: null };
     });
   const named: ServiceConfig[] = (file.model_services ?? []).map((s) => ({
     name: s.name,
-    url: checkUrl(`model_services "${s.name}" url`, s.url, problems),
+    ...serviceUrl(`model_services "${s.name}" url`, s.url, problems),
     ...(s.api_key ? { apiKey: s.api_key } : {}),
     weight: s.weight ?? 1,
     maxConcurrency: s.max_concurrency ?? null,
@@ -243,7 +268,9 @@ export function parseModelConfig(
     const name = embeddedName ?? DEFAULT_EMBEDDED_MODEL.name;
     models.push({
       name,
-      deployments: [engineDeployment(name, { source: DEFAULT_EMBEDDED_MODEL.source, sourceSetting: "TDS_MODEL_PATH", ...gpu })],
+      deployments: [
+        engineDeployment(name, { source: DEFAULT_EMBEDDED_MODEL.source, sourceSetting: "TDS_MODEL_PATH", builtInDefault: true, ...gpu }),
+      ],
       aliases: [],
     });
   }

@@ -2,15 +2,20 @@ import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
 import { ROUTER_DEFAULTS } from "./config-defaults.ts";
 import { type ConfiguredModel, parseModelConfig, type ServiceConfig } from "./config-models.ts";
+import { withSecretFiles } from "./config-secret-files.ts";
 import { ConfigFile } from "./contract/config.ts";
 import type { ServiceMode } from "./contract/decision.ts";
 import { compileSchema, toFieldErrors } from "./contract/validation.ts";
 import { databaseUrlProblem } from "./database-url.ts";
+import { addressRangeProblem } from "./domain/address-ranges.ts";
 import { keyIdOf } from "./domain/api-keys.ts";
 import { formatUsd, parseUsd } from "./domain/money.ts";
+import { MIN_SECRET_LENGTH, weakSecretProblem } from "./domain/secret-strength.ts";
 import { octal, readableByOthers } from "./private-files.ts";
 
 export const DEFAULT_DATABASE_URL = "sqlite:./data/tds.sqlite";
+export const DEFAULT_SQLITE_WAL_LIMIT_MB = 64;
+export const DEFAULT_MIN_FREE_DISK_MB = 64;
 
 export type { ConfiguredModel, DeploymentConfig, EmbeddedModelSettings, ServiceConfig } from "./config-models.ts";
 
@@ -36,10 +41,24 @@ export interface Limits {
   reserveTokens: number;
 }
 
+/** Client connections: how long an idle one is kept and how many may be open at once. */
+export interface ConnectionLimits {
+  /** An idle keep-alive connection (between requests) is closed after this. */
+  keepAliveTimeoutMs: number;
+  /** Open client connections at once; idle ones are closed first when nearly that many are open. */
+  maxConnections: number;
+  /** Open connections from one client address at once (trusted proxies excepted). */
+  maxConnectionsPerAddress: number;
+}
+
 export interface Config {
   host: string;
   port: number;
   databaseUrl: string;
+  /** The SQLite WAL file is kept to at most this many MiB on disk (TDS_SQLITE_WAL_LIMIT_MB). */
+  sqliteWalLimitMb: number;
+  /** A SQLite gateway refuses to start with less free space than this on the database's volume; 0: no check. */
+  minFreeDiskMb: number;
   /** Shared rate limits for several instances; null = in-memory limiter (one process). */
   redisUrl: string | null;
   /** When set, GET /metrics requires `Authorization: Bearer <token>`. */
@@ -58,6 +77,9 @@ export interface Config {
   modelCacheDir: string;
   pricing: { pricePerMillionInputUsd: string; pricePerMillionOutputUsd: string | null };
   limits: Limits;
+  connections: ConnectionLimits;
+  /** Reverse proxies whose X-Forwarded-For names the client (addresses, CIDR ranges, loopback/linklocal/uniquelocal); empty: none. */
+  trustedProxies: string[];
   modelTimeoutMs: number;
   /** How requests are spread over a model's deployments and when a deployment is taken out (file: `routing`). */
   routing: RoutingConfig;
@@ -92,6 +114,12 @@ export const DEFAULT_LIMITS: Limits = {
   previewRequestLimit: 1000,
   previewGlobalRequestLimit: 100_000,
   reserveTokens: 32_768,
+};
+
+export const DEFAULT_CONNECTIONS: ConnectionLimits = {
+  keepAliveTimeoutMs: 5000,
+  maxConnections: 4096,
+  maxConnectionsPerAddress: 256,
 };
 
 type Env = Record<string, string | undefined>;
@@ -139,6 +167,40 @@ function envString(env: Env, name: string): string | undefined {
   return raw ? raw : undefined;
 }
 
+/** TDS_TRUSTED_PROXIES (comma-separated) or the file's trusted_proxies; every entry checked. */
+function trustedProxies(env: Env, file: ConfigFile, problems: string[]): string[] {
+  const text = envString(env, "TDS_TRUSTED_PROXIES");
+  const label = text === undefined ? "trusted_proxies" : "TDS_TRUSTED_PROXIES";
+  const entries = text === undefined ? (file.trusted_proxies ?? []) : text.split(",").map((s) => s.trim());
+  const list = entries.map((s) => s.trim()).filter(Boolean);
+  for (const entry of list) {
+    const problem = addressRangeProblem(entry);
+    if (problem !== null) problems.push(`${label}: ${JSON.stringify(entry)} ${problem}`);
+  }
+  return list;
+}
+
+function connectionLimits(env: Env, file: ConfigFile, problems: string[]): ConnectionLimits {
+  const limits: ConnectionLimits = {
+    keepAliveTimeoutMs:
+      envInt(env, "TDS_KEEP_ALIVE_TIMEOUT_MS", 100, 600_000, problems) ??
+      file.keep_alive_timeout_ms ??
+      DEFAULT_CONNECTIONS.keepAliveTimeoutMs,
+    maxConnections:
+      envInt(env, "TDS_MAX_CONNECTIONS", 1, 1_000_000, problems) ?? file.max_connections ?? DEFAULT_CONNECTIONS.maxConnections,
+    maxConnectionsPerAddress:
+      envInt(env, "TDS_MAX_CONNECTIONS_PER_ADDRESS", 1, 1_000_000, problems) ??
+      file.max_connections_per_address ??
+      DEFAULT_CONNECTIONS.maxConnectionsPerAddress,
+  };
+  if (limits.maxConnectionsPerAddress > limits.maxConnections) {
+    problems.push(
+      `TDS_MAX_CONNECTIONS_PER_ADDRESS (${limits.maxConnectionsPerAddress}) must not exceed TDS_MAX_CONNECTIONS (${limits.maxConnections})`,
+    );
+  }
+  return limits;
+}
+
 function normalisePrice(label: string, text: string | undefined, problems: string[]): string | undefined {
   if (text === undefined) return undefined;
   const micro = parseUsd(text);
@@ -162,18 +224,26 @@ function parseAliases(text: string, problems: string[]): Record<string, string> 
   return out;
 }
 
-export const MIN_ADMIN_TOKEN_LENGTH = 32;
+export const MIN_ADMIN_TOKEN_LENGTH = MIN_SECRET_LENGTH;
 
-/** The admin token: at least 32 characters without whitespace, and not shaped like an API key (so neither is taken for the other). */
+/**
+ * The admin token: at least 32 characters, not trivially weak (secret-strength.ts), and not shaped like an API key
+ * (so neither is taken for the other).
+ */
 function checkAdminToken(token: string | null, problems: string[]): string | null {
   if (token === null) return null;
-  if (token.length < MIN_ADMIN_TOKEN_LENGTH)
-    problems.push(
-      `TDS_ADMIN_TOKEN must be at least ${MIN_ADMIN_TOKEN_LENGTH} characters (got ${token.length}); generate one with: openssl rand -base64 32`,
-    );
-  else if (/\s/.test(token)) problems.push("TDS_ADMIN_TOKEN must not contain whitespace");
+  const weak = weakSecretProblem(token);
+  if (weak !== null) problems.push(`TDS_ADMIN_TOKEN ${weak}; generate one with: openssl rand -base64 32`);
   else if (keyIdOf(token) !== null)
     problems.push("TDS_ADMIN_TOKEN must not be an API key (tds_…); generate one with: openssl rand -base64 32");
+  return token;
+}
+
+/** The metrics token: at least 32 characters and not trivially weak, like the admin token. */
+function checkMetricsToken(token: string | null, problems: string[]): string | null {
+  if (token === null) return null;
+  const weak = weakSecretProblem(token);
+  if (weak !== null) problems.push(`TDS_METRICS_TOKEN ${weak}; generate one with: openssl rand -hex 32`);
   return token;
 }
 
@@ -186,6 +256,23 @@ function secretsIn(file: ConfigFile): string[] {
   if (file.database_url && urlHasPassword(file.database_url)) secrets.push("database_url");
   if (file.redis_url && urlHasPassword(file.redis_url)) secrets.push("redis_url");
   return secrets;
+}
+
+/**
+ * A URL as a configuration message may show it: the password in its user part (everything between the user name's
+ * colon and the last `@` of the authority, so also one that was not percent-encoded) and `password=` parameters
+ * become `***`. It works on text that is not a valid URL too, which is when the message shows it.
+ */
+export function withoutPassword(text: string): string {
+  let out = text.replace(/(password=)[^&#\s]*/gi, "$1***");
+  const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(out);
+  if (scheme) {
+    const rest = out.slice(scheme[0].length);
+    const at = rest.lastIndexOf("@");
+    const colon = rest.indexOf(":");
+    if (at > 0 && colon >= 0 && colon < at) out = `${scheme[0]}${rest.slice(0, colon)}:***${rest.slice(at)}`;
+  }
+  return out;
 }
 
 function urlHasPassword(text: string): boolean {
@@ -232,9 +319,13 @@ export function configFileWarning(configFile: Config["configFile"]): string | nu
   );
 }
 
-/** Reads the configuration file (TDS_CONFIG) and the environment, which wins; throws ConfigError listing every problem. */
-export function loadConfig(env: Env = process.env): Config {
+/**
+ * Reads the configuration file (TDS_CONFIG) and the environment, which wins (a secret may come from the file its
+ * `_FILE` variable names); throws ConfigError listing every problem.
+ */
+export function loadConfig(environment: Env = process.env): Config {
   const problems: string[] = [];
+  const env = withSecretFiles(environment, problems);
   const configPath = envString(env, "TDS_CONFIG");
   const file: ConfigFile = configPath ? readConfigFile(configPath, problems) : {};
   const fileLimits = file.limits ?? {};
@@ -300,8 +391,11 @@ export function loadConfig(env: Env = process.env): Config {
     host: envString(env, "HOST") ?? file.host ?? "127.0.0.1",
     port: envInt(env, "PORT", 0, 65535, problems) ?? file.port ?? 8080,
     databaseUrl: envString(env, "TDS_DATABASE_URL") ?? file.database_url ?? DEFAULT_DATABASE_URL,
+    sqliteWalLimitMb:
+      envInt(env, "TDS_SQLITE_WAL_LIMIT_MB", 1, 1_048_576, problems) ?? file.sqlite_wal_limit_mb ?? DEFAULT_SQLITE_WAL_LIMIT_MB,
+    minFreeDiskMb: envInt(env, "TDS_MIN_FREE_DISK_MB", 0, 1_048_576, problems) ?? file.min_free_disk_mb ?? DEFAULT_MIN_FREE_DISK_MB,
     redisUrl: envString(env, "TDS_REDIS_URL") ?? file.redis_url ?? null,
-    metricsToken: envString(env, "TDS_METRICS_TOKEN") ?? null,
+    metricsToken: checkMetricsToken(envString(env, "TDS_METRICS_TOKEN") ?? null, problems),
     adminToken: checkAdminToken(envString(env, "TDS_ADMIN_TOKEN") ?? file.admin_token ?? null, problems),
     serviceMode: mode === "paid" ? "paid" : "preview",
     modelServices,
@@ -311,6 +405,8 @@ export function loadConfig(env: Env = process.env): Config {
     modelCacheDir: envString(env, "TDS_MODEL_CACHE_DIR") ?? file.model_cache_dir ?? "./data/models",
     pricing: { pricePerMillionInputUsd: inputPrice, pricePerMillionOutputUsd: outputPrice },
     limits,
+    connections: connectionLimits(env, file, problems),
+    trustedProxies: trustedProxies(env, file, problems),
     modelTimeoutMs,
     routing: {
       maxAttempts: file.routing?.max_attempts ?? ROUTER_DEFAULTS.maxAttempts,
@@ -327,13 +423,14 @@ export function loadConfig(env: Env = process.env): Config {
     bootstrap: bootstrapText === undefined ? (file.bootstrap ?? true) : bootstrapText === "true" || bootstrapText === "1",
     bootstrapKeyFile: envString(env, "TDS_BOOTSTRAP_KEY_FILE") ?? file.bootstrap_key_file ?? null,
     configFile: configPath ? { path: resolve(configPath), secrets: secretsIn(file) } : null,
-    logLevel: oneOf("LOG_LEVEL", envString(env, "LOG_LEVEL") ?? file.log_level ?? "info", LOG_LEVELS, problems) ?? "info",
+    // In any case: INFO, Debug.
+    logLevel: oneOf("LOG_LEVEL", (envString(env, "LOG_LEVEL") ?? file.log_level ?? "info").toLowerCase(), LOG_LEVELS, problems) ?? "info",
     logFormat: oneOf("TDS_LOG_FORMAT", envString(env, "TDS_LOG_FORMAT") ?? file.log_format, LOG_FORMATS, problems) ?? null,
   };
   const databaseProblem = databaseUrlProblem(config.databaseUrl);
-  if (databaseProblem !== null) problems.push(`TDS_DATABASE_URL ${JSON.stringify(config.databaseUrl)} ${databaseProblem}`);
+  if (databaseProblem !== null) problems.push(`TDS_DATABASE_URL ${JSON.stringify(withoutPassword(config.databaseUrl))} ${databaseProblem}`);
   if (config.redisUrl !== null && !/^rediss?:\/\//.test(config.redisUrl)) {
-    problems.push(`TDS_REDIS_URL must be a redis:// or rediss:// URL (got ${JSON.stringify(config.redisUrl)})`);
+    problems.push(`TDS_REDIS_URL must be a redis:// or rediss:// URL (got ${JSON.stringify(withoutPassword(config.redisUrl))})`);
   }
   if (config.modelTimeoutMs >= config.reservationTtlSeconds * 1000) {
     problems.push(

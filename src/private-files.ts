@@ -5,8 +5,10 @@ import {
   constants,
   fchmodSync,
   fsyncSync,
+  lstatSync,
   mkdirSync,
   openSync,
+  readlinkSync,
   renameSync,
   statSync,
   unlinkSync,
@@ -63,6 +65,12 @@ export function createPrivateFile(path: string): boolean {
     closeSync(fd);
   }
   return true;
+}
+
+/** Where the symbolic link at `path` points (dangling or not), or null when `path` is not a link (or does not exist). */
+export function symbolicLinkAt(path: string): string | null {
+  const stat = lstatSync(path, { throwIfNoEntry: false });
+  return stat?.isSymbolicLink() ? readlinkSync(path) : null;
 }
 
 /** True when group or others may read the file or folder at `path` (false when it does not exist). */

@@ -2,6 +2,7 @@ import { buildApp } from "./app.ts";
 import { bootstrapAndDeliver, bootstrapKeyFilePath } from "./bootstrap.ts";
 import { type Config, ConfigError, configFileWarning, loadConfig, servingProblems } from "./config.ts";
 import { engineKey, listingServices } from "./config-models.ts";
+import type { ModelEntry } from "./contract/models.ts";
 import { systemClock } from "./domain/clock.ts";
 import { MemoryRateLimiter } from "./limits/memory-rate-limiter.ts";
 import type { RateLimiter } from "./limits/rate-limiter.ts";
@@ -11,8 +12,10 @@ import type { ModelService } from "./models/model-service.ts";
 import { openEngines, openModelServices } from "./models/open-model-service.ts";
 import { createLogger } from "./observability/logging.ts";
 import { Metrics } from "./observability/metrics.ts";
+import { freeSpaceFailure } from "./startup/disk-space.ts";
 import { databaseFailure, listenFailure, StartupFailure } from "./startup/failures.ts";
-import { startupSummary } from "./startup/summary.ts";
+import { correctedUrlWarnings } from "./startup/model-service-urls.ts";
+import { reservationWarning, startupSummary } from "./startup/summary.ts";
 import { openStore } from "./store/open-store.ts";
 import { SERVING_SQLITE } from "./store/sqlite/sqlite-store.ts";
 import { SERVICE_NAME, SERVICE_VERSION } from "./version.ts";
@@ -37,6 +40,20 @@ async function listedModels(config: Config, services: ReadonlyMap<string, ModelS
   return answered.length === 0 ? null : [...new Set(answered.flat())];
 }
 
+/** Paid mode: the models offered with their context, for the reservation warning; null in preview or when not listed in time. */
+async function offeredModels(config: Config, list: () => Promise<ModelEntry[]>): Promise<ModelEntry[] | null> {
+  if (config.serviceMode !== "paid") return null;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<null>((resolve) => {
+    timer = setTimeout(() => resolve(null), LIST_WAIT_MS);
+  });
+  try {
+    return await Promise.race([list().catch(() => null), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 async function main(): Promise<void> {
   let config: Config;
   try {
@@ -54,13 +71,18 @@ async function main(): Promise<void> {
   const log = createLogger(config);
   const configWarning = configFileWarning(config.configFile);
   if (configWarning) log.warn({ component: "config" }, configWarning);
+  for (const warning of correctedUrlWarnings(config)) log.warn({ component: "config" }, warning);
   const metrics = new Metrics({ processMetrics: true });
   const storeLog = log.child({ component: "store" });
+  const lowOnSpace = freeSpaceFailure(config.databaseUrl, config.minFreeDiskMb);
+  if (lowOnSpace) throw lowOnSpace;
   const store = await openStore(config.databaseUrl, {
     sqlite: {
       ...SERVING_SQLITE,
+      walLimitBytes: config.sqliteWalLimitMb * 1024 * 1024,
       onCheckpointError: (message) => storeLog.warn(`SQLite WAL checkpoint failed (the WAL file grows until it succeeds): ${message}`),
       onWarning: (message) => storeLog.warn(message),
+      onReopen: ({ reopened, message }) => (reopened ? storeLog.info(message) : storeLog.warn(message)),
     },
   }).catch((err: unknown) => {
     throw databaseFailure(err, config.databaseUrl);
@@ -106,12 +128,18 @@ async function main(): Promise<void> {
   const url = await app.listen({ host: config.host, port: config.port }).catch((err: unknown) => {
     throw listenFailure(err, config.host, config.port);
   });
-  const [listed, defaultModel] = await Promise.all([listedModels(config, modelServices), app.modelRegistry.defaultModel()]);
-  const engineState = (model: string, index: number) => {
+  const [listed, defaultModel, offered] = await Promise.all([
+    listedModels(config, modelServices),
+    app.modelRegistry.defaultModel(),
+    offeredModels(config, () => app.modelRegistry.list()),
+  ]);
+  const engineStatus = (model: string, index: number) => {
     const engine = engines.get(engineKey(model, index));
-    return engine ? (engineStatusOf(engine)?.state ?? null) : null;
+    return engine ? engineStatusOf(engine) : null;
   };
-  const summary = startupSummary({ config, url, listed, defaultModel, engineState });
+  const warning = reservationWarning(config, offered);
+  if (warning) log.warn({ component: "reservations" }, warning);
+  const summary = startupSummary({ config, url, listed, defaultModel, engineStatus });
   log.info({ startup: summary.fields }, summary.text);
 
   let closing = false;

@@ -8,6 +8,8 @@ import { $, announce, appendChildren, clear, copyText, h, uid } from "./dom.js";
 import { integer, ms, usd } from "./format.js";
 import { prettyJson, stringify } from "./json.js";
 import { buildRequest, freshId, level, locateField, option, question, sampleDraft, TEMPLATES, TYPE_LABELS } from "./questions.js";
+import { isRecorded, referenceLine } from "./request-reference.js";
+import { keepFieldsClearOfRunBar } from "./run-bar.js";
 import { clearLimit, showLimitFromError } from "./status.js";
 
 /**
@@ -17,6 +19,8 @@ export function createPlayground(deps) {
   let draft = sampleDraft();
   let maxQuestions = 32;
   let running = false;
+  /** Counts runs, so that the answer of an older run is not shown over a newer one. */
+  let runs = 0;
   /** Field errors shown next to fields: key "state" | "model" | "questions" | `${uid}:${part}` → messages. */
   const errors = new Map();
 
@@ -25,6 +29,7 @@ export function createPlayground(deps) {
   const list = $("#question-list");
   const modelSelect = $("#model-select");
   const runButton = $("#run-button");
+  keepFieldsClearOfRunBar($(".run-bar"));
 
   // ── Field errors ────────────────────────────────────────────────────────────────────────────
 
@@ -493,7 +498,8 @@ export function createPlayground(deps) {
     return true;
   }
 
-  function showGeneral(title, lines = [], requestId = null) {
+  /** `reference`: the line naming the request's id (referenceLine), or null. */
+  function showGeneral(title, lines = [], reference = null) {
     const box = $("#general-error");
     appendChildren(
       clear(box),
@@ -505,7 +511,7 @@ export function createPlayground(deps) {
             lines.map((l) => h("li", { text: l })),
           )
         : null,
-      requestId ? h("p", { class: "error-meta" }, "Request id ", h("code", { text: requestId })) : null,
+      reference,
     );
     box.hidden = false;
   }
@@ -535,6 +541,7 @@ export function createPlayground(deps) {
       return;
     }
     renderQuestions();
+    const seq = ++runs;
     const sent = structuredClone(draft.questions);
     const bodyText = stringify(built.body);
     running = true;
@@ -574,7 +581,17 @@ export function createPlayground(deps) {
         deps.unauthorized(err.detail);
         return;
       }
-      if (err.status === 429 || err.status === 402) showLimitFromError(err);
+      const recorded = requestId ? await isRecorded(err, requestId, deps.api.usageRecord) : null;
+      if (seq !== runs) return;
+      const reference = requestId ? referenceLine(requestId, recorded) : null;
+      if (err.status === 429 || err.status === 402) {
+        // The banner says what happened and, once, how long to wait; the box only that this request was not run.
+        const limit = showLimitFromError(err);
+        showGeneral(`HTTP ${err.status}: The request was not run. ${limit}`, err.status === 402 ? [err.detail] : [], reference);
+        announce(`The request was not run: HTTP ${err.status}. ${limit}`);
+        deps.afterRun();
+        return;
+      }
       const unplaced = [];
       let placed = 0;
       for (const e of err.errors) {
@@ -583,7 +600,7 @@ export function createPlayground(deps) {
       }
       if (err.errors.length) renderQuestions();
       const title = placed > 0 ? `${err.detail}${unplaced.length ? "" : " The problems are shown next to their fields."}` : err.detail;
-      showGeneral(`HTTP ${err.status}: ${title}`, unplaced, requestId);
+      showGeneral(`HTTP ${err.status}: ${title}`, unplaced, reference);
       announce(`The request failed with HTTP ${err.status}. ${err.detail}`);
     }
     deps.afterRun();

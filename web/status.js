@@ -8,8 +8,11 @@ import { duration, integer, localTime, utcTime } from "./format.js";
 let resetTimer = null;
 /** What the banner shows: "quota" (the organization's day), "capacity" (the service's day), "rate", "credits", "paused" or null. */
 let currentKind = null;
+/** The organization as last read (GET /v1/organization): its limits for the banner's sentences. */
+let lastOrg = null;
 
 export function renderStatus(org) {
+  lastOrg = org;
   $("#status-strip").hidden = false;
   $("#st-mode").textContent = org.service_mode === "paid" ? "Paid" : "Preview (free)";
   if (org.preview) {
@@ -30,24 +33,10 @@ export function renderStatus(org) {
   $("#st-rate").textContent = `${integer(org.rate_limit.requests_per_minute)} requests / min`;
 
   if (org.paused) {
-    if (currentKind !== "paused") {
-      showBanner(
-        "Organization paused",
-        "Decision requests of this organization are paused pending billing review (403). Usage can still be read.",
-        null,
-        "paused",
-      );
-    }
+    if (currentKind !== "paused") showBanner("paused", null);
   } else if (org.preview && org.preview.remaining === 0) {
-    // Keep the banner of a 429 that said the same (its text is the server's own).
-    if (currentKind !== "quota") {
-      showBanner(
-        "Daily preview limit reached",
-        `All ${integer(org.preview.limit)} preview requests of today are used.`,
-        new Date(org.preview.resets_at),
-        "quota",
-      );
-    }
+    // Keep the banner of a 429 that said the same, with the reset time of its Retry-After.
+    if (currentKind !== "quota") showBanner("quota", new Date(org.preview.resets_at));
   } else if (currentKind === "quota" || currentKind === "paused") {
     clearLimit();
   }
@@ -89,42 +78,79 @@ export function renderModels(readiness) {
   dd.replaceChildren(...parts);
 }
 
-/** Shows the banner for a 429 or 402 answer of POST /v1/systemone. */
+/**
+ * Shows the banner for a 429 or 402 answer of POST /v1/systemone and returns its title. The banner speaks to the
+ * person signed in with an API key: what happened to their organization and what they can do (wait, or ask their
+ * administrator), never an operator's command or setting; the wait is said once, in the banner only.
+ */
 export function showLimitFromError(err) {
-  if (err.status === 402) {
-    showBanner("Not enough credits", `${err.detail} Grant credits (tds credits grant) and run again.`, null, "credits");
-    return;
-  }
+  if (err.status === 402) return showBanner("credits", null);
   const at = err.retryAfterMs !== null ? new Date(Date.now() + err.retryAfterMs) : null;
-  if (/per-minute/i.test(err.detail)) {
-    showBanner("Per-minute rate limit reached", err.detail, at, "rate");
-    return;
-  }
+  if (/per-minute/i.test(err.detail)) return showBanner("rate", at);
   // Daily quotas reset at 00:00 UTC: the answer's Retry-After leads there; round off the network time.
   const midnight = at ? new Date(Math.round(at.getTime() / 60_000) * 60_000) : null;
-  if (/capacity of the service/i.test(err.detail))
-    showBanner("The service's daily preview capacity is used up", err.detail, midnight, "capacity");
-  else showBanner("Daily preview limit reached", err.detail, midnight, "quota");
+  return showBanner(/capacity of the service/i.test(err.detail) ? "capacity" : "quota", midnight);
 }
 
-function showBanner(title, text, resetsAt, kind) {
+const TITLES = {
+  rate: "Per-minute rate limit reached.",
+  quota: "Daily preview limit reached.",
+  capacity: "The service's daily preview capacity is used up.",
+  credits: "Not enough credits.",
+  paused: "Organization paused.",
+};
+
+/** The banner's one sentence for `kind`, with the wait (when known) as its end. */
+function sentence(kind, resetsAt) {
+  const perMinute = lastOrg?.rate_limit?.requests_per_minute;
+  const daily = lastOrg?.preview?.limit;
+  switch (kind) {
+    case "rate":
+      return [
+        typeof perMinute === "number"
+          ? `Your organization has reached its limit of ${integer(perMinute)} requests per minute; `
+          : "Your organization has reached its limit of requests per minute; ",
+        resetsAt ? waitUntil(kind, resetsAt) : "try again in a minute",
+        ".",
+      ];
+    case "quota":
+      return [
+        typeof daily === "number"
+          ? `Your organization has used all ${integer(daily)} preview requests of today; `
+          : "Your organization has used all its preview requests of today; ",
+        resetsAt ? waitUntil(kind, resetsAt) : "they reset at 00:00 UTC",
+        ".",
+      ];
+    case "capacity":
+      return [
+        "The preview requests the service offers all organizations together are used up for today; ",
+        resetsAt ? waitUntil(kind, resetsAt) : "they reset at 00:00 UTC",
+        ".",
+      ];
+    case "credits":
+      return ["Your organization has no credits left for this request; ask your administrator to add credits."];
+    default:
+      return [
+        "Your organization's decision requests are paused pending billing review; ask your administrator to resume them. Usage can still be read.",
+      ];
+  }
+}
+
+/** "try again in 42 s (at 14:03:12)" or "they reset at 2026-11-27 00:00 UTC (in 9 h 56 min; 01:00 your time)". */
+function waitUntil(kind, resetsAt) {
+  const inText = duration(resetsAt.getTime() - Date.now());
+  const time = h("time", { datetime: resetsAt.toISOString(), text: kind === "rate" ? localTime(resetsAt) : utcTime(resetsAt) });
+  return kind === "rate"
+    ? h("span", { class: "limit-reset" }, `try again in ${inText} (at `, time, ")")
+    : h("span", { class: "limit-reset" }, "they reset at ", time, ` (in ${inText}; ${localTime(resetsAt)} your time)`);
+}
+
+function showBanner(kind, resetsAt) {
   currentKind = kind;
   clearTimeout(resetTimer);
   const banner = $("#limit-banner");
-  const parts = [h("strong", { class: "limit-title", text: title }), " ", h("span", { text })];
+  appendChildren(clear(banner), h("strong", { class: "limit-title", text: TITLES[kind] }), " ", h("span", {}, sentence(kind, resetsAt)));
   if (resetsAt) {
-    const inText = duration(resetsAt.getTime() - Date.now());
-    parts.push(
-      " ",
-      h(
-        "span",
-        { class: "limit-reset" },
-        kind === "rate" ? "Try again " : "Resets ",
-        kind === "rate" ? `in ${inText} (at ` : "at ",
-        h("time", { datetime: resetsAt.toISOString(), text: kind === "rate" ? localTime(resetsAt) : utcTime(resetsAt) }),
-        kind === "rate" ? ")." : ` (in ${inText}; ${localTime(resetsAt)} your time).`,
-      ),
-    );
     const wait = resetsAt.getTime() - Date.now();
     if (wait < 2 ** 31 - 1) {
       resetTimer = setTimeout(() => {
@@ -133,9 +159,9 @@ function showBanner(title, text, resetsAt, kind) {
       }, Math.max(0, wait) + 250);
     }
   }
-  clear(banner).append(...parts);
   banner.dataset.kind = kind;
   banner.hidden = false;
+  return TITLES[kind];
 }
 
 export function clearLimit() {
@@ -149,5 +175,6 @@ export function clearLimit() {
 
 export function hideStatus() {
   clearLimit();
+  lastOrg = null;
   $("#status-strip").hidden = true;
 }

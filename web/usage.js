@@ -113,15 +113,21 @@ export function createUsage(deps) {
         h(
           "tr",
           { dataset: { requestId: r.request_id } },
-          h("td", {}, h("time", { datetime: r.created_at, text: localTime(at) })),
-          h("td", {}, h("code", { class: "request-id", text: r.request_id })),
-          h("td", { text: r.source }),
-          h("td", { text: r.model }),
-          h("td", {}, outcomeBadge(r.outcome)),
-          h("td", { class: "num", text: r.http_status === null ? "–" : String(r.http_status) }),
-          h("td", { class: "num", text: `${integer(r.input_tokens)} / ${integer(r.output_tokens)}` }),
-          h("td", { class: "num", text: r.cost_usd }),
-          h("td", { class: "num", text: ms(r.latency_ms) }),
+          // On narrow screens the id and the cost move under the time and the outcome (their own columns are hidden).
+          h(
+            "td",
+            { class: "col-time" },
+            h("time", { datetime: r.created_at, text: localTime(at) }),
+            h("code", { class: "request-id cell-sub narrow-only", text: r.request_id }),
+          ),
+          h("td", { class: "col-id" }, h("code", { class: "request-id", text: r.request_id })),
+          h("td", { class: "col-source", text: r.source }),
+          h("td", { class: "col-model", text: r.model }),
+          h("td", { class: "col-outcome" }, outcomeBadge(r.outcome), h("span", { class: "cell-sub narrow-only", text: usd(r.cost_usd) })),
+          h("td", { class: "num col-http", text: r.http_status === null ? "–" : String(r.http_status) }),
+          h("td", { class: "num col-tokens", text: `${integer(r.input_tokens)} / ${integer(r.output_tokens)}` }),
+          h("td", { class: "num col-cost", text: r.cost_usd }),
+          h("td", { class: "num col-latency", text: ms(r.latency_ms) }),
         ),
       );
     }
@@ -182,7 +188,10 @@ export function createUsage(deps) {
       out.append(
         h("p", {
           class: "lookup-missing",
-          text: err?.status === 404 ? `No usage record with request id ${id} in this organization.` : (err?.detail ?? String(err)),
+          text:
+            err?.status === 404
+              ? `No usage record with request id ${id} in this organization. Requests refused before they were accepted (an invalid key or body, a paused organization, a limit reached, not enough credits) leave no record.`
+              : (err?.detail ?? String(err)),
         }),
       );
       announce(err?.status === 404 ? "No record with that request id." : "Lookup failed.");

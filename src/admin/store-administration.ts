@@ -62,8 +62,8 @@ export class StoreAdministration implements AdminOperations {
     try {
       return await this.store.createOrganization({ id: newOrganizationId(), name, nowMs: this.deps.nowMs(), audit: this.deps.actor });
     } catch (err) {
-      if (err instanceof StoreConflictError)
-        throw new AdminError("name_taken", `An organization named ${JSON.stringify(name)} already exists.`);
+      // The store's message names the organization that has the name (names are unique regardless of case).
+      if (err instanceof StoreConflictError) throw new AdminError("name_taken", `${err.message}.`);
       throw err;
     }
   }

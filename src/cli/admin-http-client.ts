@@ -2,9 +2,10 @@ import type { TSchema } from "@sinclair/typebox";
 import { Ajv, type ValidateFunction } from "ajv";
 import { AdminError } from "../admin/admin-error.ts";
 import { ERROR_CATALOGUE } from "../domain/errors.ts";
+import { describeAnswer, PROBE_PATH, probeGateway } from "./gateway-probe.ts";
 import { safeText } from "./output.ts";
 
-/** Sent as x-tds-client: the audit log records admin API changes made by the CLI with this client. */
+/** Sent as x-tds-client (`cli:` and the operator when known): the audit log records admin API changes with this client. */
 export const CLI_CLIENT = "cli";
 const DEFAULT_TIMEOUT_MS = 30_000;
 
@@ -41,6 +42,8 @@ export interface AdminHttpClientOptions {
   /** The gateway's origin (and base path, if any), without a trailing slash: http://127.0.0.1:8080 */
   url: string;
   token: string;
+  /** Who runs the CLI (--actor or the OS user), sent as x-tds-client `cli:NAME`; default: just `cli`. */
+  operator?: string;
   timeoutMs?: number;
   fetch?: typeof fetch;
 }
@@ -70,7 +73,7 @@ export class AdminHttpClient {
         headers: {
           authorization: `Bearer ${this.options.token}`,
           accept: "application/json",
-          "x-tds-client": CLI_CLIENT,
+          "x-tds-client": this.options.operator === undefined ? CLI_CLIENT : `${CLI_CLIENT}:${this.options.operator}`,
           ...(request.body === undefined ? {} : { "content-type": "application/json" }),
           ...request.headers,
         },
@@ -81,17 +84,35 @@ export class AdminHttpClient {
     } catch (err) {
       throw this.unreachable(err);
     }
-    if (!response.ok) throw this.failure(response, text, request);
+    if (!response.ok) throw await this.diagnosed(this.failure(response, text, request), response, text, request);
     if (schema === null) return { body: null as T, headers: response.headers };
     let body: unknown;
     try {
       body = JSON.parse(text);
     } catch {
-      throw this.unexpected(request, "not JSON");
+      throw await this.diagnosed(this.unexpected(request, "not JSON"), response, text, request);
     }
     const validate = validatorOf(schema);
-    if (!validate(body)) throw this.unexpected(request, ajv.errorsText(validate.errors, { dataVar: "body" }));
+    if (!validate(body)) {
+      const problem = ajv.errorsText(validate.errors, { dataVar: "body" });
+      throw await this.diagnosed(this.unexpected(request, problem), response, text, request);
+    }
     return { body: body as T, headers: response.headers };
+  }
+
+  /**
+   * `error` when the URL is a gateway's; else that it is not one, with what it answered. Asked only after an answer
+   * that something else could have given (a 4xx, or a 2xx unlike the contract's), so a normal command stays one request.
+   */
+  private async diagnosed(error: AdminError, response: Response, text: string, request: AdminRequest): Promise<AdminError> {
+    if (response.status >= 500) return error;
+    const probe = await probeGateway(this.url, this.fetch);
+    if (probe.kind !== "other") return error;
+    const answered = describeAnswer(response.status, response.headers.get("content-type"), text);
+    return new AdminError(
+      "unavailable",
+      `${this.url} is not a Typed Decision Service gateway (${request.method} /admin/v1${request.path} answered ${answered}; GET ${PROBE_PATH} answered ${probe.seen})`,
+    );
   }
 
   private target(request: AdminRequest): string {

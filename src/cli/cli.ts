@@ -1,5 +1,6 @@
 import { parseArgs } from "node:util";
 import { AdminError } from "../admin/admin-error.ts";
+import { operatorProblem, osOperator } from "../admin/operator.ts";
 import { SERVICE_NAME, SERVICE_VERSION } from "../version.ts";
 import { auditCommands } from "./audit-command.ts";
 import { CliError, type Command, type CommandGroup, type CommandInput, type OptionSpec, UsageError } from "./command.ts";
@@ -10,6 +11,7 @@ import { keyCommands } from "./key-commands.ts";
 import { migrateCommands } from "./migrate-command.ts";
 import { orgCommands } from "./org-commands.ts";
 import { createOutput, quoted, type TextSink } from "./output.ts";
+import { closest } from "./suggest.ts";
 import { usageCommands } from "./usage-commands.ts";
 
 /**
@@ -44,6 +46,11 @@ const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
     valueName: "URL",
     description: "Work through the admin API of the gateway at URL (default: TDS_URL), such as http://127.0.0.1:8080",
   },
+  actor: {
+    type: "string",
+    valueName: "NAME",
+    description: "Who makes the changes, for the audit log (default: the OS user name)",
+  },
   help: { type: "boolean", short: "h", description: "Show help (tds --version: the version)" },
 };
 
@@ -53,6 +60,8 @@ export interface CliIo {
   env: Record<string, string | undefined>;
   /** For tests; defaults to Date.now. */
   nowMs?: () => number;
+  /** The operator when --actor is not given; defaults to the OS user (osOperator). */
+  operator?: () => string;
 }
 
 function synopsis(group: CommandGroup, command: Command): string {
@@ -87,8 +96,9 @@ const FOOTER = [
   "Without --url the CLI works on the server's database (TDS_DATABASE_URL); pending migrations are applied when it is opened.",
   "It never creates a database: tds init does (the server also creates its SQLite file on its first start).",
   "With --url URL (or TDS_URL) it works through that gateway's admin API, with the admin token from the environment",
-  "variable TDS_ADMIN_TOKEN (never an option: it would show in ps). tds migrate works on the database only.",
-  "Every change is recorded in the audit log (tds audit).",
+  "variable TDS_ADMIN_TOKEN or the file TDS_ADMIN_TOKEN_FILE names (never an option: it would show in ps).",
+  "tds migrate works on the database only.",
+  "Every change is recorded in the audit log (tds audit) with who made it: --actor NAME, else the OS user name.",
   "Exit codes: 0 success, 1 error (such as an unknown organization or key), 2 bad usage.",
 ];
 
@@ -141,6 +151,46 @@ export function commandUsageText(group: CommandGroup, command: Command): string 
   ].join("\n");
 }
 
+/** One line of usage instead of the whole help: the groups, or a group's commands, and where to read more. */
+function shortUsage(group?: CommandGroup): string {
+  if (!group) {
+    const groups = COMMAND_GROUPS.map((g) => g.name).join(", ");
+    return `Usage: tds <group> <command> [arguments] [options]; groups: ${groups}; more: tds --help`;
+  }
+  const commands = group.commands.map((c) => c.name).join(", ");
+  return `Usage: tds ${group.name} <command> [arguments] [options]; commands: ${commands}; more: tds ${group.name} --help`;
+}
+
+/** The command of `group` named `word`, or the one it most likely misspells. */
+function likelyCommand(group: CommandGroup, word: string | undefined): Command | undefined {
+  const own = groupCommand(group);
+  if (own || word === undefined) return own ?? undefined;
+  const names = group.commands.map((c) => c.name);
+  const name = names.includes(word) ? word : closest(word, names);
+  return group.commands.find((c) => c.name === name);
+}
+
+/** `; did you mean …?` and the usage line of what is meant, or just the usage line of `fallback` when nothing is close. */
+function didYouMean(group: CommandGroup | undefined, command: Command | undefined, fallback?: CommandGroup): string {
+  if (!group) return `\n${shortUsage(fallback)}`;
+  const words = `tds ${[group.name, command?.name ?? ""].filter((w) => w !== "").join(" ")}`;
+  return `; did you mean \`${words}\`?\n${command ? `Usage: ${synopsis(group, command)} [options]` : shortUsage(group)}`;
+}
+
+/** For `tds WORD …` with no group named WORD: the nearest group (and its command the next word names) and a usage line. */
+function unknownGroupText(words: string[]): string {
+  const names = COMMAND_GROUPS.map((g) => g.name);
+  const name = closest(words[0]!, names);
+  const group = COMMAND_GROUPS.find((g) => g.name === name);
+  return `tds: unknown command group ${quoted(words[0]!)}${didYouMean(group, group && likelyCommand(group, words[1]))}`;
+}
+
+/** For `tds GROUP WORD` with no such command in the group. */
+function unknownCommandText(group: CommandGroup, word: string): string {
+  const command = likelyCommand(group, word);
+  return `tds: unknown command ${quoted(`tds ${group.name} ${word}`)}${didYouMean(command && group, command, group)}`;
+}
+
 /**
  * Splits `[global options] GROUP COMMAND [rest]`: the first two words that are not a global option
  * (or the value of --database or --url) name the group and the command.
@@ -169,7 +219,15 @@ interface ParsedArgs {
   json: boolean;
   database?: string;
   url?: string;
+  actor?: string;
   help: boolean;
+}
+
+/** parseArgs's complaint, with the option most likely meant when it names an unknown one. */
+function optionProblem(err: Error & { code?: string }, names: string[]): string {
+  const unknown = err.code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" ? /'--([^'=]+)'/.exec(err.message)?.[1] : undefined;
+  const meant = unknown === undefined ? null : closest(unknown, names);
+  return meant === null ? err.message : `unknown option --${unknown}; did you mean --${meant}?`;
 }
 
 function parseCommandArgs(command: Command, args: string[]): ParsedArgs {
@@ -185,16 +243,22 @@ function parseCommandArgs(command: Command, args: string[]): ParsedArgs {
       strict: true,
     });
   } catch (err) {
-    throw new UsageError((err as Error).message);
+    throw new UsageError(optionProblem(err as Error & { code?: string }, Object.keys(options)));
   }
   const values = parsed.values as Record<string, string | boolean | undefined>;
   const database = typeof values.database === "string" ? values.database : undefined;
   const url = typeof values.url === "string" ? values.url : undefined;
+  const actor = typeof values.actor === "string" ? values.actor : undefined;
+  if (actor !== undefined) {
+    const problem = operatorProblem(actor);
+    if (problem !== null) throw new UsageError(`--actor ${problem}`);
+  }
   return {
     input: { positionals: parsed.positionals, options: values },
     json: values.json === true,
     ...(database === undefined ? {} : { database }),
     ...(url === undefined ? {} : { url }),
+    ...(actor === undefined ? {} : { actor }),
     help: values.help === true,
   };
 }
@@ -214,7 +278,7 @@ export async function runCli(argv: string[], io: CliIo): Promise<number> {
     const group = COMMAND_GROUPS.find((g) => g.name === words[1]);
     const command = group?.commands.find((c) => c.name === rest.find((a) => !a.startsWith("-")));
     if (words[1] !== undefined && !group) {
-      print(io.stderr, `tds: unknown command group ${quoted(words[1])}\n\n${usageText()}`);
+      print(io.stderr, unknownGroupText(words.slice(1)));
       return 2;
     }
     const own = group ? groupCommand(group) : null;
@@ -235,7 +299,7 @@ export async function runCli(argv: string[], io: CliIo): Promise<number> {
 
   const group = COMMAND_GROUPS.find((g) => g.name === words[0]);
   if (!group) {
-    print(io.stderr, `tds: unknown command group ${quoted(words[0]!)}\n\n${usageText()}`);
+    print(io.stderr, unknownGroupText(words));
     return 2;
   }
   const own = groupCommand(group);
@@ -250,7 +314,7 @@ export async function runCli(argv: string[], io: CliIo): Promise<number> {
   }
   const command = group.commands.find((c) => c.name === words[1]);
   if (!command) {
-    print(io.stderr, `tds: unknown command ${quoted(`tds ${group.name} ${words[1]}`)}\n\n${groupUsageText(group)}`);
+    print(io.stderr, unknownCommandText(group, words[1]!));
     return 2;
   }
   return runCommand(group, command, rest, io);
@@ -294,11 +358,18 @@ async function runCommand(group: CommandGroup, command: Command, rest: string[],
         `"${words}" works on the database only, not through the admin API (${transport.via}); ${transport.via === "--url" ? "leave out --url" : "unset TDS_URL"} or pass --database URL`,
       );
     }
+    if (transport.kind === "http" && transport.droppedPath !== undefined) {
+      print(
+        io.stderr,
+        `Using the gateway at ${transport.url}: ${transport.via} takes the gateway's URL, without ${transport.droppedPath}.`,
+      );
+    }
     const out = createOutput(io.stdout, io.stderr, parsed.json);
     const nowMs = io.nowMs ?? Date.now;
     const opened = connect(transport, {
       env: io.env,
       nowMs,
+      operator: parsed.actor ?? (io.operator ?? osOperator)(),
       create: command.createsDatabase === true,
       onImplicitDatabase: (description) => print(io.stderr, `Using the ${description}.`),
     });

@@ -1,4 +1,5 @@
 import type { AdminOperations } from "../admin/operations.ts";
+import { withSecretFiles } from "../config-secret-files.ts";
 import type { Store } from "../store/store.ts";
 import { CliError, UsageError } from "./command.ts";
 
@@ -6,12 +7,22 @@ import { CliError, UsageError } from "./command.ts";
 export type Transport =
   /** `databaseUrl`: from --database; without it, the server's configuration says. */
   | { kind: "database"; databaseUrl?: string }
-  /** `via`: what selected the admin API, for messages. */
-  | { kind: "http"; url: string; token: string; via: "--url" | "TDS_URL" };
+  /**
+   * `via`: what selected the admin API, for messages; `droppedPath`: the path of one of the gateway's own endpoints
+   * that the given URL ended in (`/admin/v1`, `/v1/models`), which `url` leaves out.
+   */
+  | { kind: "http"; url: string; token: string; via: "--url" | "TDS_URL"; droppedPath?: string };
 
 const EXAMPLE_URL = "http://127.0.0.1:8080";
 
-function gatewayUrl(via: string, text: string): string {
+/**
+ * A path of the gateway's own (the admin API, the decision API, the console…) at the end of a URL. What comes before
+ * it is a reverse proxy's prefix, and is kept.
+ */
+const GATEWAY_PATH =
+  /(?:\/admin(?:\/.*)?|\/v1(?:\/.*)?|\/api\/config|\/console(?:\/.*)?|\/docs(?:\/.*)?|\/openapi\.json|\/healthz|\/readyz|\/metrics)\/*$/i;
+
+function gatewayUrl(via: string, text: string): { url: string; droppedPath?: string } {
   let url: URL;
   try {
     url = new URL(text.trim());
@@ -21,14 +32,35 @@ function gatewayUrl(via: string, text: string): string {
   if (url.protocol !== "http:" && url.protocol !== "https:")
     throw new UsageError(`${via} must be an http:// or https:// URL, such as ${EXAMPLE_URL}`);
   if (url.username !== "" || url.password !== "")
-    throw new UsageError(`${via} must not contain credentials; the admin token is taken from TDS_ADMIN_TOKEN`);
+    throw new UsageError(`${via} must not contain credentials; the admin token is taken from TDS_ADMIN_TOKEN or TDS_ADMIN_TOKEN_FILE`);
   if (url.search !== "" || url.hash !== "") throw new UsageError(`${via} must not have a query or a fragment`);
-  return `${url.origin}${url.pathname.replace(/\/+$/, "")}`;
+  const path = url.pathname.replace(/\/+$/, "");
+  const dropped = GATEWAY_PATH.exec(path);
+  if (dropped === null) return { url: `${url.origin}${path}` };
+  return { url: `${url.origin}${path.slice(0, dropped.index)}`, droppedPath: dropped[0] };
+}
+
+/** The admin token from TDS_ADMIN_TOKEN or the file TDS_ADMIN_TOKEN_FILE names (read as the server reads it). */
+function adminToken(via: string, env: Record<string, string | undefined>): string {
+  const problems: string[] = [];
+  const source = env.TDS_ADMIN_TOKEN_FILE?.trim() ? "TDS_ADMIN_TOKEN_FILE" : "TDS_ADMIN_TOKEN";
+  const token =
+    withSecretFiles({ TDS_ADMIN_TOKEN: env.TDS_ADMIN_TOKEN, TDS_ADMIN_TOKEN_FILE: env.TDS_ADMIN_TOKEN_FILE }, problems).TDS_ADMIN_TOKEN ??
+    "";
+  if (problems.length > 0) throw new CliError(problems.join("; "));
+  if (token === "") {
+    throw new UsageError(
+      `${via} works through the gateway's admin API, which needs its admin token: set TDS_ADMIN_TOKEN (or TDS_ADMIN_TOKEN_FILE, a file holding it) in the environment (it is never a command-line option)`,
+    );
+  }
+  if (/[\s\p{Cc}]/u.test(token)) throw new UsageError(`${source} must not contain whitespace or control characters`);
+  return token;
 }
 
 /**
- * The admin API with --url or TDS_URL (and the token from TDS_ADMIN_TOKEN, never a flag: it would show in `ps`);
- * else the database. --database wins over TDS_URL, as it wins over TDS_DATABASE_URL; with --url it is a usage error.
+ * The admin API with --url or TDS_URL (and the token from TDS_ADMIN_TOKEN or TDS_ADMIN_TOKEN_FILE, never a flag: it
+ * would show in `ps`); else the database. --database wins over TDS_URL, as it wins over TDS_DATABASE_URL; with --url
+ * it is a usage error.
  */
 export function chooseTransport(options: { url?: string; database?: string }, env: Record<string, string | undefined>): Transport {
   if (options.url !== undefined && options.database !== undefined) {
@@ -45,15 +77,8 @@ export function chooseTransport(options: { url?: string; database?: string }, en
   if (via === null) return { kind: "database" };
   const text = options.url ?? fromEnv!;
   if (text.trim() === "") throw new UsageError(`--url needs the gateway's URL, such as ${EXAMPLE_URL}`);
-  const url = gatewayUrl(via, text);
-  const token = env.TDS_ADMIN_TOKEN ?? "";
-  if (token === "") {
-    throw new UsageError(
-      `${via} works through the gateway's admin API, which needs its admin token: set TDS_ADMIN_TOKEN in the environment (it is never a command-line option)`,
-    );
-  }
-  if (/[\s\p{Cc}]/u.test(token)) throw new UsageError("TDS_ADMIN_TOKEN must not contain whitespace or control characters");
-  return { kind: "http", url, token, via };
+  const { url, droppedPath } = gatewayUrl(via, text);
+  return { kind: "http", url, token: adminToken(via, env), via, ...(droppedPath === undefined ? {} : { droppedPath }) };
 }
 
 /** A run's administration, opened on first use and closed once the command is done. */
@@ -67,6 +92,8 @@ export interface Connection {
 export interface ConnectOptions {
   env: Record<string, string | undefined>;
   nowMs: () => number;
+  /** Who runs the command (--actor, else the OS user): the audit log's client of every change it makes. */
+  operator: string;
   /** `tds init` only: a missing SQLite file is created; every other command refuses to create one. */
   create?: boolean;
   /** Told which database was opened when nobody chose it (the default or the TDS_CONFIG file), for a notice. */
@@ -74,16 +101,16 @@ export interface ConnectOptions {
 }
 
 export function connect(transport: Transport, options: ConnectOptions): Connection {
-  return transport.kind === "http" ? connectHttp(transport) : connectDatabase(transport.databaseUrl, options);
+  return transport.kind === "http" ? connectHttp(transport, options.operator) : connectDatabase(transport.databaseUrl, options);
 }
 
-function connectHttp(transport: Extract<Transport, { kind: "http" }>): Connection {
+function connectHttp(transport: Extract<Transport, { kind: "http" }>, operator: string): Connection {
   let admin: Promise<AdminOperations> | null = null;
   return {
     admin: () => {
       // Loaded on first use, so help and usage errors stay fast (the client compiles the contract's schemas).
       admin ??= import("./http-administration.ts").then(
-        ({ HttpAdministration }) => new HttpAdministration({ url: transport.url, token: transport.token }),
+        ({ HttpAdministration }) => new HttpAdministration({ url: transport.url, token: transport.token, operator }),
       );
       return admin;
     },
@@ -119,9 +146,11 @@ function connectDatabase(databaseUrl: string | undefined, options: ConnectOption
         ? "--database"
         : env.TDS_DATABASE_URL?.trim()
           ? "TDS_DATABASE_URL"
-          : env.TDS_CONFIG?.trim()
-            ? "TDS_CONFIG"
-            : null;
+          : env.TDS_DATABASE_URL_FILE?.trim()
+            ? "TDS_DATABASE_URL_FILE"
+            : env.TDS_CONFIG?.trim()
+              ? "TDS_CONFIG"
+              : null;
     let store: Store;
     try {
       store = await openStore(url, { mustExist: options.create !== true });
@@ -132,7 +161,7 @@ function connectDatabase(databaseUrl: string | undefined, options: ConnectOption
           "Run it in the gateway's folder, point --database or TDS_DATABASE_URL at the gateway's database, or create a new one with: tds init",
       );
     }
-    if (chosenBy !== "--database" && chosenBy !== "TDS_DATABASE_URL") {
+    if (chosenBy === null || chosenBy === "TDS_CONFIG") {
       const { kind, location } = describeDatabase(url);
       options.onImplicitDatabase?.(
         `${kind} database ${location} (${chosenBy === null ? "the default" : "from the TDS_CONFIG file"}; --database or TDS_DATABASE_URL choose another)`,
@@ -142,7 +171,7 @@ function connectDatabase(databaseUrl: string | undefined, options: ConnectOption
       store,
       previewRequestLimit,
       nowMs,
-      actor: { source: "cli", client: null, remoteAddress: null },
+      actor: { source: "cli", client: options.operator, remoteAddress: null },
     });
     return { store, admin };
   };

@@ -104,7 +104,7 @@ function keyNotFound(keyId: string): AdminError {
 
 /**
  * Administration through a gateway's admin API (/admin/v1), for `tds --url`: the same operations as on the database,
- * recorded in the audit log by the server (source "http", client "cli"). Failures are AdminErrors with the server's detail.
+ * recorded in the audit log by the server (source "http", client "cli:OPERATOR"). Failures are AdminErrors with the server's detail.
  */
 export class HttpAdministration implements AdminOperations {
   private readonly http: AdminHttpClient;

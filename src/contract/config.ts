@@ -12,6 +12,16 @@ export const ConfigFile = Type.Object(
     port: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535 })),
     database_url: Type.Optional(Type.String({ minLength: 1 })),
     redis_url: Type.Optional(Type.String({ minLength: 1 })),
+    sqlite_wal_limit_mb: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 1_048_576, description: "The SQLite WAL file's bound on disk, in MiB (default 64)" }),
+    ),
+    min_free_disk_mb: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: 1_048_576,
+        description: "A SQLite gateway refuses to start with less free space on the database's volume, in MiB (default 64; 0: no check)",
+      }),
+    ),
     service_mode: Type.Optional(ServiceMode),
     model_service: Type.Optional(
       Type.Object({ url: Type.String({ minLength: 1 }), api_key: Type.Optional(Type.String()) }, { additionalProperties: false }),
@@ -136,6 +146,18 @@ export const ConfigFile = Type.Object(
     model_cache_dir: Type.Optional(Type.String({ minLength: 1 })),
     model_timeout_ms: Type.Optional(PositiveInt),
     reservation_ttl_seconds: Type.Optional(PositiveInt),
+    keep_alive_timeout_ms: Type.Optional(
+      Type.Integer({ minimum: 100, maximum: 600_000, description: "An idle keep-alive client connection is closed after this" }),
+    ),
+    max_connections: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000, description: "Open client connections at once" })),
+    max_connections_per_address: Type.Optional(
+      Type.Integer({ minimum: 1, maximum: 1_000_000, description: "Open connections from one client address (trusted proxies excepted)" }),
+    ),
+    trusted_proxies: Type.Optional(
+      Type.Array(Type.String({ minLength: 1 }), {
+        description: "Reverse proxies whose X-Forwarded-For names the client: addresses, CIDR ranges, loopback, linklocal, uniquelocal",
+      }),
+    ),
     bootstrap: Type.Optional(Type.Boolean()),
     bootstrap_key_file: Type.Optional(
       Type.String({ minLength: 1, description: "Where the first API key is written when stdout is not a terminal" }),
@@ -181,7 +203,12 @@ export const ServiceConfigResponse = Type.Object(
             prompt_overhead_tokens: Type.Integer(),
             question_overhead_tokens: Type.Integer(),
             output_tokens_per_question: Type.Integer(),
-            cap_tokens: Type.Integer({ description: "reserve_tokens: neither count reserved (or charged) exceeds it" }),
+            cap_tokens: Type.Integer({
+              description: "reserve_tokens: a request whose bound (either count) exceeds it is refused, never run at a capped price",
+            }),
+            over_cap_status: Type.Integer({
+              description: "The status of that refusal, before the model call: nothing is recorded or charged",
+            }),
           },
           { additionalProperties: false, description: "How a paid request's credit reservation is sized" },
         ),
@@ -199,7 +226,7 @@ export const ServiceConfigResponse = Type.Object(
         preview_request_limit: Type.Integer(),
         preview_global_request_limit: Type.Integer(),
         reserve_tokens: Type.Integer({
-          description: "Cap of the input and of the output tokens reserved for and charged to one paid request",
+          description: "The most input (and output) tokens one paid request may reserve; a larger token bound is refused (413)",
         }),
         max_input_tokens: Type.Integer({ description: "Same setting as reserve_tokens" }),
       },

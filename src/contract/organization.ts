@@ -46,8 +46,6 @@ export const OrganizationResponse = Type.Object(
 
 export const USAGE_SUMMARY_MAX_DAYS = 31;
 export const USAGE_SUMMARY_DEFAULT_DAYS = 14;
-/** The summary reads at most this many usage records, then says `truncated: true`. */
-export const USAGE_SUMMARY_MAX_RECORDS = 10_000;
 
 export const UsageSummaryQuery = Type.Object(
   {
@@ -74,7 +72,7 @@ export const UsageSummaryResponse = Type.Object(
   {
     days: Type.Array(UsageDay, { description: "The last N UTC days, today included, oldest first, days without requests as zeros" }),
     truncated: Type.Boolean({
-      description: `true when the period holds more than ${USAGE_SUMMARY_MAX_RECORDS} records: only the newest ${USAGE_SUMMARY_MAX_RECORDS} were counted`,
+      description: "Always false: the totals are kept per UTC day and count every record of the period (kept for compatibility)",
     }),
   },
   { additionalProperties: false, title: "UsageSummary" },

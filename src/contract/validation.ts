@@ -27,6 +27,43 @@ export function compileSchema<T>(schema: TSchema): ValidateFunction<T> {
   return sharedAjv.compile<T>(schema);
 }
 
+/** Problems a bounded validation counted but did not hand to the schema, by the errors array it returned. */
+const omittedProblems = new WeakMap<readonly ErrorObject[], number>();
+
+/** A validator like Ajv's: true, or false with its errors in `errors`. */
+export interface BoundedValidateFunction {
+  (data: unknown): boolean;
+  errors: ErrorObject[] | null;
+}
+
+/**
+ * A validator that first cuts the data down with `bound` (which counts the problems it cuts away) and lets the schema
+ * check only the rest: the schema's work and its number of errors stay bounded whatever the data's shape. The count
+ * of what was cut away is added to the total by `summarizeFieldErrors`.
+ */
+export function compileBoundedSchema(
+  schema: TSchema,
+  bound: (data: unknown) => { body: unknown; omitted: number },
+): BoundedValidateFunction {
+  const validate = sharedAjv.compile(schema);
+  const bounded: BoundedValidateFunction = Object.assign(
+    (data: unknown): boolean => {
+      const cut = bound(data);
+      // What is cut away is only ever a problem, never what makes data valid: a valid cut means valid data.
+      if (validate(cut.body)) {
+        bounded.errors = null;
+        return true;
+      }
+      const errors = validate.errors ?? [];
+      if (cut.omitted > 0) omittedProblems.set(errors, cut.omitted);
+      bounded.errors = errors;
+      return false;
+    },
+    { errors: null },
+  );
+  return bounded;
+}
+
 function pathSegments(instancePath: string): string[] {
   if (instancePath === "") return [];
   return instancePath
@@ -285,7 +322,7 @@ export function summarizeFieldErrors(errors: readonly ErrorObject[], limit: numb
     total += 1;
     if (out.length < limit) out.push(describe(e)!);
   }
-  return { errors: out, total };
+  return { errors: out, total: total + (omittedProblems.get(errors) ?? 0) };
 }
 
 /** Every field error of a failed validation (see `summarizeFieldErrors`; for small inputs such as the config file). */

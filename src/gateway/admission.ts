@@ -4,13 +4,22 @@ import { ServiceError } from "../domain/errors.ts";
 import { formatUsd, tokenCost } from "../domain/money.ts";
 import { msUntilUtcMidnight, utcDay } from "../domain/utc-day.ts";
 import type { TokenBound } from "../models/model-service.ts";
-import type { StoredResponse } from "../store/store.ts";
+import type { AdmitCommand, StoredResponse } from "../store/store.ts";
 import type { Books } from "./books.ts";
 import type { DecisionContext, IdempotencyRequest } from "./decision-context.ts";
 import type { ResolvedModel } from "./model-registry.ts";
 import { type DecisionObserver, silentObserver } from "./observer.ts";
+import type { RequestBound } from "./token-bound.ts";
 
 export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000;
+
+/** How a bound was found, in the words of a refusal's detail. */
+function basisOf(bound: TokenBound | RequestBound): string {
+  if (!("basis" in bound) || bound.basis === "counted") return "counted by the model service";
+  return bound.basis === "context"
+    ? "the bytes of its state and questions, limited by the model's context"
+    : "one token per UTF-8 byte of its state and questions plus the prompt template; no context of the model lowers it";
+}
 
 /** An accepted request: from here it is recorded, and its reservation resolved, exactly once. */
 export interface Admitted {
@@ -31,12 +40,20 @@ export interface AdmissionDeps {
   clock: Clock;
   config: Pick<Config, "serviceMode" | "limits" | "reservationTtlSeconds">;
   observer?: DecisionObserver;
+  /** This gateway process, recorded on what it admits: if it dies, its work is released by the others. */
+  instanceId?: string;
+  /** Completes now the requests of gateway processes that are gone (an Idempotency-Key claim of one blocks a retry). */
+  releaseAbandoned?: () => Promise<unknown>;
 }
+
+/** A retry finding its key held by a request of a stopped process that could not be released at once retries after this. */
+const ABANDONED_RETRY_MS = 1000;
 
 /**
  * The checks that decide whether a request is accepted, in one durable step with its in-flight usage record: the
- * Idempotency-Key (replay, 422, 409) and the preview day quotas (429) or the credit reservation (402). (The
- * per-minute rate is counted earlier, when the request is authenticated: src/http/rate-limit.ts.)
+ * Idempotency-Key (replay, 422, 409) and the preview day quotas (429) or the credit reservation (402; 413 for a token
+ * bound over reserve_tokens, before the durable step). (The per-minute rate is counted earlier, when the request is
+ * authenticated: src/http/rate-limit.ts.)
  */
 export class AdmissionPolicy {
   private readonly observer: DecisionObserver;
@@ -46,12 +63,22 @@ export class AdmissionPolicy {
   }
 
   /**
-   * The credit reservation of one paid request: what it can cost at most — its token bound, each count capped at
-   * reserve_tokens (the gateway's bound for accounting: no request is charged more, none is refused for its bound).
+   * The credit reservation of one paid request: what it can cost at most, its token bound at the model's prices. A
+   * bound over reserve_tokens is refused here, before anything is recorded: no request runs at a price below what it
+   * may honestly cost.
    */
-  reservationAmount(model: ResolvedModel, bound: TokenBound): { amount: number; tokens: TokenBound } {
+  reservationAmount(model: ResolvedModel, bound: TokenBound | RequestBound): { amount: number; tokens: TokenBound } {
     const cap = this.deps.config.limits.reserveTokens;
-    const tokens = { input: Math.min(bound.input, cap), output: Math.min(bound.output, cap) };
+    if (bound.input > cap || bound.output > cap) {
+      this.observer.rejected("token_bound_over_reserve");
+      throw new ServiceError(
+        "token_bound_over_reserve",
+        `This request may use up to ${bound.input} input and ${bound.output} output tokens (its token bound: ${basisOf(bound)}), ` +
+          `more than reserve_tokens (${cap}), the most one paid request may reserve; it was not sent to the model and nothing was charged. ` +
+          "Send a smaller state, or ask the operator to raise reserve_tokens.",
+      );
+    }
+    const tokens = { input: bound.input, output: bound.output };
     return { amount: tokenCost(model.price, tokens.input, tokens.output), tokens };
   }
 
@@ -67,7 +94,7 @@ export class AdmissionPolicy {
     const paid = config.serviceMode === "paid";
     const reservation = paid && bound ? this.reservationAmount(model, bound) : null;
     const amount = reservation?.amount ?? null;
-    const result = await books.admit({
+    const command: AdmitCommand = {
       requestId: ctx.requestId,
       orgId: ctx.org.id,
       keyId: ctx.keyId,
@@ -75,6 +102,7 @@ export class AdmissionPolicy {
       model: model.name,
       mode: config.serviceMode,
       nowMs: now,
+      instanceId: this.deps.instanceId ?? null,
       idempotency: idempotency && {
         key: idempotency.key,
         requestHash: idempotency.requestHash,
@@ -86,7 +114,16 @@ export class AdmissionPolicy {
         ? null
         : { day: utcDay(now), orgLimit: config.limits.previewRequestLimit, globalLimit: config.limits.previewGlobalRequestLimit },
       reservation: amount === null ? null : { amountMicrousd: amount, expiresAtMs: now + config.reservationTtlSeconds * 1000 },
-    });
+    };
+    let result = await books.admit(command);
+    if (result.kind === "idempotency_abandoned" && this.deps.releaseAbandoned) {
+      // The key's request will never finish (its process is gone): complete it now, nothing charged, and claim the key.
+      const released = await this.deps.releaseAbandoned().then(
+        () => true,
+        () => false,
+      );
+      if (released) result = await books.admit(command);
+    }
 
     switch (result.kind) {
       case "admitted":
@@ -102,7 +139,20 @@ export class AdmissionPolicy {
       case "idempotency_mismatch":
         throw new ServiceError("idempotency_key_reused");
       case "idempotency_in_progress":
-        throw new ServiceError("idempotency_in_progress");
+        if (result.ownerLeaseUntilMs === undefined) throw new ServiceError("idempotency_in_progress");
+        throw new ServiceError(
+          "idempotency_in_progress",
+          "A request with this Idempotency-Key is still being processed by another gateway process; retry after the time in Retry-After: " +
+            "by then it has finished and its stored response is replayed, or, if that process has stopped, the key is released and the retry runs.",
+          { retryAfterMs: Math.max(ABANDONED_RETRY_MS, result.ownerLeaseUntilMs - now) },
+        );
+      case "idempotency_abandoned":
+        throw new ServiceError(
+          "idempotency_in_progress",
+          `The request holding this Idempotency-Key (request_id ${result.requestId}) was accepted by a gateway process that has stopped: ` +
+            "it will never finish, and the key is being released; retry after the time in Retry-After.",
+          { retryAfterMs: ABANDONED_RETRY_MS },
+        );
       case "quota_exhausted": {
         const org = result.scope === "org";
         this.observer.rejected(org ? "preview_quota_org" : "preview_quota_global");

@@ -9,8 +9,10 @@ import type { AdmissionPolicy, Admitted } from "./admission.ts";
 import { checkAnswers } from "./answer-check.ts";
 import type { Books, CompleteCommand, CompleteResult } from "./books.ts";
 import type { DecisionContext, DecisionReply, IdempotencyRequest } from "./decision-context.ts";
-import { modelServiceFailure } from "./model-failure.ts";
-import type { ModelRegistry, ResolvedModel } from "./model-registry.ts";
+import { recordFailureBeforeAdmission } from "./failure-before-admission.ts";
+import { answersMismatch, modelServiceFailure } from "./model-failure.ts";
+import { answersMismatchReport, type ModelFailureReport, modelFailureReport } from "./model-failure-report.ts";
+import { ModelLookupFailed, type ModelRegistry, type ResolvedModel } from "./model-registry.ts";
 import { type DecisionObserver, silentObserver } from "./observer.ts";
 import { tokenBoundOf } from "./token-bound.ts";
 
@@ -32,6 +34,12 @@ export interface PipelineDeps {
   background?: (work: Promise<unknown>) => void;
   /** Told of an unexpected error after admission (it is answered 500 and recorded as gateway_error). */
   onUnexpected?: (err: unknown, requestId: string) => void;
+  /**
+   * Told of every failed model call of an accepted request (and of a model service that failed while the request's
+   * model was being found, before admission), with the model service's own words (for the server log;
+   * the client and the usage record get the fixed message of model-failure.ts).
+   */
+  onModelFailure?: (report: ModelFailureReport) => void;
 }
 
 /** An accepted request on its way to completion. */
@@ -92,15 +100,37 @@ export class DecisionPipeline {
     text?: { state: string; questions: string },
   ): Promise<DecisionReply> {
     const { config } = this.deps;
-    const model = await this.deps.registry.resolve(request.model);
+    const model = await this.resolve(ctx, request.model);
     const call: ModelCall = { model: model.upstreamName, state: request.state, questions: request.questions, ...(text ? { text } : {}) };
-    const bound = config.serviceMode === "paid" ? await tokenBoundOf(model.service, call) : null;
+    const bound = config.serviceMode === "paid" ? await tokenBoundOf(model, call) : null;
     const admitted = await this.deps.admission.admit(ctx, model, idempotency, bound);
     if (admitted.kind === "replay") {
       return { status: 200, body: admitted.response.body, requestId: admitted.response.requestId, replayed: true };
     }
     const accepted: Accepted = { ctx, model, admitted, idempotency, callMs: 0 };
     return this.complete(accepted, await this.run(accepted, request, call));
+  }
+
+  /**
+   * The requested model. A model service that fails while it is being found (502/503, before admission) is logged
+   * like a failed model call and recorded (failure-before-admission.ts), so that the request id leads to a record.
+   * Refusals (an unknown model, 422) and a gateway with no model service configured (503) are not recorded.
+   */
+  private async resolve(ctx: DecisionContext, requested: string | null | undefined): Promise<ResolvedModel> {
+    try {
+      return await this.deps.registry.resolve(requested);
+    } catch (err) {
+      if (!(err instanceof ModelLookupFailed) || err.status < 500) throw err;
+      // The default model may be what could not be found.
+      const model = requested ?? this.deps.registry.configuredDefault ?? "(default)";
+      this.observer.modelFailed(err.failure instanceof ModelServiceError ? err.failure.kind : "unexpected");
+      this.deps.onModelFailure?.(modelFailureReport(err.failure, { requestId: ctx.requestId, model }));
+      const error = modelServiceFailure(err.failure, { requestId: ctx.requestId });
+      const gatewayLatencyMs = round3(this.monotonicMs() - ctx.startedAt);
+      const { books, clock, config } = this.deps;
+      const recorded = await recordFailureBeforeAdmission(books, clock, config.serviceMode, ctx, { model, error, gatewayLatencyMs });
+      throw recorded ? error : err;
+    }
   }
 
   /** The model call and everything up to the reply; never throws (an error becomes the request's ending). */
@@ -116,18 +146,18 @@ export class DecisionPipeline {
     } catch (err) {
       accepted.callMs = this.monotonicMs() - callStart;
       this.observer.modelFailed(err instanceof ModelServiceError ? err.kind : "unexpected");
-      return this.failed(accepted, modelServiceFailure(err), undefined, err instanceof ModelServiceError ? err.route : undefined);
+      this.deps.onModelFailure?.(modelFailureReport(err, { requestId: ctx.requestId, model: model.name }));
+      const route = err instanceof ModelServiceError ? err.route : undefined;
+      return this.failed(accepted, modelServiceFailure(err, { requestId: ctx.requestId }), undefined, route);
     }
     accepted.callMs = this.monotonicMs() - callStart;
     try {
       const checked = checkAnswers(request.questions, answerSet.answers);
       if (!checked.ok) {
         this.observer.modelFailed("answers_mismatch");
-        const failure = new ServiceError(
-          "model_invalid_response",
-          `The model service returned answers that do not match the questions: ${checked.problem}`,
-        );
-        return this.failed(accepted, failure, answerSet);
+        const where = { requestId: ctx.requestId, model: model.name };
+        this.deps.onModelFailure?.(answersMismatchReport(checked.problem, answerSet.route, where));
+        return this.failed(accepted, answersMismatch(answerSet.route, where), answerSet);
       }
       return this.succeeded(accepted, answerSet, checked.answers);
     } catch (err) {

@@ -3,7 +3,7 @@ import { engineKey, listingServices } from "../config-models.ts";
 import type { ModelContext, ModelEntry } from "../contract/models.ts";
 import { ServiceError } from "../domain/errors.ts";
 import { type Price, parseUsd } from "../domain/money.ts";
-import type { ModelService } from "../models/model-service.ts";
+import type { ModelService, UpstreamModel } from "../models/model-service.ts";
 import { createModelRouter } from "../models/routing/router.ts";
 import type { DeploymentInput, ModelRouter, RouterHealth, RouterObserver, RouterOptions } from "../models/routing/types.ts";
 import { modelServiceFailure } from "./model-failure.ts";
@@ -25,6 +25,19 @@ export interface ResolvedModel {
   /** Decimal USD strings as published. */
   priceInputUsd: string;
   priceOutputUsd: string | null;
+}
+
+/**
+ * A model service failed while the models offered were being found (before any request could be accepted): the
+ * gateway's error for it (model-failure.ts), with the failure itself for the server log.
+ */
+export class ModelLookupFailed extends ServiceError {
+  readonly failure: unknown;
+  constructor(failure: unknown) {
+    const mapped = modelServiceFailure(failure);
+    super(mapped.code, mapped.detail, mapped.extra);
+    this.failure = failure;
+  }
 }
 
 export interface RegistryOptions {
@@ -54,6 +67,11 @@ export class ModelRegistry {
   /** Models discovered from the services' lists, with the services that list each. */
   private discovered: { at: number; models: Offered[] } | null = null;
   private readonly discoveredRouters = new Map<string, { key: string; router: ModelRouter }>();
+  /**
+   * Each service's most recent answered list. A service that does not answer keeps its deployments (counted down by
+   * /readyz, checked again by its routers) until it answers with a list that lacks the model.
+   */
+  private readonly lastLists = new Map<string, UpstreamModel[]>();
   /** Configured aliases and each configured model's own aliases, alias → target name. */
   private readonly aliases: Map<string, string>;
   private readonly nowMs: () => number;
@@ -93,6 +111,11 @@ export class ModelRegistry {
         ...(m.pricePerMillionOutputUsd ? { priceOutputUsd: m.pricePerMillionOutputUsd } : {}),
       });
     }
+  }
+
+  /** The configured default model; null when the default is the first model offered. */
+  get configuredDefault(): string | null {
+    return this.config.defaultModel;
   }
 
   get isConfigured(): boolean {
@@ -201,7 +224,7 @@ export class ModelRegistry {
     try {
       return (await router.listModels({ timeoutMs: this.config.modelTimeoutMs }))[0]?.context;
     } catch (err) {
-      throw modelServiceFailure(err);
+      throw new ModelLookupFailed(err);
     }
   }
 
@@ -223,11 +246,11 @@ export class ModelRegistry {
         models: await service.listModels({ timeoutMs: this.config.modelTimeoutMs }),
       })),
     );
-    const answered = lists.flatMap((l) => (l.status === "fulfilled" ? [l.value] : []));
-    if (answered.length === 0) throw modelServiceFailure((lists[0] as PromiseRejectedResult).reason);
+    for (const l of lists) if (l.status === "fulfilled") this.lastLists.set(l.value.name, l.value.models);
+    if (this.lastLists.size === 0) throw new ModelLookupFailed((lists[0] as PromiseRejectedResult).reason);
     const byModel = new Map<string, DeploymentInput[]>();
-    for (const { name, service, models } of answered) {
-      for (const m of models) {
+    for (const [name, service] of this.services) {
+      for (const m of this.lastLists.get(name) ?? []) {
         const deployments = byModel.get(m.name) ?? [];
         deployments.push({ name, service, upstreamName: m.name });
         byModel.set(m.name, deployments);

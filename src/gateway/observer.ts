@@ -3,7 +3,9 @@ export interface DecisionObserver {
   decided(gatewayMs: number, modelMs: number): void;
   modelFailed(kind: string): void;
   reservation(outcome: "reserved" | "insufficient" | "settled" | "released" | "expired"): void;
-  rejected(reason: "rate_limited" | "preview_quota_org" | "preview_quota_global" | "insufficient_credits"): void;
+  rejected(
+    reason: "rate_limited" | "preview_quota_org" | "preview_quota_global" | "insufficient_credits" | "token_bound_over_reserve",
+  ): void;
 }
 
 export const silentObserver: DecisionObserver = {

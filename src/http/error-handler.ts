@@ -1,4 +1,6 @@
-import type { FastifyError, FastifyInstance, FastifyReply } from "fastify";
+import { STATUS_CODES } from "node:http";
+import type { Duplex } from "node:stream";
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { ErrorResponse, FieldError } from "../contract/errors.ts";
 import { MAX_FIELD_ERRORS, summarizeFieldErrors } from "../contract/validation.ts";
 import { ERROR_CATALOGUE, type ErrorCode, ServiceError } from "../domain/errors.ts";
@@ -36,6 +38,94 @@ function validationDetail(errors: FieldError[], total = errors.length): string {
   const first = errors[0];
   const summary = first ? `${first.field}: ${first.message}` : "";
   return total > 1 ? `Invalid request body: ${summary} (and ${total - 1} more)` : `Invalid request body: ${summary}`;
+}
+
+/** The catalogue code of a status Fastify or a plugin gave an error of its own (never its message: it may echo the URL). */
+function codeOfStatus(status: number): ErrorCode {
+  switch (status) {
+    case 404:
+      return "route_not_found";
+    case 405:
+      return "method_not_allowed";
+    case 408:
+      return "request_timeout";
+    case 413:
+      return "body_too_large";
+    case 414:
+      return "uri_too_long";
+    case 415:
+      return "unsupported_media_type";
+    case 431:
+      return "headers_too_large";
+    default:
+      return "bad_request";
+  }
+}
+
+/**
+ * Fastify's `frameworkErrors`: a URL it cannot route (bad percent-encoding, a path parameter past maxParamLength),
+ * answered from the catalogue before any hook runs. The URL is not echoed.
+ */
+export function frameworkErrorHandler(error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+  reply.header("x-service-request-id", request.id);
+  reply.header("x-typesafe-request-id", request.id);
+  switch (error.code) {
+    case "FST_ERR_BAD_URL":
+      sendError(reply, "invalid_url");
+      return;
+    case "FST_ERR_MAX_PARAM_LENGTH":
+      sendError(reply, "uri_too_long", {
+        detail: `The request URL is too long: a path parameter may have at most ${request.server.initialConfig.maxParamLength ?? 100} characters.`,
+      });
+      return;
+    default:
+      request.log.error({ err: error }, "unexpected framework error");
+      sendError(reply, "internal");
+  }
+}
+
+export interface ClientErrorLimits {
+  headersTimeoutMs: number;
+  requestTimeoutMs: number;
+  maxHeaderSize: number;
+}
+
+/** A whole HTTP/1.1 answer from the catalogue, for a connection whose request could not be read (so no Fastify reply exists). */
+function rawErrorResponse(code: ErrorCode, detail?: string): string {
+  const { status } = ERROR_CATALOGUE[code];
+  const body = JSON.stringify({ detail: detail ?? ERROR_CATALOGUE[code].detail } satisfies ErrorResponse);
+  return (
+    `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`
+  );
+}
+
+/**
+ * Fastify's `clientErrorHandler`: malformed HTTP (bad framing, an invalid Content-Length), headers past the size
+ * limit, and requests past their deadline get the contract's error body, then the connection is closed.
+ */
+export function clientErrorHandler(limits: ClientErrorLimits): (err: Error & { code?: string }, socket: Duplex) => void {
+  return (err, socket) => {
+    if (!socket.writable) {
+      socket.destroy(err);
+      return;
+    }
+    let answer: string;
+    if (err.code === "ERR_HTTP_REQUEST_TIMEOUT") {
+      answer = rawErrorResponse(
+        "request_timeout",
+        `The request did not arrive in time: its headers must arrive within ${limits.headersTimeoutMs / 1000} s and the whole request within ${limits.requestTimeoutMs / 1000} s.`,
+      );
+    } else if (err.code === "HPE_HEADER_OVERFLOW") {
+      answer = rawErrorResponse(
+        "headers_too_large",
+        `The request's headers are too large: the request line and headers together may have at most ${limits.maxHeaderSize} bytes.`,
+      );
+    } else {
+      answer = rawErrorResponse("malformed_http");
+    }
+    socket.end(answer);
+  };
 }
 
 export function installErrorHandling(app: FastifyInstance): void {
@@ -86,12 +176,9 @@ export function installErrorHandling(app: FastifyInstance): void {
       return sendError(reply, "storage_unavailable");
     }
     const status = typeof fe.statusCode === "number" ? fe.statusCode : 500;
-    if (status === 405) return sendError(reply, "method_not_allowed");
     if (status >= 400 && status < 500) {
-      return reply
-        .code(status)
-        .type("application/json; charset=utf-8")
-        .send({ detail: fe.message || "Bad request." });
+      request.log.info({ code: fe.code, status }, "client error answered from the catalogue");
+      return sendError(reply, codeOfStatus(status));
     }
     request.log.error({ err: error }, "unhandled error");
     return sendError(reply, "internal");

@@ -1,7 +1,8 @@
 import { createHash } from "node:crypto";
-import type { FastifyInstance } from "fastify";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { ServiceError } from "../domain/errors.ts";
 import { scanJson } from "./json-members.ts";
+import { createOnePerTurn } from "./one-per-turn.ts";
 
 /** The members of a decision request that are forwarded to the model service as the client wrote them. */
 const FORWARDED_MEMBERS = ["state", "questions"] as const;
@@ -26,47 +27,66 @@ const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
 /** Deeper JSON is refused (422): no state needs it, and recursive code downstream (serialisers, prompts) would overflow. */
 export const MAX_JSON_DEPTH = 256;
 
+/** Bodies from this size on are parsed one per turn of the event loop (one-per-turn.ts); smaller ones at once. */
+const LARGE_BODY_BYTES = 64 * 1024;
+
+/** Whether the request's route reads a body (has a body schema); 404s and body-less routes do not. */
+function takesBody(request: FastifyRequest): boolean {
+  return request.routeOptions.schema?.body !== undefined;
+}
+
 /**
  * The only body parser: application/json, strict UTF-8, plain JSON.parse (so `__proto__` and
  * `constructor` stay ordinary keys). Size is enforced by each route's bodyLimit while streaming.
+ * An empty body is no body: refused where the route needs one, accepted where it takes none (many clients send
+ * Content-Type: application/json on every request, a DELETE included).
  */
 export function installJsonBodyParser(app: FastifyInstance): void {
   app.removeAllContentTypeParsers();
   app.decorateRequest("bodySha256", null);
   app.decorateRequest("jsonMembers", null);
+  // Parsing and checking a body of 1 MiB takes tens of milliseconds: ten arriving together are taken one per turn,
+  // so that other requests are answered between them.
+  const onePerTurn = createOnePerTurn();
   app.addContentTypeParser("application/json", { parseAs: "buffer" }, (request, body, done) => {
     const bytes = body as Buffer;
-    const charset = charsetOf(request.headers["content-type"]);
-    if (charset !== null && charset !== "utf-8" && charset !== "utf8") {
-      return done(
-        new ServiceError("unsupported_media_type", `Request bodies must be UTF-8 JSON; Content-Type declares charset=${charset}.`),
-        undefined,
-      );
-    }
-    if (request.headers["idempotency-key"] !== undefined) request.bodySha256 = createHash("sha256").update(bytes).digest("hex");
-    if (bytes.length === 0) return done(new ServiceError("invalid_json", "Request body is empty; send a JSON object."), undefined);
-    let text: string;
-    try {
-      text = utf8.decode(bytes);
-    } catch {
-      return done(new ServiceError("invalid_utf8"), undefined);
-    }
-    // Before parsing: a body nested too deep is refused without building it (JSON.parse would recurse into it).
-    const scanned = scanJson(text, MAX_JSON_DEPTH, FORWARDED_MEMBERS);
-    if (scanned.deeperThanLimit) {
-      return done(
-        new ServiceError("invalid_json", `Request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels.`),
-        undefined,
-      );
-    }
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(text);
-    } catch (err) {
-      const detail = err instanceof RangeError ? `JSON nests deeper than ${MAX_JSON_DEPTH} levels` : (err as Error).message;
-      return done(new ServiceError("invalid_json", `Request body is not valid JSON: ${detail}`), undefined);
-    }
-    request.jsonMembers = scanned.members;
-    done(null, parsed);
+    if (bytes.length === 0 && !takesBody(request)) return done(null, undefined);
+    const parse = () => {
+      const result = parseJsonBody(request, bytes);
+      if (result instanceof ServiceError) done(result, undefined);
+      else done(null, result.body);
+    };
+    if (bytes.length < LARGE_BODY_BYTES) parse();
+    else onePerTurn(parse);
   });
+}
+
+/** The parsed body, or the error that refuses it. */
+function parseJsonBody(request: FastifyRequest, bytes: Buffer): { body: unknown } | ServiceError {
+  const charset = charsetOf(request.headers["content-type"]);
+  if (charset !== null && charset !== "utf-8" && charset !== "utf8") {
+    return new ServiceError("unsupported_media_type", `Request bodies must be UTF-8 JSON; Content-Type declares charset=${charset}.`);
+  }
+  if (request.headers["idempotency-key"] !== undefined) request.bodySha256 = createHash("sha256").update(bytes).digest("hex");
+  if (bytes.length === 0) return new ServiceError("invalid_json", "Request body is empty; send a JSON object.");
+  let text: string;
+  try {
+    text = utf8.decode(bytes);
+  } catch {
+    return new ServiceError("invalid_utf8");
+  }
+  // Before parsing: a body nested too deep is refused without building it (JSON.parse would recurse into it).
+  const scanned = scanJson(text, MAX_JSON_DEPTH, FORWARDED_MEMBERS);
+  if (scanned.deeperThanLimit) {
+    return new ServiceError("invalid_json", `Request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels.`);
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(text);
+  } catch (err) {
+    const detail = err instanceof RangeError ? `JSON nests deeper than ${MAX_JSON_DEPTH} levels` : (err as Error).message;
+    return new ServiceError("invalid_json", `Request body is not valid JSON: ${detail}`);
+  }
+  request.jsonMembers = scanned.members;
+  return { body: parsed };
 }

@@ -48,23 +48,64 @@ export type ModelErrorKind =
   | "bad_status" // 5xx or another unexpected status
   | "overloaded" // 429 / 529 from the model service
   | "invalid_response" // not JSON, wrong envelope, bad usage numbers
-  | "context_rejected" // 400/413/422 from the model service about the request's size or context
+  | "context_rejected" // the request is longer than the model's context: 413, or a 400/422 whose text says so
+  | "refused" // a 400/422 from the model service for a reason of its own (not the context)
   | "aborted" // our own signal fired
   | "not_ready"; // model still loading or failed to load
 
-export class ModelServiceError extends Error {
+export interface ModelFailureDetails {
+  /** The HTTP status the model service answered with, when it answered. */
+  upstreamStatus?: number;
   /** Set by a router on the error it finally throws: the last deployment tried (null when none was) and the attempts made. */
+  route?: { deployment: string | null; attempts: number };
+  /**
+   * The model service's own words (the message of its error body, the start of an unreadable body): they may name
+   * hosts, paths, credentials, so they go to the server log only, never to a client or a usage record.
+   */
+  upstreamText?: string;
+  /** Our own words a client may read besides the gateway's fixed message: an engine's loading state, the context limit it enforces. */
+  note?: string;
+  /** The wait the model service asked for (Retry-After of a 429 / 529), in seconds. */
+  retryAfterSeconds?: number;
+}
+
+/**
+ * A failed model call. `message` is the adapter's own description for the server log (it may name addresses and
+ * codes); clients get the gateway's fixed wording per kind (src/gateway/model-failure.ts), plus `note` when set.
+ */
+export class ModelServiceError extends Error {
   readonly route?: { deployment: string | null; attempts: number };
+  readonly upstreamText?: string;
+  readonly note?: string;
+  readonly retryAfterSeconds?: number;
 
   constructor(
     readonly kind: ModelErrorKind,
     message: string,
     readonly upstreamStatus?: number,
-    route?: { deployment: string | null; attempts: number },
+    details: Omit<ModelFailureDetails, "upstreamStatus"> = {},
   ) {
     super(message);
     this.name = "ModelServiceError";
-    if (route !== undefined) this.route = route;
+    if (details.route !== undefined) this.route = details.route;
+    if (details.upstreamText !== undefined) this.upstreamText = details.upstreamText;
+    if (details.note !== undefined) this.note = details.note;
+    if (details.retryAfterSeconds !== undefined) this.retryAfterSeconds = details.retryAfterSeconds;
+  }
+
+  /** The same failure with other message, route or details (the rest kept). */
+  with(changes: { message?: string } & Omit<ModelFailureDetails, "upstreamStatus">): ModelServiceError {
+    const { message, ...details } = changes;
+    return new ModelServiceError(this.kind, message ?? this.message, this.upstreamStatus, { ...this.details(), ...details });
+  }
+
+  private details(): Omit<ModelFailureDetails, "upstreamStatus"> {
+    return {
+      ...(this.route !== undefined ? { route: this.route } : {}),
+      ...(this.upstreamText !== undefined ? { upstreamText: this.upstreamText } : {}),
+      ...(this.note !== undefined ? { note: this.note } : {}),
+      ...(this.retryAfterSeconds !== undefined ? { retryAfterSeconds: this.retryAfterSeconds } : {}),
+    };
   }
 }
 

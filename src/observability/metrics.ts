@@ -42,7 +42,7 @@ export class Metrics {
 
   readonly rejections = new Counter({
     name: "tds_admission_rejections_total",
-    help: "Requests refused at admission by reason (rate_limited, preview_quota_org, preview_quota_global, insufficient_credits)",
+    help: "Requests refused at admission by reason (rate_limited, preview_quota_org, preview_quota_global, insufficient_credits, token_bound_over_reserve)",
     labelNames: ["reason"] as const,
     registers: [this.registry],
   });

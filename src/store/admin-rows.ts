@@ -4,6 +4,7 @@ import { checkEpochMs, checkText } from "./input-checks.ts";
 import type { Balance, Organization } from "./store.ts";
 import { StoreInputError } from "./store-errors.ts";
 import { badCursor, decodeCursorText, encodeCursorText } from "./usage-cursor.ts";
+import { DAY_MS } from "./usage-daily-rows.ts";
 
 /**
  * The rows, cursors and checks of the administration tables (admin_audit, admin_idempotency) and pages, the same
@@ -177,7 +178,7 @@ export function pageOf<R, T>(
 
 // ── usage totals ──
 
-export const DAY_MS = 86_400_000;
+export { DAY_MS };
 
 export interface UsageTotalsQuery {
   fromMs: number;
@@ -185,18 +186,18 @@ export interface UsageTotalsQuery {
   orgId?: string;
 }
 
+/** Whole UTC days: the totals are kept per day (usage_daily). */
 export function checkUsageTotalsQuery(query: UsageTotalsQuery): void {
-  checkEpochMs(query.fromMs, "fromMs");
-  checkEpochMs(query.toMs, "toMs");
+  for (const field of ["fromMs", "toMs"] as const) {
+    checkEpochMs(query[field], field);
+    if (query[field] < 0 || query[field] % DAY_MS !== 0)
+      throw new StoreInputError(`${field} must be a UTC midnight (a multiple of ${DAY_MS} epoch milliseconds, 0 or more)`, field);
+  }
   if (query.toMs < query.fromMs) throw new StoreInputError("toMs must not be before fromMs", "toMs");
   if (query.orgId !== undefined) checkText(query.orgId, "orgId");
 }
 
-/** The sums every totals query selects, named so that no alias shadows a column; `cast` for PostgreSQL's numeric sums. */
-export function sumColumns(cast = ""): string {
-  return `count(*) AS requests, sum(input_tokens)${cast} AS sum_input, sum(output_tokens)${cast} AS sum_output, sum(cost_microusd)${cast} AS sum_cost`;
-}
-
+/** A totals row: the sums of `dailySumColumns` (usage-daily-rows.ts). */
 export interface SumsRow {
   requests: number;
   sum_input: number;

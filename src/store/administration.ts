@@ -59,12 +59,15 @@ export interface OrganizationPage {
   nextCursor: string | null;
 }
 
-/** Totals of usage records created in [fromMs, toMs): per UTC day (every organization, or one) and per organization. */
+/**
+ * Totals of usage records created on the UTC days of [fromMs, toMs): per day (every organization, or one) and per
+ * organization. Read from the daily roll-up: the cost is one row per organization and day, whatever the number of records.
+ */
 export interface UsageTotals {
   /** Days with at least one record, oldest first; `dayStartMs` is the UTC midnight that starts the day. */
   days: Array<{ dayStartMs: number } & UsageSums>;
-  /** Organizations with at least one record, by cost then requests, largest first. */
-  organizations: Array<{ orgId: string } & UsageSums>;
+  /** Organizations with at least one record, by cost then requests, largest first; `name` is null for an organization not found. */
+  organizations: Array<{ orgId: string; name: string | null } & UsageSums>;
 }
 
 export interface UsageSums {
@@ -104,7 +107,7 @@ export interface AdministrationStore {
   }): Promise<GrantOnceResult>;
   /** A malformed cursor or a limit outside 1 to 200 is a StoreInputError (field `cursor` or `limit`). */
   listAudit(query: AuditQuery): Promise<AuditPage>;
-  /** Every outcome counts, in flight too. Whole epoch milliseconds with fromMs ≤ toMs, else StoreInputError. */
+  /** Every outcome counts, in flight too. fromMs ≤ toMs, both UTC midnights (whole days), else StoreInputError. */
   usageTotals(query: { fromMs: number; toMs: number; orgId?: string }): Promise<UsageTotals>;
 }
 

@@ -30,6 +30,8 @@ export function composeStore<B extends Pick<Store, "dialect" | "close" | "connec
 
     commitBatch: (batch) => books.commitBatch(batch),
     sweep: (input) => books.sweep(input),
+    releaseOrphans: (input) => books.releaseOrphans(input),
+    renewLease: (input) => books.renewLease(input),
     purge: (input) => books.purge(input),
     grantCredits: (input) => books.grantCredits(input),
     grantCreditsOnce: (input) => books.grantCreditsOnce(input),

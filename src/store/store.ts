@@ -205,6 +205,24 @@ export interface BookkeepingStore {
    * with nothing charged, and expires pending reservations due at `nowMs`; at most `limit` of each.
    */
   sweep(input: { nowMs: number; inFlightBeforeMs: number; limit: number }): Promise<SweepResult>;
+  /**
+   * Completes at once the requests in flight whose gateway process is gone, as the sweep does (`gateway_error`,
+   * nothing charged) but releasing their reservations: those admitted by another instance than `instanceId` whose
+   * lease ended at or before `nowMs`, and, with `createdBeforeMs` (a database one process serves: SQLite), every other
+   * one created before it. At most `limit`; rows another transaction holds are skipped.
+   */
+  releaseOrphans(input: {
+    instanceId: string;
+    nowMs: number;
+    createdBeforeMs: number | null;
+    limit: number;
+  }): Promise<{ released: number }>;
+  /**
+   * Records or extends the lease of a gateway instance (one serving process): until `leaseUntilMs` the requests it
+   * admitted are its own; a lease that has ended marks it gone (a clean shutdown ends its lease at once). Leases that
+   * ended a day before `nowMs` and hold no request in flight are deleted.
+   */
+  renewLease(input: { instanceId: string; startedAtMs: number; leaseUntilMs: number; nowMs: number }): Promise<void>;
   /** Deletes idempotency entries expired at `nowMs` and preview counters of days before `keepFromDay`; at most `limit` of each. */
   purge(input: { nowMs: number; keepFromDay: string; limit: number }): Promise<PurgeResult>;
 
@@ -224,10 +242,28 @@ export interface BookkeepingStore {
   listUsage(orgId: string, query: UsageQuery): Promise<UsagePage>;
 }
 
+/**
+ * Whether the database takes writes now: `ok`, `read_only` (the file or the server refuses writes), `disk_full`,
+ * `cannot_write` (I/O errors, the file cannot be opened for writing) or `unavailable` (no connection).
+ */
+export type Writability = "ok" | "read_only" | "disk_full" | "cannot_write" | "unavailable";
+
+export interface WriteCheck {
+  state: Writability;
+  /** The driver's own words when not ok: for the server log only (they may name the database or its host). */
+  reason?: string;
+}
+
 /** Everything the service keeps. One interface, one adapter per database. */
 export interface Store extends AccountStore, BookkeepingStore, AdministrationStore {
   readonly dialect: "sqlite" | "postgres";
   close(): Promise<void>;
+  /**
+   * A cheap check that the database takes writes (nothing is committed), combined with what the latest writes met
+   * (a full disk shows only there). A database found not writable is opened again when it can be (SQLite: a new
+   * connection once the file is writable; PostgreSQL: read-only sessions are discarded from the pool).
+   */
+  checkWritable?(): Promise<WriteCheck>;
   /** Connection pool figures, for metrics (adapters with a pool). */
   connectionStats?(): { total: number; idle: number; waiting: number };
 }

@@ -6,7 +6,14 @@ export const LAYERS: Layer[] = [
   { name: "contract: the API's schemas", paths: ["src/contract"] },
   {
     name: "configuration",
-    paths: ["src/config.ts", "src/config-models.ts", "src/config-defaults.ts", "src/database-url.ts", "src/private-files.ts"],
+    paths: [
+      "src/config.ts",
+      "src/config-models.ts",
+      "src/config-defaults.ts",
+      "src/config-secret-files.ts",
+      "src/database-url.ts",
+      "src/private-files.ts",
+    ],
   },
   { name: "ports and adapters: storage, rate limits, model services", paths: ["src/store", "src/limits", "src/models"] },
   { name: "gateway: the decision pipeline, admission, model registry", paths: ["src/gateway"] },

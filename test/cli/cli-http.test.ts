@@ -1,7 +1,8 @@
 /**
  * The `tds` CLI through a gateway's admin API (--url / TDS_URL): every command runs once on a database and once over
  * HTTP against a gateway of its own, with the same steps, and prints the same (ids and times masked). Plus the HTTP
- * failures, the transport's usage errors, and the audit log: source "cli" on the database, "http" with client "cli".
+ * failures, the transport's usage errors, and the audit log: source "cli" with the operator as client on the database,
+ * "http" with client "cli:OPERATOR" over the admin API.
  */
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
@@ -24,6 +25,8 @@ async function unusedPort(): Promise<number> {
 }
 
 const TOKEN = "adm-Qw3rTy8uI0pAs5dFg7hJk2lZx4cVb6nM";
+/** Who runs the CLI here (instead of the OS user), for the audit log. */
+const OPERATOR = "ops-alice";
 const PROJECT = fileURLToPath(new URL("../../", import.meta.url));
 
 interface Run {
@@ -41,6 +44,7 @@ async function cli(args: string[], env: Record<string, string>): Promise<Run> {
     stdout: { write: (t: string) => (stdout += t) },
     stderr: { write: (t: string) => (stderr += t) },
     env,
+    operator: () => OPERATOR,
   });
   return { code, stdout, stderr };
 }
@@ -304,7 +308,7 @@ describe("tds over HTTP (--url, TDS_URL) prints what tds on the database prints"
     }
   });
 
-  it("records every change in the audit log: source cli on the database, http with client cli over the admin API", async () => {
+  it("records every change in the audit log with the operator: source cli on the database, http with client cli:NAME over the admin API", async () => {
     const audits = { db: await gateways.db.store.listAudit({ limit: 200 }), http: await gateways.http.store.listAudit({ limit: 200 }) };
     const names = new Map(
       [...(await gateways.db.store.listOrganizations()), ...(await gateways.http.store.listOrganizations())].map((o) => [o.id, o.name]),
@@ -316,8 +320,8 @@ describe("tds over HTTP (--url, TDS_URL) prints what tds on the database prints"
       new Set(["organization.created", "key.created", "organization.paused", "organization.resumed", "credits.granted", "key.revoked"]),
     );
     assert.equal(actions("http").filter((a) => a === "credits.granted").length, 3, "the replayed grant is not recorded again");
-    for (const e of audits.db.entries) assert.deepEqual([e.source, e.client, e.remoteAddress], ["cli", null, null]);
-    for (const e of audits.http.entries) assert.deepEqual([e.source, e.client, e.remoteAddress], ["http", "cli", "127.0.0.1"]);
+    for (const e of audits.db.entries) assert.deepEqual([e.source, e.client, e.remoteAddress], ["cli", OPERATOR, null]);
+    for (const e of audits.http.entries) assert.deepEqual([e.source, e.client, e.remoteAddress], ["http", `cli:${OPERATOR}`, "127.0.0.1"]);
 
     for (const mode of ["db", "http"] as const) {
       const run = await cli(["audit", "--limit", "200", "--json"], envs[mode]);
@@ -333,14 +337,17 @@ describe("tds over HTTP (--url, TDS_URL) prints what tds on the database prints"
       assert.match(
         lines[1]!,
         mode === "db"
-          ? /^\S+Z\s+key\.revoked\s+Acme Ltd\s+[a-z0-9]{12}\s+cli$/
-          : /^\S+Z\s+key\.revoked\s+Acme Ltd\s+[a-z0-9]{12}\s+http\s+cli$/,
+          ? /^\S+Z\s+key\.revoked\s+Acme Ltd\s+[a-z0-9]{12}\s+cli\s+ops-alice$/
+          : /^\S+Z\s+key\.revoked\s+Acme Ltd\s+[a-z0-9]{12}\s+http\s+cli:ops-alice$/,
       );
       assert.match(table.stderr, /^Showing the newest 3; more with --limit N/);
     }
     const grants = await cli(["audit", "--org", "Acme Ltd", "--limit", "200"], envs.http);
-    assert.match(grants.stdout, /credits\.granted\s+Acme Ltd\s+org_[a-z0-9]{12}\s+http\s+cli\s+amount_usd=12\.5 note="invoice 7"\n/);
-    assert.match(grants.stdout, /organization\.created\s+Acme Ltd\s+org_[a-z0-9]{12}\s+http\s+cli\s+name="Acme Ltd"\n/);
+    assert.match(
+      grants.stdout,
+      /credits\.granted\s+Acme Ltd\s+org_[a-z0-9]{12}\s+http\s+cli:ops-alice\s+amount_usd=12\.5 note="invoice 7"\n/,
+    );
+    assert.match(grants.stdout, /organization\.created\s+Acme Ltd\s+org_[a-z0-9]{12}\s+http\s+cli:ops-alice\s+name="Acme Ltd"\n/);
   });
 });
 

@@ -13,7 +13,6 @@ import { createTestDatabase } from "../support/postgres-db.ts";
 const PAID = {
   TDS_SERVICE_MODE: "paid",
   TDS_PRICE_PER_MILLION_INPUT_USD: "1",
-  TDS_RESERVE_TOKENS: "1000",
   TDS_RESERVATION_TTL_SECONDS: "60",
   TDS_MODEL_TIMEOUT_MS: "5000",
 };
@@ -122,7 +121,7 @@ describe("PostgreSQL backends killed around settlement", () => {
       await locker.query("SELECT * FROM org_balances WHERE org_id = $1 FOR UPDATE", [orgId]);
       killer = (async () => {
         const dbName = new URL(dbUrl).pathname.slice(1);
-        for (let i = 0; i < 200 && killed === 0; i++) {
+        for (let i = 0; i < 1500 && killed === 0; i++) {
           const { rows } = await locker.query<{ pid: number }>(
             "SELECT pid FROM pg_stat_activity WHERE datname = $1 AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
             [dbName],

@@ -14,8 +14,9 @@ import type { AdmitCommand, CompleteCommand } from "../../src/store/store.ts";
 import { allUsage, assertLedgerMatches, eventually } from "../support/books.ts";
 import { errorBody, json } from "../support/contract-check.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
+import { byteBound } from "../support/token-bound.ts";
 
-const PAID = { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "1000" };
+const PAID = { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1" };
 const GRANT = 100_000;
 
 /** Valid answers for sampleRequest()'s three questions. */
@@ -143,14 +144,16 @@ describe("faults after admission", { timeout: 30_000 }, () => {
       const res = await gw.decide(sampleRequest());
       const body = await json(res);
       assert.equal(res.status, 200, JSON.stringify(body));
-      // The reservation: 1000 input tokens (the cap) and 3 output tokens (one per question) × 1000 USD per million.
-      assert.equal(body.usage.cost_microusd, 1_003_000);
+      // The reservation: the request's token bound (its bytes and the template overhead; the scripted model publishes
+      // no context) and 3 output tokens (one per question) × 1000 USD per million.
+      const reservation = (byteBound(sampleRequest()) + 3) * 1000;
+      assert.equal(body.usage.cost_microusd, reservation);
       const record = await gw.store.getUsage(gw.orgId, body.request_id);
-      assert.deepEqual([record?.outcome, record?.overReservation, record?.costMicrousd], ["succeeded", true, 1_003_000]);
+      assert.deepEqual([record?.outcome, record?.overReservation, record?.costMicrousd], ["succeeded", true, reservation]);
       assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), {
-        available: 3_997_000,
+        available: 5_000_000 - reservation,
         reserved: 0,
-        spent: 1_003_000,
+        spent: reservation,
         granted: 5_000_000,
       });
     } finally {

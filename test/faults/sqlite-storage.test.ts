@@ -18,6 +18,7 @@ import Database from "better-sqlite3";
 import { utcDay } from "../../src/domain/utc-day.ts";
 import type { ModelService } from "../../src/models/model-service.ts";
 import { openSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
+import { Metrics } from "../../src/observability/metrics.ts";
 import type { SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
 import type { Store } from "../../src/store/store.ts";
 import { type FakeModelServer, startFakeModelServer } from "../fixtures/fake-model-server.ts";
@@ -25,15 +26,18 @@ import { allUsage, assertLedgerMatches, eventually } from "../support/books.ts";
 import { errorBody, json } from "../support/contract-check.ts";
 import { FixedClock } from "../support/fixed-clock.ts";
 import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
+import { GENEROUS_MODEL_TIMEOUT_MS } from "../support/model-deadlines.ts";
+import { byteBound } from "../support/token-bound.ts";
 
 const PAID = {
   TDS_SERVICE_MODE: "paid",
   TDS_PRICE_PER_MILLION_INPUT_USD: "1",
-  TDS_RESERVE_TOKENS: "1000",
   TDS_RESERVATION_TTL_SECONDS: "60",
   TDS_MODEL_TIMEOUT_MS: "5000",
 };
 const GRANT = 50_000;
+/** What a paid sampleRequest() reserves at 1 USD per million input tokens: its token bound in microUSD. */
+const RESERVED = byteBound(sampleRequest());
 /** How long a durable step waits for the lock in these tests (the default is 2 s; the outcome is the same, sooner). */
 const STORAGE_WAIT_MS = 300;
 
@@ -50,6 +54,22 @@ function modelWith(upstream: ModelService, during: () => void | Promise<void>): 
     },
     close: async () => {},
   };
+}
+
+/** Metrics that tell when a commit of at least `steps` durable steps failed: that many steps are waiting for storage. */
+class FailedCommits extends Metrics {
+  #waiting: Array<{ steps: number; seen: () => void }> = [];
+
+  override storeCommitted(steps: number, seconds: number, ok: boolean): void {
+    super.storeCommitted(steps, seconds, ok);
+    if (ok) return;
+    for (const w of this.#waiting.filter((w) => steps >= w.steps)) w.seen();
+    this.#waiting = this.#waiting.filter((w) => steps < w.steps);
+  }
+
+  of(steps: number): Promise<void> {
+    return new Promise((seen) => this.#waiting.push({ steps, seen }));
+  }
 }
 
 async function expect503(res: Response): Promise<void> {
@@ -70,11 +90,16 @@ describe("database locked by another connection's writer", { timeout: 30_000 }, 
   });
 
   /** A gateway whose model call optionally takes the lock (`lockDuringCall`), with a second connection as the intruder. */
-  async function lockedGateway(env: Record<string, string>, clock: FixedClock) {
+  async function lockedGateway(
+    env: Record<string, string>,
+    clock: FixedClock,
+    options: { storageWaitMs?: number; metrics?: Metrics } = {},
+  ) {
     const state = { lockDuringCall: false, intruder: null as Database.Database | null };
     const gw = await startGateway({
       clock,
-      storageWaitMs: STORAGE_WAIT_MS,
+      storageWaitMs: options.storageWaitMs ?? STORAGE_WAIT_MS,
+      ...(options.metrics ? { metrics: options.metrics } : {}),
       modelService: modelWith(upstream, () => {
         if (state.lockDuringCall) state.intruder!.exec("BEGIN IMMEDIATE");
       }),
@@ -108,10 +133,8 @@ describe("database locked by another connection's writer", { timeout: 30_000 }, 
       const started = performance.now();
       await expect503(await t.gw.decide(sampleRequest({ state: { n: 1 } })));
       const waited = performance.now() - started;
-      assert.ok(
-        waited >= STORAGE_WAIT_MS - 5 && waited < STORAGE_WAIT_MS + 1000,
-        `answered after the storage wait, not at once nor much later: ${waited} ms`,
-      );
+      // Not at once (a lower bound: a timer never fires early), and not when the lock went: it is released only below.
+      assert.ok(waited >= STORAGE_WAIT_MS - 5, `answered after the storage wait, not at once: ${waited} ms`);
       t.unlock();
       assert.equal(fake.calls.decide, calls, "no model call");
       assert.deepEqual(await t.gw.store.previewUsage(t.gw.orgId, day), { org: 1, global: 1 }, "the day counters did not move");
@@ -125,14 +148,19 @@ describe("database locked by another connection's writer", { timeout: 30_000 }, 
 
   test("a lock held for less than the wait: the requests wait for it without failing", async () => {
     const clock = new FixedClock(Date.now());
-    const t = await lockedGateway({ TDS_MODEL_TIMEOUT_MS: "5000" }, clock);
+    // The lock goes once all 8 admissions are seen waiting for it (a commit of the 8 failed as busy), within a wait no
+    // busy machine outlasts: the order is the test's, not two timers'.
+    const failed = new FailedCommits();
+    const t = await lockedGateway({ TDS_MODEL_TIMEOUT_MS: GENEROUS_MODEL_TIMEOUT_MS }, clock, { storageWaitMs: 20_000, metrics: failed });
     try {
+      const calls = fake.calls.decide;
       t.intruder.exec("BEGIN IMMEDIATE");
-      setTimeout(() => t.unlock(), STORAGE_WAIT_MS / 3);
-      const statuses = await Promise.all(
-        Array.from({ length: 8 }, (_, i) => t.gw.decide(sampleRequest({ state: { i } })).then((r) => r.status)),
-      );
-      assert.deepEqual(statuses, Array(8).fill(200));
+      const allWaiting = failed.of(8);
+      const answers = Promise.all(Array.from({ length: 8 }, (_, i) => t.gw.decide(sampleRequest({ state: { i } })).then((r) => r.status)));
+      await allWaiting;
+      assert.equal(fake.calls.decide, calls, "no request went past admission while the lock was held");
+      t.unlock();
+      assert.deepEqual(await answers, Array(8).fill(200));
       assert.equal((await allUsage(t.gw.store, t.gw.orgId)).filter((r) => r.outcome === "succeeded").length, 8);
     } finally {
       await t.close();
@@ -228,7 +256,7 @@ describe("database locked by another connection's writer", { timeout: 30_000 }, 
       await sleep(STORAGE_WAIT_MS);
       assert.deepEqual(
         await assertLedgerMatches(t.gw.store, t.gw.orgId),
-        { available: GRANT - 1000, reserved: 1000, spent: 0, granted: GRANT },
+        { available: GRANT - RESERVED, reserved: RESERVED, spent: 0, granted: GRANT },
         "reserved, not charged",
       );
       clock.advance(61_000);
@@ -419,7 +447,7 @@ describe(`disk full (${disk ? "a real full tmpfs under the database" : "simulate
       const requestId = res.headers.get("x-service-request-id")!;
       assert.deepEqual(
         await assertLedgerMatches(gw.store, gw.orgId),
-        { available: GRANT - 1000, reserved: 1000, spent: 0, granted: GRANT },
+        { available: GRANT - RESERVED, reserved: RESERVED, spent: 0, granted: GRANT },
         "reserved, not charged",
       );
       assert.equal(

@@ -39,7 +39,8 @@ import {
 const LIMIT = 8192;
 const RUNS = Number(process.env.TDS_FUZZ_RUNS ?? 300);
 const FUZZ_ENV = { TDS_MAX_REQUEST_BYTES: String(LIMIT), TDS_MODEL_TIMEOUT_MS: "5000" };
-const PAID = { ...FUZZ_ENV, TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "4096" };
+// The default reserve_tokens (32768) covers the token bound of any body within LIMIT: only max_request_bytes gives 413.
+const PAID = { ...FUZZ_ENV, TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1" };
 const GRANT = 1_000_000_000;
 
 const rssMb = () => process.memoryUsage().rss / 2 ** 20;
@@ -327,7 +328,8 @@ describe("deep nesting", { timeout: 30_000 }, () => {
   });
 
   test("with the default byte limit (1 MiB): 5,000 to 300,000 levels of arrays in state → 200 or 422, never 5xx", async (t) => {
-    const gw = await startGateway({ env: { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1", TDS_RESERVE_TOKENS: "4096" } });
+    // The default model publishes a context: it bounds even a 600 KB state's tokens within the default reserve_tokens.
+    const gw = await startGateway({ env: { TDS_SERVICE_MODE: "paid", TDS_PRICE_PER_MILLION_INPUT_USD: "1" } });
     const tally = new Tally();
     try {
       await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: GRANT, nowMs: Date.now() });
@@ -439,9 +441,11 @@ describe("lying Content-Length and broken framing (raw sockets)", { timeout: 60_
           checkResponses(out.responses, input);
           await assertUp(gw);
           // cut = 0: the first request is valid and is served, even when the broken rest closes the connection before
-          // its 200 is written (the gateway finishes it anyway): wait for its record. cut > 0: a truncated body is never a request.
+          // its 200 is written (the gateway finishes it anyway): wait for its record to complete — it is written in_flight
+          // at admission, before the model call (which may wait for a model list lookup). cut > 0: a truncated body is never a request.
+          const inFlight = async () => (await gw.store.listUsage(gw.orgId, { limit: 1 })).records[0]?.outcome === "in_flight";
           let after = await books(gw);
-          for (let i = 0; cut === 0 && after.usage === before.usage && i < 100; i++) {
+          for (let i = 0; cut === 0 && (after.usage === before.usage || (await inFlight())) && i < 100; i++) {
             await new Promise((r) => setTimeout(r, 20));
             after = await books(gw);
           }

@@ -207,17 +207,47 @@ describe("paid mode: reservation, settlement, release", () => {
     assert.equal(r.model.calls.tokenBound, 1, "the bound is asked of the model service");
   });
 
-  test("a reservation is each token count capped at reserve_tokens, priced at the model's price", async () => {
+  test("a reservation is the whole token bound at the model's price; a count over reserve_tokens is refused with 413", async () => {
     const r = await rig(PAID);
     const model = await r.registry.resolve(null);
     assert.deepEqual(r.admission.reservationAmount(model, { input: 400, output: 10 }), {
       amount: RESERVATION,
       tokens: { input: 400, output: 10 },
     });
-    assert.deepEqual(r.admission.reservationAmount(model, { input: 5000, output: 2000 }), {
-      amount: 1000 + 2000,
-      tokens: { input: 1000, output: 1000 },
-    });
+    assert.deepEqual(
+      r.admission.reservationAmount(model, { input: 1000, output: 1000 }),
+      { amount: 1000 + 2000, tokens: { input: 1000, output: 1000 } },
+      "exactly reserve_tokens of each is reserved in full",
+    );
+    for (const bound of [
+      { input: 5000, output: 10 },
+      { input: 400, output: 1001 },
+      { input: 1001, output: 1 },
+    ]) {
+      const err = await expectServiceError((async () => r.admission.reservationAmount(model, bound))(), "token_bound_over_reserve");
+      assert.equal(err.status, 413);
+      assert.ok(err.detail?.includes(`up to ${bound.input} input and ${bound.output} output tokens`), err.detail);
+      assert.match(err.detail ?? "", /more than reserve_tokens \(1000\)/);
+    }
+    assert.deepEqual(r.events.rejected, Array(3).fill("token_bound_over_reserve"), "each refusal is counted");
+  });
+
+  test("a request whose bound exceeds reserve_tokens: 413 before the model call, nothing reserved, recorded or charged", async () => {
+    const r = await rig({ ...PAID, model: { tokenBound: () => ({ input: 5000, output: 10 }) } });
+    await grant(r, 1_000_000);
+    const err = await expectServiceError(r.decide(BODY, { requestId: "req_over", idempotencyKey: "over-1" }), "token_bound_over_reserve");
+    assert.match(err.detail ?? "", /up to 5000 input and 10 output tokens \(its token bound: counted by the model service\)/);
+    assert.match(err.detail ?? "", /nothing was charged/);
+    assert.equal(r.model.calls.decide, 0, "the model was not called");
+    assert.equal(await r.store.getReservation("req_over"), null);
+    assert.deepEqual(await allUsage(r.store, r.org.id), []);
+    assert.deepEqual(await r.store.getBalance(r.org.id), { available: 1_000_000, reserved: 0, spent: 0, granted: 1_000_000 });
+    assert.deepEqual(
+      (await r.store.listLedger(r.org.id)).map((e) => e.kind),
+      ["grant"],
+    );
+    assert.deepEqual(r.events.reservation, []);
+    assert.deepEqual(r.events.rejected, ["token_bound_over_reserve"]);
   });
 
   test("usage beyond the reservation is charged the reservation, and flagged", async () => {
@@ -265,7 +295,11 @@ describe("paid mode: reservation, settlement, release", () => {
     assert.equal(record?.outcome, "model_error");
     assert.equal(record?.httpStatus, 502);
     assert.equal(record?.costMicrousd, 0);
-    assert.match(record?.errorDetail ?? "", /connection refused \(fake\)/);
+    assert.equal(
+      record?.errorDetail,
+      `The model service (deployment ${JSON.stringify(r.serviceName)}) is unavailable; no credits were charged (request req_failed).`,
+    );
+    assert.match(r.modelFailures[0]?.reason ?? "", /connection refused \(fake\)/, "the adapter's words go to the log");
     await assertLedgerMatches(r.store, r.org.id);
     assert.deepEqual(r.events.reservation, ["reserved", "released"]);
   });
@@ -406,6 +440,7 @@ describe("model failures are recorded with the catalogue's status", () => {
     { kind: "invalid_response", code: "model_invalid_response", outcome: "model_error" },
     { kind: "not_ready", code: "model_not_ready", outcome: "model_error" },
     { kind: "context_rejected", code: "context_rejected", outcome: "context_rejected" },
+    { kind: "refused", code: "model_invalid_response", outcome: "model_error" },
   ];
 
   test("every ModelErrorKind: the error's code and status, the usage record's outcome and status, nothing charged", async () => {
@@ -415,8 +450,18 @@ describe("model failures are recorded with the catalogue's status", () => {
       r.model.failNext(kind, 1, `scripted ${kind}`);
       const requestId = `req_${kind}`;
       const err = await expectServiceError(r.decide(BODY, { requestId }), code);
-      assert.match(err.detail ?? "", new RegExp(`scripted ${kind}`), `${kind}: the detail carries the model service's message`);
+      const detail = err.detail ?? "";
+      assert.doesNotMatch(detail, /scripted/, `${kind}: the model service's message stays in the log`);
+      assert.ok(detail.includes(`(deployment ${JSON.stringify(r.serviceName)})`), `${kind}: names the deployment: ${detail}`);
+      assert.ok(detail.endsWith(`; no credits were charged (request ${requestId}).`), `${kind}: names the request: ${detail}`);
+      const report = r.modelFailures.at(-1);
+      assert.deepEqual(
+        { ...report, reason: undefined },
+        { request_id: requestId, model: "fake-small", deployment: r.serviceName, attempts: 1, failure: kind, reason: undefined },
+      );
+      assert.match(report?.reason ?? "", new RegExp(`scripted ${kind}`), `${kind}: the log has the model service's message`);
       const record = await r.store.getUsage(r.org.id, requestId);
+      assert.equal(record?.errorDetail, detail, `${kind}: the record says what the client was told`);
       assert.equal(record?.outcome, outcome, kind);
       assert.equal(record?.httpStatus, ERROR_CATALOGUE[code].status, `${kind}: recorded with the status answered`);
       assert.equal(record?.costMicrousd, 0);
@@ -437,7 +482,12 @@ describe("model failures are recorded with the catalogue's status", () => {
     await grant(r, 10_000);
     r.model.script({ answers: ANSWER_MUTATIONS["missing-answer"]! });
     const err = await expectServiceError(r.decide(BODY, { requestId: "req_mismatch" }), "model_invalid_response");
-    assert.match(err.detail ?? "", /answers that do not match the questions: answer for question "topic" is missing/);
+    assert.equal(
+      err.detail,
+      `The model service (deployment ${JSON.stringify(r.serviceName)}) sent answers that do not match the questions; no credits were charged (request req_mismatch).`,
+    );
+    assert.equal(r.modelFailures[0]?.failure, "answers_mismatch");
+    assert.match(r.modelFailures[0]?.reason ?? "", /^answer for question "topic" is missing$/);
     const record = await r.store.getUsage(r.org.id, "req_mismatch");
     assert.equal(record?.outcome, "model_error");
     assert.equal(record?.httpStatus, 502);
@@ -451,7 +501,10 @@ describe("model failures are recorded with the catalogue's status", () => {
     const r = await rig(PAID);
     await grant(r, 10_000);
     r.model.script({ throws: new TypeError("a bug in the adapter") });
-    await expectServiceError(r.decide(BODY, { requestId: "req_bug" }), "model_invalid_response");
+    const err = await expectServiceError(r.decide(BODY, { requestId: "req_bug" }), "model_invalid_response");
+    assert.equal(err.detail, "The model service failed unexpectedly; no credits were charged (request req_bug).");
+    assert.equal(r.modelFailures[0]?.failure, "unexpected");
+    assert.equal(r.modelFailures[0]?.reason, "TypeError: a bug in the adapter");
     assert.equal((await r.store.getUsage(r.org.id, "req_bug"))?.outcome, "model_error");
     assert.equal((await r.store.getBalance(r.org.id)).reserved, 0);
     assert.deepEqual(r.events.modelFailed, ["unexpected"]);

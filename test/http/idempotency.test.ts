@@ -10,7 +10,6 @@ import { startLossyProxy } from "../support/lossy-proxy.ts";
 const PAID = {
   TDS_SERVICE_MODE: "paid",
   TDS_PRICE_PER_MILLION_INPUT_USD: "1",
-  TDS_RESERVE_TOKENS: "1000",
   TDS_REQUESTS_PER_MINUTE: "1000",
 };
 
@@ -75,7 +74,8 @@ describe("Idempotency-Key", () => {
   });
 
   test("a response too large to keep (over 64 KiB) is not replayed: the retry gets 409 naming the request, and is not run again", async () => {
-    const gw = await startGateway({ env: PAID, fake: { maxInputTokens: 1_000_000 } });
+    // 32 questions of 255 options: a token bound of ~200,000 tokens, which reserve_tokens must cover to be run at all.
+    const gw = await startGateway({ env: { ...PAID, TDS_RESERVE_TOKENS: "250000" }, fake: { maxInputTokens: 1_000_000 } });
     try {
       await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 10_000_000, nowMs: Date.now() });
       const options = Object.fromEntries(Array.from({ length: 255 }, (_, i) => [`option_number_${i}`, null]));

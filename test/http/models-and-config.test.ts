@@ -49,6 +49,7 @@ describe("GET /v1/models, GET /api/config, GET /openapi.json", () => {
         question_overhead_tokens: 64,
         output_tokens_per_question: 1,
         cap_tokens: body.limits.reserve_tokens,
+        over_cap_status: 413,
       },
     );
     assert.ok(!JSON.stringify(body).includes(gw.fake!.url), "the upstream URL is not published");

@@ -1,18 +1,21 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import { formatUsd } from "../../src/domain/money.ts";
 import type { ModelService } from "../../src/models/model-service.ts";
 import { openSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
+import type { Balance } from "../../src/store/store.ts";
 import { startFakeModelServer } from "../fixtures/fake-model-server.ts";
 import { assertLedgerMatches } from "../support/books.ts";
 import { assertShape, errorBody, json } from "../support/contract-check.ts";
 import { FixedClock } from "../support/fixed-clock.ts";
-import { sampleRequest, startGateway, TICKET_HISTORY } from "../support/gateway-harness.ts";
+import { type Gateway, sampleRequest, startGateway, TICKET_HISTORY } from "../support/gateway-harness.ts";
+import { GENEROUS_MODEL_TIMEOUT_MS, HELD_ANSWERS, startShortDeadlineGateway } from "../support/model-deadlines.ts";
+import { byteBound } from "../support/token-bound.ts";
 
-/** 1 USD per million input tokens = 1 microUSD per token; 1000 tokens reserved = 1000 microUSD per request. */
+/** 1 USD per million input tokens = 1 microUSD per token: a request reserves its token bound in microUSD. */
 const PAID = {
   TDS_SERVICE_MODE: "paid",
   TDS_PRICE_PER_MILLION_INPUT_USD: "1",
-  TDS_RESERVE_TOKENS: "1000",
   TDS_REQUESTS_PER_MINUTE: "100000",
 };
 
@@ -21,19 +24,21 @@ describe("paid mode", () => {
     const k = 12;
     const gw = await startGateway({ env: PAID });
     try {
-      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: k * 1000, nowMs: Date.now() });
       // The model answers slowly, so every reservation is attempted before any is settled.
-      // Its token bound is over reserve_tokens: every reservation is the cap, 1000 tokens × 1 USD per million.
+      // Every reservation is the request's token bound (its bytes and the template overhead) × 1 USD per million.
       const body = sampleRequest({ state: { fake_behavior: "delay:1500", text: "slow", history: TICKET_HISTORY } });
+      const bound = byteBound(body);
+      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: k * bound, nowMs: Date.now() });
       const responses = await Promise.all(Array.from({ length: 5 * k }, () => gw.decide(body)));
       const ok = responses.filter((r) => r.status === 200);
       const refused = responses.filter((r) => r.status === 402);
       assert.equal(ok.length, k);
       assert.equal(refused.length, 4 * k);
       for (const r of refused)
-        assert.match(
-          (await errorBody(r, 402)).detail,
-          /cannot cover the reservation of this request: 0\.001 USD for at most 1000 input and 3 output tokens/,
+        assert.ok(
+          (await errorBody(r, 402)).detail.includes(
+            `cannot cover the reservation of this request: ${formatUsd(bound)} USD for at most ${bound} input and 3 output tokens`,
+          ),
         );
       let charged = 0;
       for (const r of ok) {
@@ -45,7 +50,7 @@ describe("paid mode", () => {
         charged += b.usage.cost_microusd;
       }
       const balance = await assertLedgerMatches(gw.store, gw.orgId);
-      assert.deepEqual(balance, { available: k * 1000 - charged, reserved: 0, spent: charged, granted: k * 1000 });
+      assert.deepEqual(balance, { available: k * bound - charged, reserved: 0, spent: charged, granted: k * bound });
       assert.equal(gw.fake!.calls.decide, k, "no model call for a 402");
       assert.equal((await gw.store.listUsage(gw.orgId, { limit: 200 })).records.length, k, "nothing recorded for a 402");
     } finally {
@@ -57,14 +62,13 @@ describe("paid mode", () => {
     const gw = await startGateway({ env: { ...PAID, TDS_PRICE_PER_MILLION_INPUT_USD: "0.25", TDS_PRICE_PER_MILLION_OUTPUT_USD: "2" } });
     try {
       await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 5_000_000, nowMs: Date.now() });
-      const res = await gw.decide(sampleRequest({ state: { fake_behavior: "tokens:1000001:3", history: TICKET_HISTORY } }));
+      const overReported = sampleRequest({ state: { fake_behavior: "tokens:1000001:3", history: TICKET_HISTORY } });
+      const res = await gw.decide(overReported);
       const tooMany = await json(res);
       assert.equal(res.status, 200);
-      assert.equal(
-        tooMany.usage.cost_microusd,
-        256,
-        "over the reservation: charged the reservation, 1000 input × 0.25 + 3 output × 2 USD per million",
-      );
+      // The reservation: the bound's input tokens × 0.25 + 3 output × 2 USD per million, rounded up.
+      const reservation = Math.ceil((byteBound(overReported) * 250_000 + 3 * 2_000_000) / 1_000_000);
+      assert.equal(tooMany.usage.cost_microusd, reservation, "reported beyond its bound: charged the reservation");
       const record = await gw.store.getUsage(gw.orgId, tooMany.request_id);
       assert.equal(record?.overReservation, true);
 
@@ -73,7 +77,7 @@ describe("paid mode", () => {
       assert.equal(b.usage.cost_microusd, 8);
       assert.equal(b.usage.cost_usd, "0.000008");
       assert.equal(b.usage.price_per_million_input_usd, "0.25");
-      assert.equal((await gw.store.getBalance(gw.orgId)).available, 5_000_000 - 256 - 8);
+      assert.equal((await gw.store.getBalance(gw.orgId)).available, 5_000_000 - reservation - 8);
       await assertLedgerMatches(gw.store, gw.orgId);
     } finally {
       await gw.close();
@@ -81,10 +85,15 @@ describe("paid mode", () => {
   });
 
   test("every model failure leaves the balance exactly as it was and records the outcome", async () => {
-    const gw = await startGateway({ env: { ...PAID, TDS_MODEL_TIMEOUT_MS: "300" } });
+    // Only the answer the fake holds forever meets a short deadline; every other call gets a generous one.
+    const generous = await startGateway({ env: { ...PAID, TDS_MODEL_TIMEOUT_MS: GENEROUS_MODEL_TIMEOUT_MS } });
+    const shortDeadline = await startShortDeadlineGateway({ env: PAID });
     try {
-      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 10_000, nowMs: Date.now() });
-      const before = await gw.store.getBalance(gw.orgId);
+      const before = new Map<Gateway, Balance>();
+      for (const g of [generous, shortDeadline]) {
+        await g.store.grantCredits({ orgId: g.orgId, amountMicrousd: 10_000, nowMs: Date.now() });
+        before.set(g, await g.store.getBalance(g.orgId));
+      }
       for (const [behavior, status, outcome] of [
         ["hang", 502, "model_error"],
         ["reset", 502, "model_error"],
@@ -97,17 +106,18 @@ describe("paid mode", () => {
         ["bad-probabilities", 502, "model_error"],
         ["context-rejected", 422, "context_rejected"],
       ] as const) {
+        const gw = HELD_ANSWERS.has(behavior) ? shortDeadline : generous;
         const res = await gw.decide(sampleRequest({ state: { fake_behavior: behavior } }));
         await errorBody(res, status);
         const record = await gw.store.getUsage(gw.orgId, res.headers.get("x-service-request-id")!);
         assert.equal(record?.outcome, outcome, behavior);
         assert.equal(record?.costMicrousd, 0);
-        assert.deepEqual(await gw.store.getBalance(gw.orgId), before, `balance unchanged after ${behavior}`);
+        assert.deepEqual(await gw.store.getBalance(gw.orgId), before.get(gw), `balance unchanged after ${behavior}`);
         assert.equal((await gw.store.getReservation(record!.requestId))?.status, "released");
       }
-      await assertLedgerMatches(gw.store, gw.orgId);
+      for (const g of [generous, shortDeadline]) await assertLedgerMatches(g.store, g.orgId);
     } finally {
-      await gw.close();
+      await Promise.all([generous.close(), shortDeadline.close()]);
     }
   });
 
@@ -185,14 +195,17 @@ describe("paid mode", () => {
     }
   });
 
-  test("/api/config publishes the paid prices", async () => {
-    const gw = await startGateway({ env: { ...PAID, TDS_PRICE_PER_MILLION_OUTPUT_USD: "0.10" } });
+  test("/api/config publishes the paid prices and the reservation rule", async () => {
+    const gw = await startGateway({ env: { ...PAID, TDS_PRICE_PER_MILLION_OUTPUT_USD: "0.10", TDS_RESERVE_TOKENS: "1000" } });
     try {
       const config = await json(await fetch(`${gw.url}/api/config`));
       assert.equal(config.service_mode, "paid");
       assert.equal(config.pricing.price_per_million_input_usd, "1");
       assert.equal(config.pricing.price_per_million_output_usd, "0.1");
       assert.equal(config.limits.reserve_tokens, 1000);
+      assert.equal(config.pricing.reservation.cap_tokens, 1000);
+      assert.equal(config.pricing.reservation.over_cap_status, 413);
+      assert.match(config.pricing.reservation.rule, /max_state.*exceeds cap_tokens is refused with over_cap_status before the model call/s);
     } finally {
       await gw.close();
     }

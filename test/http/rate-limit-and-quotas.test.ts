@@ -125,7 +125,7 @@ describe("preview daily quotas", () => {
   });
 
   test("accepted requests that fail still consume quota; requests rejected before acceptance do not", async () => {
-    const gw = await startGateway({ env: { TDS_PREVIEW_REQUEST_LIMIT: "3", TDS_MODEL_TIMEOUT_MS: "300" } });
+    const gw = await startGateway({ env: { TDS_PREVIEW_REQUEST_LIMIT: "3" } });
     try {
       const day = new Date().toISOString().slice(0, 10);
       await (await gw.decide({ state: 1 })).text(); // 422 validation

@@ -5,6 +5,7 @@ import { compileSchema } from "../../src/contract/validation.ts";
 import { errorBody, json } from "../support/contract-check.ts";
 import { FixedClock } from "../support/fixed-clock.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
+import { eventually } from "../support/timer-race.ts";
 
 const validRecord = compileSchema<UsageRecordJson>(UsageRecordJson);
 const validPage = compileSchema(UsagePageJson);
@@ -40,14 +41,11 @@ describe("usage history", () => {
   test("a request still running is found in flight (no status yet), then final once answered", async () => {
     const gw = await startGateway({ env: { TDS_REQUESTS_PER_MINUTE: "1000" } });
     try {
-      // The fake model server answers this one after 1.5 s.
-      const pending = gw.decide(sampleRequest({ state: { fake_behavior: "delay:1500" } }));
-      let running: Record<string, unknown> | undefined;
-      for (let i = 0; i < 200 && !running; i++) {
-        const page = await json(await gw.get("/v1/usage?outcome=in_flight"));
-        running = page.data[0];
-        if (!running) await new Promise((r) => setTimeout(r, 10));
-      }
+      // The fake model server answers this one 3 s after the call reaches it; the request is admitted (and in flight)
+      // by then, so it is listed in flight from that moment until the answer.
+      const pending = gw.decide(sampleRequest({ state: { fake_behavior: "delay:3000" } }));
+      await eventually("the model call to start", () => (gw.fake!.calls.decide > 0 ? true : undefined));
+      const running = (await json(await gw.get("/v1/usage?outcome=in_flight"))).data[0] as Record<string, unknown> | undefined;
       assert.ok(running, "listed in flight while the model works");
       const record = await json(await gw.get(`/v1/usage/${running.request_id}`));
       assert.ok(validRecord(record), JSON.stringify(validRecord.errors));
@@ -64,7 +62,7 @@ describe("usage history", () => {
 
   test("newest first, cursor paging, outcome and time filters", async () => {
     const clock = new FixedClock(Date.parse("2026-11-20T00:00:00Z"));
-    const gw = await startGateway({ clock, env: { TDS_REQUESTS_PER_MINUTE: "1000", TDS_MODEL_TIMEOUT_MS: "300" } });
+    const gw = await startGateway({ clock, env: { TDS_REQUESTS_PER_MINUTE: "1000" } });
     try {
       const ids: string[] = [];
       for (let i = 0; i < 7; i++) {

@@ -22,6 +22,7 @@ import {
 } from "../../src/limits/redis-rate-limiter.ts";
 import { FixedClock } from "../support/fixed-clock.ts";
 import { freePort, startRedisServer, stopRedisServer } from "../support/redis-server.ts";
+import { settlesBefore } from "../support/timer-race.ts";
 import { describeRateLimiterContract } from "./rate-limiter-contract.ts";
 
 // Needs the Redis of services.md at 127.0.0.1:6379 (or TDS_TEST_REDIS_URL) and the redis-server binary.
@@ -31,8 +32,11 @@ const SKIP = process.env.TDS_SKIP_REDIS === "1" ? "TDS_SKIP_REDIS=1" : false;
 const RUN = randomUUID().slice(0, 8);
 const PREFIX = `tds:test:${RUN}:`;
 const COMMAND_TIMEOUT_MS = 200;
-/** What "answers within ~commandTimeout" means here: the timeout plus scheduling headroom for a busy CI. */
-const BOUND_MS = COMMAND_TIMEOUT_MS + 150;
+/**
+ * What "answers within the command timeout" means here: before a timer of 5 command timeouts started with the
+ * call. The limiter's own deadline timer, started no earlier, is always due first, however busy the machine.
+ */
+const GUARD_MS = COMMAND_TIMEOUT_MS * 5;
 
 async function redisProblem(url: string): Promise<string | null> {
   const client = new Redis(url, {
@@ -100,10 +104,18 @@ function redisLimiter(overrides: Partial<RedisRateLimiterOptions> = {}): RedisRa
   });
 }
 
-async function timedConsume(limiter: RateLimiter, key: string, limit: number): Promise<{ d: RateDecision; ms: number }> {
+/** A check, and whether it was answered before a timer of `guardMs` started with it fired (`ms` for messages only). */
+async function timedConsume(
+  limiter: RateLimiter,
+  key: string,
+  limit: number,
+  guardMs = GUARD_MS,
+): Promise<{ d: RateDecision; ms: number; inTime: boolean }> {
   const t0 = performance.now();
-  const d = await limiter.consume(key, limit);
-  return { d, ms: performance.now() - t0 };
+  const check = limiter.consume(key, limit);
+  const inTime = await settlesBefore(check, guardMs);
+  const d = await check;
+  return { d, ms: performance.now() - t0, inTime };
 }
 
 async function waitFor(what: string, condition: () => boolean, timeoutMs: number): Promise<number> {
@@ -233,7 +245,7 @@ describe("RedisRateLimiter when Redis cannot answer", () => {
         await sleep(50);
       }
       calls.push(...(await Promise.all(Array.from({ length: 30 }, () => timedConsume(limiter, "org", 3)))));
-      for (const c of calls) assert.ok(c.ms < BOUND_MS, `a call took ${c.ms.toFixed(0)} ms`);
+      for (const c of calls) assert.ok(c.inTime, `a call took ${c.ms.toFixed(0)} ms`);
       assert.deepEqual(
         calls.slice(0, 4).map((c) => c.d.allowed),
         [true, true, true, false],
@@ -247,9 +259,7 @@ describe("RedisRateLimiter when Redis cannot answer", () => {
       assert.match(logger.warns[0]!.msg, /falling back/);
       assert.equal((logger.warns[0]!.obj as { redis?: string }).redis, `redis://127.0.0.1:${port}`);
     } finally {
-      const t0 = performance.now();
-      await limiter.close();
-      assert.ok(performance.now() - t0 < 500, "close() does not wait for Redis");
+      assert.ok(await settlesBefore(limiter.close(), GUARD_MS), "close() does not wait for Redis");
     }
   });
 
@@ -272,7 +282,7 @@ describe("RedisRateLimiter when Redis cannot answer", () => {
     try {
       const calls = await Promise.all(Array.from({ length: 10 }, () => timedConsume(limiter, "org", 100)));
       for (let i = 0; i < 10; i++) calls.push(await timedConsume(limiter, "org", 100));
-      for (const c of calls) assert.ok(c.ms < BOUND_MS, `a call took ${c.ms.toFixed(0)} ms`);
+      for (const c of calls) assert.ok(c.inTime, `a call took ${c.ms.toFixed(0)} ms`);
       assert.ok(calls.every((c) => c.d.allowed));
       assert.equal(limiter.mode(), "fallback");
       assert.equal(logger.warns.length, 1);
@@ -322,14 +332,14 @@ describe("RedisRateLimiter outage and recovery (throwaway redis-server)", { skip
         down.push(await timedConsume(limiter, "org", 3));
         await sleep(30);
       }
-      for (const c of down) assert.ok(c.ms < BOUND_MS, `a call took ${c.ms.toFixed(0)} ms while Redis was down`);
+      for (const c of down) assert.ok(c.inTime, `a call took ${c.ms.toFixed(0)} ms while Redis was down`);
       assert.equal(limiter.mode(), "fallback");
       assert.equal(down.filter((c) => c.d.allowed).length, 3, "the local limiter allows its own 3, then refuses");
       assert.equal(logger.warns.length, 1);
 
       server = await startRedisServer(port, dir);
-      const recoveredIn = await waitFor("back to Redis after the restart", () => limiter.mode() === "redis", 5000);
-      assert.ok(recoveredIn < 5000);
+      // Reconnects back off up to maxReconnectDelayMs: a bound against hanging, not a claim about speed.
+      await waitFor("back to Redis after the restart", () => limiter.mode() === "redis", 60_000);
       assert.deepEqual(modes, ["fallback", "redis"]);
       assert.equal(logger.warns.length, 1);
       assert.equal(logger.infos.length, 1, "one info on recovery");
@@ -355,26 +365,26 @@ describe("RedisRateLimiter outage and recovery (throwaway redis-server)", { skip
     const admin = new Redis(`redis://127.0.0.1:${port}`);
     try {
       assert.equal((await limiter.consume("org", 50)).allowed, true);
-      await admin.client("PAUSE", 1200, "ALL");
-      const paused = performance.now();
+      // Paused until the test ends it: writes (the limiter's script) wait, CLIENT UNPAUSE does not.
+      await admin.client("PAUSE", 600_000, "WRITE");
       const calls = await Promise.all(Array.from({ length: 10 }, () => timedConsume(limiter, "org", 50)));
-      while (performance.now() - paused < 900) {
-        const batch = await Promise.all(Array.from({ length: 5 }, () => timedConsume(limiter, "org", 50)));
-        // In fallback, one check at a time tries the (still connected) Redis; the rest answer at once.
-        assert.ok(batch.filter((c) => c.ms > COMMAND_TIMEOUT_MS / 2).length <= 1, `batch took ${batch.map((c) => c.ms.toFixed(0))} ms`);
+      for (let i = 0; i < 10; i++) {
+        // In fallback, one check at a time tries the (still connected) Redis and waits for its timeout; the rest
+        // are answered at once, by the local limiter alone, before any timer can fire.
+        const batch = await Promise.all(Array.from({ length: 5 }, () => timedConsume(limiter, "org", 50, COMMAND_TIMEOUT_MS / 2)));
+        assert.ok(batch.filter((c) => !c.inTime).length <= 1, `batch took ${batch.map((c) => c.ms.toFixed(0))} ms`);
         calls.push(...batch);
         await sleep(20);
       }
-      for (const c of calls) assert.ok(c.ms < BOUND_MS, `a call took ${c.ms.toFixed(0)} ms`);
+      for (const c of calls.slice(0, 10)) assert.ok(c.inTime, `a call took ${c.ms.toFixed(0)} ms`);
       assert.equal(limiter.mode(), "fallback");
       assert.equal(logger.warns.length, 1);
 
-      await waitFor("the pause to end", () => performance.now() - paused > 1300, 2000);
+      await admin.client("UNPAUSE");
       // The connection never dropped, so no reconnect: the checks themselves keep trying Redis,
       // one at a time, and the first one Redis answers switches back.
       let d: RateDecision | undefined;
-      const t0 = performance.now();
-      while (limiter.mode() !== "redis" && performance.now() - t0 < 2000) {
+      for (let i = 0; i < 1000 && limiter.mode() !== "redis"; i++) {
         d = await limiter.consume("org", 50);
         await sleep(20);
       }

@@ -43,6 +43,9 @@ export async function startEngineGateway(env: Record<string, string>, engineOpti
     LOG_LEVEL: "silent",
     TDS_BOOTSTRAP: "false",
     TDS_MODEL_CACHE_DIR: join(dir, "models"),
+    // Generous limits unless a test is about them (polls for an engine's state are not).
+    TDS_REQUESTS_PER_MINUTE: "100000",
+    TDS_READ_REQUESTS_PER_MINUTE: "100000",
     ...env,
   });
   const store = await openStore(config.databaseUrl, { sqlite: SERVING_SQLITE });
@@ -91,8 +94,11 @@ export async function startEngineGateway(env: Record<string, string>, engineOpti
   };
 }
 
-/** Polls `probe` every 10 ms until it returns a value (not undefined); fails after `timeoutMs`. */
-export async function waitFor<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 10_000): Promise<T> {
+/**
+ * Polls `probe` every 10 ms until it returns a value (not undefined); fails after `timeoutMs`, a bound against
+ * hanging that no busy machine comes near (loading a model there can take many seconds).
+ */
+export async function waitFor<T>(what: string, probe: () => Promise<T | undefined> | T | undefined, timeoutMs = 120_000): Promise<T> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const value = await probe();

@@ -49,26 +49,30 @@ describe("embedded engine: pool, queue, deadlines", () => {
       order.push("queued");
       return r;
     });
-    const started = performance.now();
     await expectKind(
       service.decide(call(small), { timeoutMs: 60_000 }),
       "overloaded",
       /busy: 1 request\(s\) running and 1 waiting \(queue limit 1\)/,
     );
-    assert.ok(performance.now() - started < 100, "overloaded is immediate");
+    order.push("overloaded");
     const [a, b] = await Promise.all([running, queued]);
     assert.ok(checkAnswers(slow, a.answers).ok);
     assert.ok(checkAnswers(small, b.answers).ok);
-    assert.deepEqual(order, ["slow", "queued"]);
+    assert.deepEqual(order, ["overloaded", "slow", "queued"], "overloaded at once, while the others still ran or waited");
   });
 
   test("a deadline that passes while waiting in the queue is a timeout, and leaves the queue", async () => {
-    const running = service.decide(call(slow), { timeoutMs: 60_000 });
+    let runningDone = false;
+    const running = service.decide(call(slow), { timeoutMs: 60_000 }).finally(() => {
+      runningDone = true;
+    });
     await new Promise((r) => setImmediate(r));
     const started = performance.now();
     await expectKind(service.decide(call(small), { timeoutMs: 50 }), "timeout", /did not answer within 50 ms/);
     const waited = performance.now() - started;
-    assert.ok(waited >= 45 && waited < 1000, `timed out after ${waited} ms`);
+    // A lower bound only (a timer never fires early); that it did not wait for the running call is an order.
+    assert.ok(waited >= 45, `timed out after ${waited} ms`);
+    assert.equal(runningDone, false, "timed out while the running call still held the context");
     // The queue has room again at once.
     const next = service.decide(call(small), { timeoutMs: 60_000 });
     assert.ok(checkAnswers(slow, (await running).answers).ok);
@@ -76,10 +80,9 @@ describe("embedded engine: pool, queue, deadlines", () => {
   });
 
   test("a deadline that passes during evaluation is a timeout without waiting for the evaluation", async () => {
-    const started = performance.now();
     await expectKind(service.decide(call(slow), { timeoutMs: 80 }), "timeout");
-    const took = performance.now() - started;
-    assert.ok(took < 1000, `rejected after ${took} ms`);
+    // The context is given back when the evaluation notices the deadline, after the call was answered.
+    assert.equal(service.poolStats().busy, 1, "the evaluation was still running when the call timed out");
     await stillWorks();
   });
 
@@ -91,9 +94,8 @@ describe("embedded engine: pool, queue, deadlines", () => {
     const later = new AbortController();
     const pending = service.decide(call(slow), { timeoutMs: 60_000, signal: later.signal });
     setTimeout(() => later.abort(), 30);
-    const started = performance.now();
     await expectKind(pending, "aborted");
-    assert.ok(performance.now() - started < 1000);
+    assert.equal(service.poolStats().busy, 1, "aborted while the evaluation still ran: the call did not wait for it");
     await stillWorks();
   });
 

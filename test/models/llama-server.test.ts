@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { copyFileSync } from "node:fs";
+import { copyFileSync, renameSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
@@ -11,6 +11,7 @@ import { type ModelDir, makeModelDir } from "../fixtures/gguf/tiny-model.ts";
 import { json } from "../support/contract-check.ts";
 import { sampleRequest } from "../support/gateway-harness.ts";
 import { type GatewayProcess, startGatewayProcess } from "../support/gateway-process.ts";
+import { eventually } from "../support/timer-race.ts";
 
 async function keyFor(databaseUrl: string): Promise<string> {
   const store = await openStore(databaseUrl);
@@ -38,13 +39,18 @@ describe("the embedded engine configured by TDS_MODEL_PATH, in a real server pro
     const gw = await startGatewayProcess({ TDS_DATABASE_URL: db, TDS_MODEL_PATH: models.model("tiny"), TDS_MODEL_NAME: "tiny-local" });
     started.push(gw);
     const auth = { authorization: `Bearer ${key}` };
-    let listed: { models: Array<{ name: string; context?: { max_state: number; max_branch: number } }> } | null = null;
-    for (let i = 0; i < 50 && !listed; i++) {
-      const res = await fetch(`${gw.url}/v1/models`, { headers: auth });
-      if (res.status === 200) listed = await json(res);
-      else await new Promise((r) => setTimeout(r, 100));
-    }
-    assert.ok(listed, "the model becomes ready");
+    type Listed = { models: Array<{ name: string; context?: { max_state: number; max_branch: number } }> };
+    const listed = await eventually<Listed>(
+      "the model to become ready",
+      async () => {
+        const res = await fetch(`${gw.url}/v1/models`, { headers: auth });
+        if (res.status === 200) return (await json(res)) as Listed;
+        await res.arrayBuffer();
+        return undefined;
+      },
+      120_000,
+      100,
+    );
     assert.equal(listed.models[0]!.name, "tiny-local");
     assert.ok(listed.models[0]!.context!.max_state >= 1);
     for (const model of ["tiny-local", "jev-latest", null]) {
@@ -68,19 +74,18 @@ describe("the embedded engine configured by TDS_MODEL_PATH, in a real server pro
     started.push(gw);
     const auth = { authorization: `Bearer ${key}` };
     const bodies: string[] = [];
-    let detail = "";
-    for (let i = 0; i < 50; i++) {
+    const detail = await eventually("the first attempt to fail", async () => {
       const res = await fetch(`${gw.url}/v1/models`, { headers: auth });
       assert.equal(res.status, 503);
       const text = await res.text();
       bodies.push(text);
-      detail = JSON.parse(text).detail;
-      if (/attempt 1 failed/.test(detail)) break;
-      await new Promise((r) => setTimeout(r, 20));
-    }
+      const shown: string = JSON.parse(text).detail;
+      return /attempt \d+ failed/.test(shown) ? shown : undefined;
+    });
+    // Attempt 1, or a later one on a machine slow enough to miss the second's start.
     assert.match(
       detail,
-      /is still loading: attempt 1 failed \(no model file at the configured path\), the next starts at .*; set TDS_MODEL_PATH to a local GGUF file/,
+      /is still loading: attempt \d+ failed \(no model file at the configured path\), the next starts at .*; set TDS_MODEL_PATH to a local GGUF file/,
     );
     const decide = () =>
       fetch(`${gw.url}/v1/systemone`, {
@@ -111,18 +116,21 @@ describe("the embedded engine configured by TDS_MODEL_PATH, in a real server pro
       failures[0],
     );
 
-    // The file appears: the next attempt (1 s after the first failure by default) loads it.
-    copyFileSync(models.model("tiny"), missing);
-    let status = 0;
-    for (let i = 0; i < 100 && status !== 200; i++) {
-      const res = await decide();
-      status = res.status;
-      await res.arrayBuffer();
-      if (status !== 200) await new Promise((r) => setTimeout(r, 50));
-    }
-    assert.equal(status, 200);
+    // The file appears (whole: written beside it, then renamed): the next attempt loads it.
+    copyFileSync(models.model("tiny"), `${missing}.part`);
+    renameSync(`${missing}.part`, missing);
+    await eventually(
+      "a decision from the loaded model",
+      async () => {
+        const res = await decide();
+        await res.arrayBuffer();
+        return res.status === 200 ? true : undefined;
+      },
+      120_000,
+      50,
+    );
     assert.ok(
-      gw.lines.some((l) => l.includes('"level":30') && /model \\"local-engine\\" ready after \d attempts/.test(l)),
+      gw.lines.some((l) => l.includes('"level":30') && /model \\"local-engine\\" ready after \d+ attempts/.test(l)),
       "a line when it loads",
     );
     assert.equal(gw.lines.filter((l) => l.includes('"level":50')).length, 0, "no error lines");
@@ -147,10 +155,11 @@ describe("the embedded engine configured by TDS_MODEL_PATH, in a real server pro
     });
     const body = await json(res);
     assert.equal(res.status, 503, JSON.stringify(body));
-    assert.equal(body.detail, ENGINE_NOT_INSTALLED);
+    assert.ok(body.detail.includes(`is not ready: ${ENGINE_NOT_INSTALLED.slice(0, -1)}; `), body.detail);
     const ready = await json(await fetch(`${gw.url}/readyz`));
     assert.equal(ready.models["local-engine"].engine.state, "not_installed");
-    const warnings = gw.lines.filter((l) => l.includes("The embedded engine is not installed"));
+    // Besides the request's own "model call failed" line.
+    const warnings = gw.lines.filter((l) => l.includes("The embedded engine is not installed") && !l.includes("model call failed"));
     assert.equal(warnings.length, 1);
     assert.ok(warnings[0]!.includes('"level":40'), warnings[0]);
     assert.equal(gw.child.exitCode, null);

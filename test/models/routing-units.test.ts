@@ -171,6 +171,7 @@ describe("context, outcomes, deployments", () => {
       [new ModelServiceError("not_ready", "x"), true, "failure"],
       [new ModelServiceError("invalid_response", "x"), false, "success"],
       [new ModelServiceError("context_rejected", "x", 422), false, "success"],
+      [new ModelServiceError("refused", "x", 422), false, "success"],
       [new ModelServiceError("aborted", "x"), false, "neutral"],
       [new TypeError("bug"), false, "neutral"],
     ];
@@ -184,10 +185,16 @@ describe("context, outcomes, deployments", () => {
     assert.equal(attemptOutcome(new ModelServiceError("overloaded", "x")), "overloaded");
   });
 
-  test("withRoute copies kind, status and message and adds the route", () => {
-    const routed = withRoute(new ModelServiceError("bad_status", "HTTP 503", 503), "gpu-b", 3);
+  test("withRoute copies kind, status, message and the upstream's words, and adds the route", () => {
+    const routed = withRoute(
+      new ModelServiceError("bad_status", "HTTP 503", 503, { upstreamText: "db down", retryAfterSeconds: 2 }),
+      "gpu-b",
+      3,
+    );
     assert.equal(routed.kind, "bad_status");
     assert.equal(routed.upstreamStatus, 503);
+    assert.equal(routed.upstreamText, "db down");
+    assert.equal(routed.retryAfterSeconds, 2);
     assert.equal(routed.message, "HTTP 503 (after 3 attempts)");
     assert.deepEqual(routed.route, { deployment: "gpu-b", attempts: 3 });
     assert.equal(withRoute(new ModelServiceError("timeout", "late"), null, 0).message, "late");

@@ -233,7 +233,7 @@ describe("secrets at start, in real gateway processes", { timeout: 120_000 }, ()
       assert.doesNotMatch(refused.output(), /Server listening/);
     }
 
-    const token = "metrics-token-for-the-test";
+    const token = "metrics-token-for-the-test-4Kq9Zx2Lw7";
     const run = start({ HOST: "0.0.0.0", TDS_METRICS_TOKEN: token, TDS_DATABASE_URL: db });
     const url = await run.listening;
     assert.equal((await fetch(`${url}/metrics`)).status, 401);

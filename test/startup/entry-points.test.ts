@@ -150,7 +150,7 @@ describe("entry points", { timeout: 120_000 }, () => {
   });
 
   test("one start-up summary: JSON when not a terminal, readable with TDS_LOG_FORMAT=pretty", async () => {
-    const json = await run(SERVER, [], { ...base(), TDS_ADMIN_TOKEN: "a".repeat(40) }, { until: /ready at/ });
+    const json = await run(SERVER, [], { ...base(), TDS_ADMIN_TOKEN: "adm-entry-points-5Rt8Kq2Zx7Lw4Nv9Bc3" }, { until: /ready at/ });
     const records = json.stdout
       .trim()
       .split("\n")

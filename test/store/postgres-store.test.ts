@@ -310,9 +310,8 @@ function definePostgresTests(): void {
       try {
         await locker.query("BEGIN");
         await locker.query("SELECT * FROM org_balances WHERE org_id = 'org_1' FOR UPDATE");
-        const started = Date.now();
+        // 57014: cancelled by its statement_timeout, while the lock was still held (it is released only below).
         await assert.rejects(admitOne(store, paidAdmission("r1", "org_1", 10)), (err: { code?: string }) => err.code === "57014");
-        assert.ok(Date.now() - started < 3000);
         await locker.query("ROLLBACK");
       } finally {
         await locker.end();
@@ -870,9 +869,8 @@ function definePostgresTests(): void {
         // As a completion of q2 and q7 does: their usage rows, then their reservations; and two due reservations.
         await locker.query("SELECT 1 FROM usage_records WHERE request_id IN ('q2', 'q7') FOR UPDATE");
         await locker.query("SELECT 1 FROM reservations WHERE id IN ('q2', 'q7', 'd3', 'd5') FOR UPDATE");
-        const started = Date.now();
+        // Answered while the rows are still locked (they are released only below): it did not wait for them.
         assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 100 }), { abandoned: 8, expired: 8 });
-        assert.ok(Date.now() - started < 2000, "did not wait for the locked rows");
         await locker.query("COMMIT");
       } finally {
         await locker.end();
@@ -1238,7 +1236,8 @@ function definePostgresTests(): void {
     it('orders text by code point (COLLATE "C"), like SQLite, whatever the database\'s locale', async () => {
       const store = await open((await freshSchema()).url);
       const names = ["b", "B", "a_b", "ab", "a-b", "é", "z", "Z", "_", "1"];
-      for (const name of names) await store.createOrganization({ id: name, name: `n ${name}`, nowMs: T0 });
+      // The ids are what is ordered; the names only need to differ (regardless of case: "b" and "B" would clash).
+      for (const [i, name] of names.entries()) await store.createOrganization({ id: name, name: `n ${i}`, nowMs: T0 });
       const byCodePoint = [...names].sort((x, y) => (x < y ? -1 : x > y ? 1 : 0));
       assert.deepEqual(
         (await store.listOrganizations()).map((o) => o.id),

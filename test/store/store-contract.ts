@@ -379,7 +379,8 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       });
 
       it("keeps ids like __proto__ and unicode names exactly", async () => {
-        const names = ["__proto__", "constructor", "Zürich ☕ 組織 👩‍💻", "e\u0301cole", "école", "'; DROP TABLE organizations; --"];
+        // Kept exactly as given (not normalised); "e\u0301cole" and "école" would be one name (nameKey), so "ecole" stands beside it.
+        const names = ["__proto__", "constructor", "Zürich ☕ 組織 👩‍💻", "e\u0301cole", "ecole", "'; DROP TABLE organizations; --"];
         const created = [];
         for (const [i, n] of names.entries()) {
           created.push(
@@ -2907,7 +2908,9 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           ]);
         }
 
-        it("sums every record of the window [fromMs, toMs), in flight too, per UTC day and per organization", async () => {
+        const named = (orgId: string) => `usage of ${orgId}`;
+
+        it("sums every record of the days [fromMs, toMs), in flight too, per UTC day and per organization (with its name)", async () => {
           await seed();
           assert.deepEqual(await store.usageTotals({ fromMs: T0, toMs: T0 + 3 * DAY_MS }), {
             days: [
@@ -2916,27 +2919,24 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
               { dayStartMs: T0 + 2 * DAY_MS, ...sums(4, 5, 5, 0) },
             ],
             organizations: [
-              { orgId: "org_b", ...sums(1, 7, 3, 500) },
-              { orgId: "org_a", ...sums(4, 105, 10, 300) },
-              { orgId: "org_e", ...sums(2, 2, 2, 0) },
-              { orgId: "org_d", ...sums(1, 1, 1, 0) },
-              { orgId: "org_f", ...sums(1, 2, 2, 0) },
+              { orgId: "org_b", name: named("org_b"), ...sums(1, 7, 3, 500) },
+              { orgId: "org_a", name: named("org_a"), ...sums(4, 105, 10, 300) },
+              { orgId: "org_e", name: null, ...sums(2, 2, 2, 0) },
+              { orgId: "org_d", name: null, ...sums(1, 1, 1, 0) },
+              { orgId: "org_f", name: null, ...sums(1, 2, 2, 0) },
             ],
           });
         });
 
-        it("fromMs is inclusive and toMs exclusive; days with no record are left out", async () => {
+        it("whole UTC days: fromMs inclusive, toMs exclusive; days with no record are left out; other bounds are refused", async () => {
           await seed();
-          assert.deepEqual(await store.usageTotals({ fromMs: T0 - 1, toMs: T0 }), {
+          assert.deepEqual(await store.usageTotals({ fromMs: T0 - DAY_MS, toMs: T0 }), {
             days: [{ dayStartMs: T0 - DAY_MS, ...sums(1, 120, 7, 9000) }],
-            organizations: [{ orgId: "org_c", ...sums(1, 120, 7, 9000) }],
+            organizations: [{ orgId: "org_c", name: named("org_c"), ...sums(1, 120, 7, 9000) }],
           });
-          const dayTwo = await store.usageTotals({ fromMs: T0 + DAY_MS - 1, toMs: T0 + DAY_MS + 5 });
-          assert.deepEqual(dayTwo.days, [
-            { dayStartMs: T0, ...sums(1, 5, 0, 0) },
-            { dayStartMs: T0 + DAY_MS, ...sums(1, 7, 3, 500) },
-          ]);
-          const gap = await store.usageTotals({ fromMs: T0 - DAY_MS, toMs: T0 + 4 * DAY_MS });
+          const dayTwo = await store.usageTotals({ fromMs: T0 + DAY_MS, toMs: T0 + 2 * DAY_MS });
+          assert.deepEqual(dayTwo.days, [{ dayStartMs: T0 + DAY_MS, ...sums(2, 7, 3, 500) }]);
+          const gap = await store.usageTotals({ fromMs: T0 - DAY_MS, toMs: T0 + 5 * DAY_MS });
           assert.deepEqual(
             gap.days.map((d) => d.dayStartMs),
             [T0 - DAY_MS, T0, T0 + DAY_MS, T0 + 2 * DAY_MS, T0 + 3 * DAY_MS],
@@ -2951,6 +2951,9 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           );
           assert.deepEqual(await store.usageTotals({ fromMs: T0, toMs: T0 }), { days: [], organizations: [] });
           assert.deepEqual(await store.usageTotals({ fromMs: T0 + 5 * DAY_MS, toMs: T0 + 6 * DAY_MS }), { days: [], organizations: [] });
+          for (const bad of [{ fromMs: T0 + 1 }, { toMs: T0 + DAY_MS - 1 }, { fromMs: -DAY_MS }]) {
+            await assert.rejects(store.usageTotals({ fromMs: T0, toMs: T0 + DAY_MS, ...bad }), StoreInputError, JSON.stringify(bad));
+          }
         });
 
         it("for one organization only", async () => {
@@ -2960,7 +2963,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
               { dayStartMs: T0, ...sums(3, 105, 10, 300) },
               { dayStartMs: T0 + DAY_MS, ...sums(1, 0, 0, 0) },
             ],
-            organizations: [{ orgId: "org_a", ...sums(4, 105, 10, 300) }],
+            organizations: [{ orgId: "org_a", name: named("org_a"), ...sums(4, 105, 10, 300) }],
           });
           assert.deepEqual(await store.usageTotals({ fromMs: T0, toMs: T0 + 4 * DAY_MS, orgId: "org_missing" }), {
             days: [],
@@ -2968,9 +2971,29 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           });
         });
 
+        it("counts a record in the day it was accepted, through its completion on a later day and the sweep", async () => {
+          await org("org_a");
+          await admit(admission({ requestId: "late", orgId: "org_a", nowMs: T0 + DAY_MS - 1 }));
+          await admit(admission({ requestId: "lost", orgId: "org_a", nowMs: T0 + DAY_MS - 2 }));
+          const total = async () => (await store.usageTotals({ fromMs: T0, toMs: T0 + 2 * DAY_MS, orgId: "org_a" })).days;
+          assert.deepEqual(await total(), [{ dayStartMs: T0, ...sums(2, 0, 0, 0) }], "in flight");
+          await complete(completion({ requestId: "late", orgId: "org_a", nowMs: T0 + DAY_MS + 5, inputTokens: 11, outputTokens: 3 }));
+          assert.deepEqual(await total(), [{ dayStartMs: T0, ...sums(2, 11, 3, 0) }], "completed the next day");
+          assert.deepEqual(await store.sweep({ nowMs: T0 + 2 * DAY_MS, inFlightBeforeMs: T0 + DAY_MS, limit: 10 }), {
+            abandoned: 1,
+            expired: 0,
+          });
+          assert.deepEqual(await total(), [{ dayStartMs: T0, ...sums(2, 11, 3, 0) }], "swept: still counted, nothing added");
+          assert.deepEqual(await complete(completion({ requestId: "late", orgId: "org_a", nowMs: T0 + DAY_MS + 6, inputTokens: 99 })), [
+            { kind: "not_in_flight" },
+          ]);
+          assert.deepEqual(await total(), [{ dayStartMs: T0, ...sums(2, 11, 3, 0) }], "a second completion changes nothing");
+        });
+
         it("an empty store has no totals; bad arguments are StoreInputError", async () => {
-          assert.deepEqual(await store.usageTotals({ fromMs: 0, toMs: Number.MAX_SAFE_INTEGER }), { days: [], organizations: [] });
-          for (const bad of [{ fromMs: Number.NaN }, { toMs: 1.5 }, { fromMs: T0 + 1, toMs: T0 }, { orgId: "" }]) {
+          const lastMidnight = Math.floor(Number.MAX_SAFE_INTEGER / DAY_MS) * DAY_MS;
+          assert.deepEqual(await store.usageTotals({ fromMs: 0, toMs: lastMidnight }), { days: [], organizations: [] });
+          for (const bad of [{ fromMs: Number.NaN }, { toMs: 1.5 }, { fromMs: T0 + DAY_MS, toMs: T0 }, { orgId: "" }]) {
             await assert.rejects(store.usageTotals({ fromMs: T0, toMs: T0 + DAY_MS, ...bad }), StoreInputError, JSON.stringify(bad));
           }
         });

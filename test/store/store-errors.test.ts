@@ -18,10 +18,14 @@ test("storage outages (503) are told apart from bad input and bugs", () => {
     "40001",
     "ECONNREFUSED",
     "ETIMEDOUT",
+    // The database dropped or renamed, the login refused (a password changed) under a running gateway: outages too.
+    "3D000",
+    "28P01",
   ]) {
     assert.equal(isStoreUnavailable(Object.assign(new Error(code), { code })), true, code);
   }
-  for (const code of ["SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_CHECK", "23505", "23514", "3D000", "28P01", "42P01"]) {
+  assert.equal(isStoreUnavailable(new TypeError("The database connection is not open")), true, "a closed SQLite connection");
+  for (const code of ["SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_CHECK", "23505", "23514", "42P01"]) {
     assert.equal(isStoreUnavailable(Object.assign(new Error(code), { code })), false, code);
   }
   assert.equal(isStoreUnavailable(new Error("Connection terminated unexpectedly")), true);

@@ -37,6 +37,7 @@ export const MODEL_ERROR_KINDS: readonly ModelErrorKind[] = [
   "overloaded",
   "invalid_response",
   "context_rejected",
+  "refused",
   "aborted",
   "not_ready",
 ];

@@ -140,8 +140,9 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
 }
 
 /**
- * A realistic ticket history: enough text (1.2 KB) that a request's token bound exceeds 1000 tokens, so that with
- * TDS_RESERVE_TOKENS=1000 its paid reservation is the cap, reserve_tokens worth.
+ * A realistic ticket history (about 0.8 KB of text). A paid sampleRequest() carrying it reserves its whole token bound,
+ * ~1,700 tokens (byteBound in test/support/token-bound.ts), well within the default reserve_tokens (32768); a
+ * reserve_tokens below its bound refuses it with 413 token_bound_over_reserve.
  */
 export const TICKET_HISTORY = Array.from(
   { length: 12 },

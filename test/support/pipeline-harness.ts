@@ -10,6 +10,7 @@ import type { DecisionRequest } from "../../src/contract/decision.ts";
 import { generateApiKey, newOrganizationId } from "../../src/domain/api-keys.ts";
 import { AdmissionPolicy } from "../../src/gateway/admission.ts";
 import { DecisionPipeline, type DecisionReply } from "../../src/gateway/decision-pipeline.ts";
+import type { ModelFailureReport } from "../../src/gateway/model-failure-report.ts";
 import { ModelRegistry } from "../../src/gateway/model-registry.ts";
 import type { DecisionObserver } from "../../src/gateway/observer.ts";
 import { rateLimit } from "../../src/http/rate-limit.ts";
@@ -46,6 +47,8 @@ export interface PipelineRig {
   events: ObservedEvents;
   /** Errors the pipeline reported as unexpected after admission. */
   unexpected: unknown[];
+  /** The failed model calls the pipeline reported (what the app logs at warn). */
+  modelFailures: ModelFailureReport[];
   /** Work the pipeline left running after answering (background completions). */
   background: Promise<unknown>[];
   org: Organization;
@@ -120,6 +123,7 @@ export async function openPipelineRig(options: PipelineRigOptions = {}): Promise
     observer,
   });
   const unexpected: unknown[] = [];
+  const modelFailures: ModelFailureReport[] = [];
   const background: Promise<unknown>[] = [];
   const pipeline = new DecisionPipeline({
     books,
@@ -130,6 +134,7 @@ export async function openPipelineRig(options: PipelineRigOptions = {}): Promise
     observer,
     background: (work) => void background.push(work),
     onUnexpected: (err) => void unexpected.push(err),
+    onModelFailure: (report) => void modelFailures.push(report),
   });
 
   const newOrg = async (name: string) => {
@@ -153,6 +158,7 @@ export async function openPipelineRig(options: PipelineRigOptions = {}): Promise
     serviceName,
     events,
     unexpected,
+    modelFailures,
     background,
     org: first.org,
     keyId: first.keyId,

@@ -280,11 +280,11 @@ describe("console in a browser", { timeout: 60_000 }, () => {
       assert.equal(await page.locator("#usage-table tbody tr").count(), 25);
       assert.equal(await page.locator("#today-requests").innerText(), "28");
       assert.equal(await page.locator("#usage-chart rect.chart-bar").count(), 14);
-      const allIds = await page.locator("#usage-table tbody code").allInnerTexts();
+      const allIds = await page.locator("#usage-table tbody .col-id code").allInnerTexts();
       for (let p = 2; !(await page.getByRole("button", { name: "Older →" }).isDisabled()); p++) {
         await page.getByRole("button", { name: "Older →" }).click();
         await page.locator("#page-info", { hasText: `Page ${p} ·` }).waitFor();
-        allIds.push(...(await page.locator("#usage-table tbody code").allInnerTexts()));
+        allIds.push(...(await page.locator("#usage-table tbody .col-id code").allInnerTexts()));
       }
       assert.equal(allIds.length, 28 + seeded);
       assert.equal(new Set(allIds).size, allIds.length, "no record twice");
@@ -363,7 +363,7 @@ describe("console in a browser", { timeout: 60_000 }, () => {
       await page.locator(".acard").first().waitFor();
       await page.locator("#st-quota", { hasText: "0 of 1" }).waitFor();
       // The organization's own numbers already say so (GET /v1/organization after the run).
-      await page.locator("#limit-banner", { hasText: "All 1 preview requests of today are used" }).waitFor();
+      await page.locator("#limit-banner", { hasText: "Your organization has used all 1 preview requests of today" }).waitFor();
 
       // Keyboard: Tab from the model select reaches the run button; Enter presses it.
       await page.getByLabel("Model", { exact: true }).focus();
@@ -372,14 +372,15 @@ describe("console in a browser", { timeout: 60_000 }, () => {
       await page.keyboard.press("Enter");
 
       const banner = page.locator("#limit-banner");
-      await banner.filter({ hasText: "preview_request_limit = 1" }).waitFor();
+      await page.locator("#general-error", { hasText: "HTTP 429" }).waitFor();
       assert.equal(await banner.getAttribute("role"), "alert");
       const text = await banner.innerText();
       assert.match(text, /Daily preview limit reached/);
-      assert.match(text, /Resets at \d{4}-\d{2}-\d{2} 00:00 UTC/);
+      assert.match(text, /they reset at \d{4}-\d{2}-\d{2} 00:00 UTC/);
+      assert.doesNotMatch(text, /preview_request_limit/, "no server setting named to a key holder");
       const midnight = new Date(Math.floor(Date.now() / DAY_MS) * DAY_MS + DAY_MS).toISOString();
       assert.equal(await banner.locator("time").getAttribute("datetime"), midnight);
-      await page.locator("#general-error", { hasText: "HTTP 429" }).waitFor();
+      assert.match(await page.locator("#general-error").innerText(), /HTTP 429: The request was not run\. Daily preview limit reached\./);
 
       // Reloading keeps the session (sessionStorage) and shows the same state from GET /v1/organization.
       await page.reload();
@@ -418,7 +419,7 @@ describe("console in a browser", { timeout: 60_000 }, () => {
 
       await run.click();
       await banner.filter({ hasText: "Per-minute rate limit reached" }).waitFor();
-      assert.match(await banner.innerText(), /Try again in (5\d|60) s/);
+      assert.match(await banner.innerText(), /try again in (5\d|60) s/);
       const retryAt = Date.parse((await banner.locator("time").getAttribute("datetime"))!);
       assert.ok(Math.abs(retryAt - (Date.now() + 60_000)) < 5_000, "about a minute from now");
       assertOnlyGateway(watch, gw);

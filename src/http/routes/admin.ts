@@ -1,7 +1,6 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { adminOrganizationJson, apiKeyJson, auditEntryJson, balanceJson } from "../../admin/admin-json.ts";
-import { DAY_MS } from "../../admin/operations.ts";
 import { StoreAdministration } from "../../admin/store-administration.ts";
 import type { Config } from "../../config.ts";
 import {
@@ -25,13 +24,13 @@ import {
   OrgParams,
   UpdateOrganizationBody,
 } from "../../contract/admin.ts";
-import { USAGE_SUMMARY_DEFAULT_DAYS, USAGE_SUMMARY_MAX_DAYS, type UsageDay } from "../../contract/organization.ts";
 import { UsageListQuery, UsagePageJson, UsageRecordJson } from "../../contract/usage.ts";
 import type { Clock } from "../../domain/clock.ts";
 import { ServiceError } from "../../domain/errors.ts";
-import { formatUsd, parseUsd } from "../../domain/money.ts";
-import { utcDay } from "../../domain/utc-day.ts";
+import { parseUsd } from "../../domain/money.ts";
+import { summaryDays, usageSummary } from "../../gateway/usage-summary.ts";
 import { usageRecordJson } from "../../presentation/usage-json.ts";
+import { adminUsageSummaryJson } from "../../presentation/usage-summary-json.ts";
 import type { Store } from "../../store/store.ts";
 import { authenticateAdmin } from "../admin-auth.ts";
 import { errorResponses } from "../error-responses.ts";
@@ -39,7 +38,14 @@ import { usageQuery } from "./usage.ts";
 
 const ADMIN_BODY_LIMIT = 16 * 1024;
 const security = [{ admin: [] }];
-const errors = errorResponses("missing_admin_token", "invalid_admin_token", "not_found", "invalid_body", "invalid_query");
+const errors = errorResponses(
+  "missing_admin_token",
+  "invalid_admin_token",
+  "admin_auth_throttled",
+  "not_found",
+  "invalid_body",
+  "invalid_query",
+);
 
 const AdminHeaders = Type.Object({
   "x-tds-client": Type.Optional(
@@ -325,41 +331,8 @@ export function adminRoutes(app: FastifyInstance, deps: AdminRouteDeps): void {
         response: { 200: AdminUsageSummary, ...errors },
       },
     },
-    async (request) => {
-      const days = request.query.days === undefined ? USAGE_SUMMARY_DEFAULT_DAYS : Number(request.query.days);
-      if (days < 1 || days > USAGE_SUMMARY_MAX_DAYS)
-        throw new ServiceError("invalid_query", undefined, {
-          errors: [{ field: "query.days", message: `must be from 1 to ${USAGE_SUMMARY_MAX_DAYS}` }],
-        });
-      const summary = await admin(request).usageSummary(days);
-      const byDay = new Map(summary.days.map((d) => [d.dayStartMs, d]));
-      const out: UsageDay[] = [];
-      for (let start = summary.fromMs; start < summary.toMs; start += DAY_MS) {
-        const d = byDay.get(start);
-        out.push({
-          date: utcDay(start),
-          requests: d?.requests ?? 0,
-          input_tokens: d?.inputTokens ?? 0,
-          output_tokens: d?.outputTokens ?? 0,
-          cost_microusd: d?.costMicrousd ?? 0,
-          cost_usd: formatUsd(d?.costMicrousd ?? 0),
-        });
-      }
-      return {
-        from: new Date(summary.fromMs).toISOString(),
-        to: new Date(summary.toMs).toISOString(),
-        days: out,
-        organizations: summary.organizations.map((o) => ({
-          id: o.orgId,
-          name: o.name,
-          requests: o.requests,
-          input_tokens: o.inputTokens,
-          output_tokens: o.outputTokens,
-          cost_microusd: o.costMicrousd,
-          cost_usd: formatUsd(o.costMicrousd),
-        })),
-      };
-    },
+    async (request) =>
+      adminUsageSummaryJson(await usageSummary(deps.store, { nowMs: deps.clock.nowMs(), days: summaryDays(request.query.days) })),
   );
 
   app.get<{ Querystring: AuditQuery }>(

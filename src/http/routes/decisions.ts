@@ -1,6 +1,8 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyInstance, onRequestHookHandler } from "fastify";
 import { DecisionRequest, DecisionResponse } from "../../contract/decision.ts";
+import { boundDecisionRequest } from "../../contract/decision-bound.ts";
+import { compileBoundedSchema, compileSchema } from "../../contract/validation.ts";
 import type { ErrorCode } from "../../domain/errors.ts";
 import type { DecisionPipeline } from "../../gateway/decision-pipeline.ts";
 import type { Store, UsageSource } from "../../store/store.ts";
@@ -17,6 +19,7 @@ const DECISION_ERRORS: ErrorCode[] = [
   "idempotency_in_progress",
   "idempotency_response_not_kept",
   "body_too_large",
+  "token_bound_over_reserve",
   "invalid_body",
   "invalid_json",
   "unknown_model",
@@ -70,6 +73,10 @@ export function decisionRoutes(
       onRequest: [authenticate(deps.store, { rejectPaused: true }), deps.rateLimit],
       // After the body is parsed, before the schema: more than max_questions questions → one 422, no per-question validation.
       preValidation: async (request) => deps.pipeline.checkQuestionCount(request.body),
+      // The schema sees the body cut to a bounded size (decision-bound.ts): unknown fields past the 50th of an object and
+      // options past the 256th are counted, not walked, so that no shape of a 1 MiB body makes validation costly.
+      validatorCompiler: ({ schema, httpPart }) =>
+        httpPart === "body" ? compileBoundedSchema(schema as never, boundDecisionRequest) : compileSchema(schema as never),
       // The error handler builds the field errors from error.validation; Fastify's default text of every error is not needed.
       schemaErrorFormatter: () => new Error("Request body does not match the contract."),
       schema: {

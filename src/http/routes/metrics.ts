@@ -1,13 +1,7 @@
-import { timingSafeEqual } from "node:crypto";
 import type { FastifyInstance } from "fastify";
 import type { Metrics } from "../../observability/metrics.ts";
 import { sendError } from "../error-handler.ts";
-
-function sameToken(presented: string, expected: string): boolean {
-  const a = Buffer.from(presented);
-  const b = Buffer.from(expected);
-  return a.length === b.length && timingSafeEqual(a, b);
-}
+import { tokenMatcher } from "../token-match.ts";
 
 /**
  * Prometheus metrics; open on the main port unless TDS_METRICS_TOKEN is set (the server does not start on a
@@ -21,10 +15,11 @@ export function metricsRoutes(app: FastifyInstance, deps: { metrics: Metrics; to
       status: String(reply.statusCode),
     });
   });
+  const matches = deps.token === null ? null : tokenMatcher(deps.token);
   app.get("/metrics", { schema: { hide: true } }, async (request, reply) => {
-    if (deps.token !== null) {
+    if (matches !== null) {
       const presented = /^Bearer[ \t]+(\S+)$/i.exec(request.headers.authorization ?? "")?.[1];
-      if (!presented || !sameToken(presented, deps.token))
+      if (!presented || !matches(presented))
         return sendError(reply, "invalid_api_key", { detail: "GET /metrics needs Authorization: Bearer <TDS_METRICS_TOKEN>." });
     }
     reply.type(deps.metrics.registry.contentType);

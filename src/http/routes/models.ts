@@ -13,7 +13,11 @@ export function modelRoutes(app: FastifyInstance, deps: { store: Store; registry
       schema: {
         summary: "List the models offered",
         security: [{ bearer: [] }],
-        response: { 200: ModelsResponse, ...errorResponses(...API_KEY_ERRORS, "model_unavailable", "model_not_configured") },
+        response: {
+          200: ModelsResponse,
+          // The key lookup needs the database: a store that does not answer is 503 storage_unavailable (error-handler.ts).
+          ...errorResponses(...API_KEY_ERRORS, "model_unavailable", "model_not_configured", "storage_unavailable"),
+        },
       },
     },
     async (): Promise<ModelsResponse> => ({ models: await deps.registry.list() }),

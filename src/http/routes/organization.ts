@@ -1,24 +1,14 @@
 import type { FastifyInstance, onRequestHookHandler } from "fastify";
 import type { Config } from "../../config.ts";
-import {
-  OrganizationResponse,
-  USAGE_SUMMARY_DEFAULT_DAYS,
-  USAGE_SUMMARY_MAX_DAYS,
-  USAGE_SUMMARY_MAX_RECORDS,
-  type UsageDay,
-  UsageSummaryQuery,
-  UsageSummaryResponse,
-} from "../../contract/organization.ts";
+import { OrganizationResponse, UsageSummaryQuery, UsageSummaryResponse } from "../../contract/organization.ts";
 import type { Clock } from "../../domain/clock.ts";
-import { ServiceError } from "../../domain/errors.ts";
 import { formatUsd } from "../../domain/money.ts";
 import { msUntilUtcMidnight, utcDay } from "../../domain/utc-day.ts";
-import type { Store, UsageQuery } from "../../store/store.ts";
+import { summaryDays, usageSummary } from "../../gateway/usage-summary.ts";
+import { usageSummaryJson } from "../../presentation/usage-summary-json.ts";
+import type { Store } from "../../store/store.ts";
 import { authenticate, authOf } from "../auth.ts";
 import { API_KEY_ERRORS, errorResponses } from "../error-responses.ts";
-
-const DAY_MS = 86_400_000;
-const PAGE = 200;
 
 export interface OrganizationRouteDeps {
   config: Pick<Config, "serviceMode" | "limits">;
@@ -99,57 +89,8 @@ export function organizationRoutes(app: FastifyInstance, deps: OrganizationRoute
       },
     },
     async (request): Promise<UsageSummaryResponse> => {
-      const days = request.query.days === undefined ? USAGE_SUMMARY_DEFAULT_DAYS : Number(request.query.days);
-      if (!Number.isInteger(days) || days < 1 || days > USAGE_SUMMARY_MAX_DAYS) {
-        throw new ServiceError("invalid_query", undefined, {
-          errors: [{ field: "query.days", message: `must be from 1 to ${USAGE_SUMMARY_MAX_DAYS}` }],
-        });
-      }
-      const { org } = authOf(request);
-      const now = clock.nowMs();
-      const tomorrowMs = now + msUntilUtcMidnight(now);
-      const fromMs = tomorrowMs - days * DAY_MS;
-
-      const totals: { date: string; requests: number; input_tokens: number; output_tokens: number; cost: bigint }[] = [];
-      for (let i = 0; i < days; i++) {
-        const date = utcDay(fromMs + i * DAY_MS);
-        totals.push({ date, requests: 0, input_tokens: 0, output_tokens: 0, cost: 0n });
-      }
-      const index = new Map(totals.map((t, i) => [t.date, i]));
-
-      let seen = 0;
-      let truncated = false;
-      let cursor: string | null = null;
-      do {
-        const query: UsageQuery = { fromMs, toMs: tomorrowMs, limit: Math.min(PAGE, USAGE_SUMMARY_MAX_RECORDS - seen) };
-        if (cursor) query.cursor = cursor;
-        const page = await store.listUsage(org.id, query);
-        for (const record of page.records) {
-          const i = index.get(utcDay(record.createdAtMs));
-          if (i === undefined) continue;
-          const t = totals[i]!;
-          t.requests += 1;
-          t.input_tokens += record.inputTokens;
-          t.output_tokens += record.outputTokens;
-          t.cost += BigInt(record.costMicrousd);
-        }
-        seen += page.records.length;
-        cursor = page.nextCursor;
-        if (cursor && seen >= USAGE_SUMMARY_MAX_RECORDS) {
-          truncated = true;
-          break;
-        }
-      } while (cursor);
-
-      const out: UsageDay[] = totals.map((t) => ({
-        date: t.date,
-        requests: t.requests,
-        input_tokens: t.input_tokens,
-        output_tokens: t.output_tokens,
-        cost_microusd: Number(t.cost),
-        cost_usd: formatUsd(t.cost),
-      }));
-      return { days: out, truncated };
+      const days = summaryDays(request.query.days);
+      return usageSummaryJson(await usageSummary(store, { nowMs: clock.nowMs(), days, orgId: authOf(request).org.id }));
     },
   );
 }

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import type { Config } from "../../config.ts";
 import { ServiceConfigResponse } from "../../contract/config.ts";
+import { statusOf } from "../../domain/errors.ts";
 import type { ModelRegistry } from "../../gateway/model-registry.ts";
 import { PROMPT_OVERHEAD_TOKENS, QUESTION_OVERHEAD_TOKENS } from "../../gateway/token-bound.ts";
 
@@ -40,12 +41,16 @@ export function describeConfig(config: Config): ServiceConfigResponse {
       reservation: {
         rule:
           "A paid request reserves its token bound at the model's prices: input = the UTF-8 bytes of its state and questions " +
-          "+ prompt_overhead_tokens + question_overhead_tokens per question (the in-process engine counts exactly), " +
-          "output = output_tokens_per_question per question; each at most cap_tokens.",
+          "+ prompt_overhead_tokens + question_overhead_tokens per question, the state counted at most the model's max_state " +
+          "(and max_branch) and each question at most its max_branch when the model has a context (GET /v1/models); the " +
+          "in-process engine counts exactly; output = output_tokens_per_question per question. A request whose bound exceeds " +
+          "cap_tokens is refused with over_cap_status before the model call. It is charged the tokens the model reports, " +
+          "never more than its reservation (a report beyond the bound is charged the reservation and flagged over_reservation).",
         prompt_overhead_tokens: PROMPT_OVERHEAD_TOKENS,
         question_overhead_tokens: QUESTION_OVERHEAD_TOKENS,
         output_tokens_per_question: 1,
         cap_tokens: limits.reserveTokens,
+        over_cap_status: statusOf("token_bound_over_reserve"),
       },
     },
     limits: {

@@ -17,7 +17,7 @@ export function isEnginePackageMissing(err: unknown): boolean {
 /** The engine of a model when node-llama-cpp is not installed: every call is "not_ready" (503) with {@link ENGINE_NOT_INSTALLED}. */
 export function absentEngine(): ModelService & { status(): EngineStatus } {
   const fail = async (): Promise<never> => {
-    throw new ModelServiceError("not_ready", ENGINE_NOT_INSTALLED);
+    throw new ModelServiceError("not_ready", ENGINE_NOT_INSTALLED, undefined, { note: ENGINE_NOT_INSTALLED });
   };
   return {
     status: () => ({ state: "not_installed", detail: ENGINE_NOT_INSTALLED }),

@@ -3,6 +3,7 @@ import { onBackendLog } from "./backend.ts";
 import type { EngineSettings } from "./engine-settings.ts";
 import type { EngineStatus } from "./engine-status.ts";
 import { asLoadFailure, disposeEngine, type Engine, loadEngine } from "./load-engine.ts";
+import { offlineAdvice } from "./offline-advice.ts";
 import { pause, retryDelayMs } from "./retry.ts";
 
 /** Said after every failure shown to API clients: the paths and the underlying errors are only logged. */
@@ -11,12 +12,16 @@ export const SEE_THE_LOG = "(details in the server log)";
 /**
  * Loads an engine in the background from the moment it is constructed, attempt after attempt until the model
  * is ready, a failure cannot heal, or it is closed; keeps the status /readyz shows, and owns the engine
- * (disposes of it on close).
+ * (disposes of it on close). A failed attempt is logged when its reason differs from the last one's — the first one
+ * whose download server cannot be reached at all with the advice of what to do instead — and the same reason again
+ * only at growing intervals.
  */
 export class EngineLoader {
   private current: EngineStatus = { state: "loading", detail: "starting", progress: 0 };
   /** Since the first failed attempt: what the loading status carries on. */
-  private lastFailure: Pick<EngineStatus, "lastError" | "failedAttempts"> = {};
+  private lastFailure: Pick<EngineStatus, "lastError" | "failedAttempts" | "offline"> = {};
+  /** Once said, the advice for a download server that cannot be reached is not repeated. */
+  private offlineExplained = false;
   private loaded: Engine | null = null;
   private isClosed = false;
   private readonly closing = new AbortController();
@@ -53,17 +58,17 @@ export class EngineLoader {
     if (this.isClosed) throw new ModelServiceError("unavailable", "the embedded model service is closed");
     if (this.loaded) return this.loaded;
     const status = this.current;
-    if (status.state !== "loading") throw new ModelServiceError("not_ready", status.detail ?? "the model is not loaded");
+    if (status.state !== "loading") throw notReady(status.detail ?? "the model is not loaded");
     const pct = Math.floor((status.progress ?? 0) * 100);
     const last = status.lastError ? `; attempt ${status.failedAttempts} failed (${status.lastError})` : "";
-    throw new ModelServiceError("not_ready", `the model is still loading (${pct}%)${status.detail ? `: ${status.detail}` : ""}${last}`);
+    throw notReady(`the model is still loading (${pct}%)${status.detail ? `: ${status.detail}` : ""}${last}`);
   }
 
   /** Resolves when the model is ready; rejects with `not_ready` when loading failed for good or was closed. */
   async ready(): Promise<void> {
     await this.loading;
     if (this.loaded) return;
-    throw new ModelServiceError("not_ready", this.current.detail ?? "the embedded model service is closed");
+    throw notReady(this.current.detail ?? "the embedded model service is closed");
   }
 
   /**
@@ -92,7 +97,10 @@ export class EngineLoader {
       let e: Engine;
       try {
         e = await loadEngine(this.settings, this.closing.signal, (detail, progress) => {
-          this.current = { state: "loading", detail, progress, ...this.lastFailure };
+          // Progress means the download server (if any) answered: no longer offline.
+          const { offline: _, ...failure } = this.lastFailure;
+          this.lastFailure = failure;
+          this.current = { state: "loading", detail, progress, ...failure };
         });
       } catch (err) {
         if (this.isClosed) break;
@@ -104,16 +112,25 @@ export class EngineLoader {
         }
         const waitMs = retryDelayMs(attempt, this.settings.retry);
         const at = Date.now() + waitMs;
-        this.lastFailure = { lastError: f.publicReason, failedAttempts: attempt };
+        const previousReason = this.lastFailure.lastError;
+        this.lastFailure = { lastError: f.publicReason, failedAttempts: attempt, ...(f.network ? { offline: true as const } : {}) };
+        const state = f.network ? "cannot be downloaded (offline?)" : "is still loading";
         this.current = {
           state: "retrying",
-          detail: `the model "${name}" is still loading: attempt ${attempt} failed (${f.publicReason}), the next starts at ${new Date(at).toISOString()}; ${f.hint} ${SEE_THE_LOG}`,
+          detail: `the model "${name}" ${state}: attempt ${attempt} failed (${f.publicReason}), the next starts at ${new Date(at).toISOString()}; ${f.hint} ${SEE_THE_LOG}`,
           ...this.lastFailure,
           nextAttemptAtMs: at,
         };
-        logger.warn(
-          `the model "${name}" failed to load (attempt ${attempt}): ${f.message}; retrying in ${duration(waitMs)}, at ${new Date(at).toISOString()}`,
-        );
+        const retrying = `retrying in ${duration(waitMs)}, at ${new Date(at).toISOString()}`;
+        const failed = `the model "${name}" failed to load (attempt ${attempt}): ${f.message}; ${retrying}`;
+        if (f.network && !this.offlineExplained) {
+          this.offlineExplained = true;
+          logger.warn(`${failed}\n${offlineAdvice(this.settings, f.network)}`);
+        } else if (f.publicReason !== previousReason) {
+          logger.warn(failed);
+        } else if (isReminderAttempt(attempt)) {
+          logger.warn(`the model "${name}" still cannot be loaded after ${attempt} attempts (${f.publicReason}); ${retrying}`);
+        }
         await pause(waitMs, this.closing.signal);
         if (this.isClosed) break;
         continue;
@@ -135,6 +152,19 @@ export class EngineLoader {
   }
 }
 
+/**
+ * A failure for the same reason as the one before is logged again only at attempts 8, 16, 32, …: at growing intervals,
+ * so a long outage still shows in the log without a line per attempt.
+ */
+function isReminderAttempt(attempt: number): boolean {
+  return attempt >= 8 && (attempt & (attempt - 1)) === 0;
+}
+
 function duration(ms: number): string {
   return ms < 1000 ? `${ms} ms` : `${ms / 1000} s`;
+}
+
+/** Why the engine cannot take calls yet, in words a client may read (the 503's detail). */
+function notReady(why: string): ModelServiceError {
+  return new ModelServiceError("not_ready", why, undefined, { note: why });
 }

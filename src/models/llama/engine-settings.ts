@@ -55,6 +55,8 @@ export interface EngineSettings {
   shownSource: string;
   cacheDir: string;
   hubEndpoint: string | undefined;
+  /** The setting that names `source` ("TDS_MODEL_PATH", or the config file's entry). */
+  sourceSetting: string;
   /** What to change when the model source cannot be had (shown to API clients). */
   hint: string;
   poolSize: number;
@@ -101,6 +103,7 @@ export function engineSettings(options: LlamaServiceOptions): EngineSettings {
     shownSource: publicSourceName(options.source),
     cacheDir: options.cacheDir ?? DEFAULT_MODEL_CACHE_DIR,
     hubEndpoint: options.hubEndpoint,
+    sourceSetting: options.sourceSetting ?? "TDS_MODEL_PATH",
     hint: sourceHint(options.sourceSetting),
     poolSize,
     queueLimit,

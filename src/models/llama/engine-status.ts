@@ -18,6 +18,8 @@ export interface EngineStatus {
   failedAttempts?: number;
   /** While retrying: when the next attempt starts (ms since the epoch). */
   nextAttemptAtMs?: number;
+  /** Set while the last attempt could not reach the model's download server at all (no DNS, refused, unreachable). */
+  offline?: true;
 }
 
 /** The engine status of a model service that has one (an in-process engine), else null. */

@@ -89,7 +89,7 @@ export function planCall<T extends number>(call: PlannedCall, limits: ContextLim
   const stateLength = commonPrefixLength(a, probeB.tokens());
   const stateTokens = a.slice(0, stateLength);
   if (stateLength > limits.maxState) {
-    throw new ModelServiceError("context_rejected", `state is ${stateLength} tokens; the model's max_state is ${limits.maxState}`);
+    throw contextRejected(`state is ${stateLength} tokens; the model's max_state is ${limits.maxState}`);
   }
 
   const probeLabels = probeA.labelTokenizer();
@@ -114,8 +114,7 @@ export function planCall<T extends number>(call: PlannedCall, limits: ContextLim
       throw new ModelServiceError("invalid_response", `question ${JSON.stringify(id)}: labels of ${longestLabel} tokens are too long`);
     }
     if (tokens.length > limits.maxBranch) {
-      throw new ModelServiceError(
-        "context_rejected",
+      throw contextRejected(
         `question ${JSON.stringify(id)}: the state plus the question is ${tokens.length} tokens; the model's max_branch is ${limits.maxBranch}`,
       );
     }
@@ -198,4 +197,9 @@ function pickLabelsOrFail(id: string, kind: LabelKind, count: number, tokenize: 
     }
     throw err;
   }
+}
+
+/** Which limit the request passes, in words a client may read (the 422's detail). */
+function contextRejected(why: string): ModelServiceError {
+  return new ModelServiceError("context_rejected", why, undefined, { note: why });
 }

@@ -1,9 +1,11 @@
 import type { LlamaContext, LlamaContextSequence, LlamaModel } from "node-llama-cpp";
 import { backendErrorsSince, backendLogMark, getBackend } from "./backend.ts";
 import { ChatPrompt } from "./chat-prompt.ts";
+import { DEFAULT_PROGRESS_LOG, progressLogGate } from "./download-progress.ts";
 import { DEFAULT_BATCH_SIZE, DEFAULT_CONTEXT_SIZE, type EngineSettings } from "./engine-settings.ts";
 import { type ContextLimits, contextLimits, QUESTION_RESERVE_TOKENS } from "./evaluation-plan.ts";
 import { ModelSourceError, modelSourceKind, resolveModelSource } from "./model-source.ts";
+import type { NetworkProblem } from "./network-probe.ts";
 import { SlotPool } from "./pool.ts";
 
 /**
@@ -37,6 +39,8 @@ export class LoadFailure extends Error {
     readonly publicReason: string,
     readonly hint: string,
     readonly canHeal: boolean,
+    /** Set when the model's download server could not be reached at all (offline?). */
+    readonly network: NetworkProblem | null = null,
   ) {
     super(message);
     this.name = "LoadFailure";
@@ -48,7 +52,7 @@ export function asLoadFailure(err: unknown, hint: string): LoadFailure {
   if (err instanceof LoadFailure) return err;
   if (err instanceof ModelSourceError) {
     const cacheHint = `set TDS_MODEL_CACHE_DIR to a writable folder with room for the model, or ${hint}`;
-    return new LoadFailure(err.message, err.publicMessage, /cache folder/.test(err.publicMessage) ? cacheHint : hint, true);
+    return new LoadFailure(err.message, err.publicMessage, /cache folder/.test(err.publicMessage) ? cacheHint : hint, true, err.network);
   }
   return new LoadFailure(err instanceof Error ? err.message : String(err), "an unexpected error", hint, false);
 }
@@ -59,19 +63,23 @@ export type LoadProgress = (detail: string, progress: number) => void;
 /** One load attempt; `signal` cancels it (download, model load, context creation). */
 export async function loadEngine(settings: EngineSettings, signal: AbortSignal, progress: LoadProgress): Promise<Engine> {
   const { logger } = settings;
-  let lastLogged = -1;
+  const worthALine = progressLogGate({ ...DEFAULT_PROGRESS_LOG, now: Date.now });
   const path = await resolveModelSource(settings.source, {
     cacheDir: settings.cacheDir,
     signal,
     ...(settings.hubEndpoint ? { hubEndpoint: settings.hubEndpoint } : {}),
+    onDownloadStart: ({ totalBytes, resuming, directory }) => {
+      progress(`downloading ${settings.shownSource}`, 0);
+      logger.info(
+        `${resuming ? "resuming the download of" : "downloading"} ${settings.source}: ${mb(totalBytes)} into ${directory} ` +
+          "(once: later starts find the file there)",
+      );
+    },
     onProgress: ({ downloadedBytes, totalBytes }) => {
       const fraction = totalBytes > 0 ? downloadedBytes / totalBytes : 0;
       progress(`downloading ${settings.shownSource}`, fraction);
-      const step = Math.floor(fraction * 10);
-      if (step !== lastLogged) {
-        lastLogged = step;
+      if (worthALine(downloadedBytes, totalBytes))
         logger.info(`downloading ${settings.source}: ${mb(downloadedBytes)} of ${mb(totalBytes)} (${Math.floor(fraction * 100)}%)`);
-      }
     },
   });
   if (modelSourceKind(settings.source) !== "file") logger.info(`model file ${path}`);

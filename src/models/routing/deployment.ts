@@ -1,6 +1,6 @@
 import type { UpstreamModel } from "../model-service.ts";
 import { type HealthConfig, HealthTracker } from "./health.ts";
-import type { Deployment, DeploymentInput, HealthState } from "./types.ts";
+import type { Deployment, DeploymentInput, HealthChange, HealthState } from "./types.ts";
 
 /** A deployment at run time: its configuration, the calls running on it, its health and its last known list entry. */
 export class DeploymentRuntime {
@@ -18,9 +18,9 @@ export class DeploymentRuntime {
   constructor(
     readonly spec: Deployment,
     config: HealthConfig,
-    onChange: (deployment: DeploymentRuntime, state: HealthState) => void,
+    onChange: (deployment: DeploymentRuntime, state: HealthState, change: HealthChange) => void,
   ) {
-    this.health = new HealthTracker(config, (state) => onChange(this, state));
+    this.health = new HealthTracker(config, (state, change) => onChange(this, state, change));
   }
 
   get name(): string {

@@ -1,6 +1,6 @@
 import type { ModelServiceError } from "../model-service.ts";
 import type { HealthOutcome } from "./outcomes.ts";
-import type { HealthState } from "./types.ts";
+import type { HealthChange, HealthState } from "./types.ts";
 
 export interface HealthConfig {
   failureThreshold: number;
@@ -42,7 +42,7 @@ export class HealthTracker {
 
   constructor(
     private readonly config: HealthConfig,
-    private readonly onChange: (state: HealthState) => void,
+    private readonly onChange: (state: HealthState, change: HealthChange) => void,
   ) {}
 
   /** The state at `nowMs` (a cooldown that is over turns into `probing`). */
@@ -133,8 +133,8 @@ export class HealthTracker {
 
   private set(state: HealthState): void {
     this.epoch++;
-    const changed = state !== this.current;
+    const from = this.current;
     this.current = state;
-    if (changed) this.onChange(state);
+    if (state !== from) this.onChange(state, { from, failure: this.last });
   }
 }

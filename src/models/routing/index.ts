@@ -27,6 +27,7 @@ export type {
   Deployment,
   DeploymentHealth,
   DeploymentInput,
+  HealthChange,
   HealthState,
   ModelRouter,
   RouterHealth,

@@ -9,11 +9,13 @@ export type HealthOutcome = "success" | "failure" | "neutral";
  * sent to another deployment and the failure counts against the deployment:
  * - `unavailable` (refused, reset, DNS, closed), `timeout`, `overloaded` (429/529, a full engine queue);
  * - `bad_status`: 5xx, and also the other unexpected statuses (401/403/404/3xx …): the adapter already maps the
- *   statuses about the request (400/413/422) to `context_rejected`, so what is left is about the deployment
- *   (a wrong key, a model missing on that replica) and another deployment may well answer;
+ *   statuses about the request (400/413/422) to `context_rejected` or `refused`, so what is left is about the
+ *   deployment (a wrong key, a model missing on that replica) and another deployment may well answer;
  * - `not_ready`: an in-process engine still loading (or failed to load); another deployment may be ready.
  * Not retried: `invalid_response` (the deployment answered; the answer may have been computed and the same request
- * may fail the same way anywhere), `context_rejected` (the request's fault), `aborted` (the caller stopped).
+ * may fail the same way anywhere), `context_rejected` (the request's fault), `refused` (a 400/422 about the request: the
+ * same request would be refused anywhere, and a client must not be able to put deployments into cooldown with it),
+ * `aborted` (the caller stopped).
  */
 const RETRYABLE: ReadonlySet<ModelErrorKind> = new Set<ModelErrorKind>(["unavailable", "timeout", "bad_status", "overloaded", "not_ready"]);
 
@@ -23,7 +25,7 @@ export function isRetryable(err: unknown): boolean {
 
 /**
  * Retryable failures count against the deployment; a deployment that answered (an answer, `invalid_response`,
- * `context_rejected`) proved it is reachable; the caller's abort and unexpected exceptions (bugs) say nothing.
+ * `context_rejected`, `refused`) proved it is reachable; the caller's abort and unexpected exceptions (bugs) say nothing.
  */
 export function healthOutcome(err: unknown | null): HealthOutcome {
   if (err === null) return "success";
@@ -41,5 +43,5 @@ export function attemptOutcome(err: unknown | null): AttemptOutcome {
 /** A copy of `err` that carries the route (and says how many attempts failed, when more than one). */
 export function withRoute(err: ModelServiceError, deployment: string | null, attempts: number): ModelServiceError {
   const message = attempts > 1 ? `${err.message} (after ${attempts} attempts)` : err.message;
-  return new ModelServiceError(err.kind, message, err.upstreamStatus, { deployment, attempts });
+  return err.with({ message, route: { deployment, attempts } });
 }

@@ -13,7 +13,16 @@ import { smallestContext } from "./context.ts";
 import { DeploymentRuntime, normalizeDeployments } from "./deployment.ts";
 import type { HealthTicket } from "./health.ts";
 import { attemptOutcome, healthOutcome, isRetryable, withRoute } from "./outcomes.ts";
-import type { DeploymentInput, HealthState, ModelRouter, RouterHealth, RouterObserver, RouterOptions, RouterTimers } from "./types.ts";
+import type {
+  DeploymentInput,
+  HealthChange,
+  HealthState,
+  ModelRouter,
+  RouterHealth,
+  RouterObserver,
+  RouterOptions,
+  RouterTimers,
+} from "./types.ts";
 import { AcquireFailure, type AcquireReason, type Grant, MAX_TIMER_MS, WaitQueue } from "./wait-queue.ts";
 
 const realTimers: RouterTimers = {
@@ -66,8 +75,8 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
   // A deployment that came back may serve waiters; one that went down may leave them none. Deferred: a state may
   // change while a call is being routed (a cooldown that ends is noticed lazily), and must not re-enter the choice.
   let drainScheduled = false;
-  const onHealthChange = (d: DeploymentRuntime, state: HealthState) => {
-    observer.healthChanged(d.name, state);
+  const onHealthChange = (d: DeploymentRuntime, state: HealthState, change: HealthChange) => {
+    observer.healthChanged(d.name, state, change);
     if (drainScheduled || queue.length === 0) return;
     drainScheduled = true;
     queueMicrotask(() => {
@@ -149,8 +158,7 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
     const now = nowMs();
     const failures = all.map((d) => d.health.lastFailure);
     // Every deployment is an engine that is still loading (or failed to load): say so, as one engine would (503).
-    if (failures.every((f) => f?.kind === "not_ready"))
-      return new ModelServiceError("not_ready", (failures[0] as ModelServiceError).message);
+    if (failures.every((f) => f?.kind === "not_ready")) return (failures[0] as ModelServiceError).with({});
     const waits = all.map((d) => d.health.retryInMs(now)).filter((ms): ms is number => ms !== null);
     const probing = all.some((d) => d.health.state(now) === "probing" && d.health.probeInFlight);
     const next =
@@ -161,18 +169,22 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
           : "none is ready";
     const last = failures.find((f) => f !== null);
     const cause = last ? `; last failure: ${last.message}` : "";
-    return new ModelServiceError("unavailable", `no healthy deployment of model ${JSON.stringify(model)}; ${next}${cause}`);
+    // The router's own words (the note) may reach the client; the last failure's only the log.
+    const note = `no healthy deployment of model ${JSON.stringify(model)}; ${next}`;
+    return new ModelServiceError("unavailable", `${note}${cause}`, undefined, {
+      note,
+      ...(last?.upstreamText !== undefined ? { upstreamText: last.upstreamText } : {}),
+    });
   }
 
   function acquireError(reason: AcquireReason, timeoutMs: number): ModelServiceError {
     switch (reason) {
       case "down":
         return noHealthyDeployment();
-      case "busy":
-        return new ModelServiceError(
-          "overloaded",
-          `every deployment of model ${JSON.stringify(model)} is at its concurrency limit; no slot became free within the deadline (${timeoutMs} ms)`,
-        );
+      case "busy": {
+        const why = `every deployment of model ${JSON.stringify(model)} is at its concurrency limit; no slot became free within the deadline (${timeoutMs} ms)`;
+        return new ModelServiceError("overloaded", why, undefined, { note: why });
+      }
       case "aborted":
         return new ModelServiceError("aborted", "model call aborted");
       case "closed":
@@ -320,12 +332,15 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
       if (r.error) errors.push(r.error);
     }
     if (!answered) {
-      if (errors.length === targets.length && errors.every((e) => e.kind === "not_ready")) {
-        throw new ModelServiceError("not_ready", (errors[0] as ModelServiceError).message);
-      }
+      if (errors.length === targets.length && errors.every((e) => e.kind === "not_ready")) throw (errors[0] as ModelServiceError).with({});
       const lastError = errors[errors.length - 1];
       const cause = lastError === undefined ? `no deployment lists it` : `last failure: ${lastError.message}`;
-      throw new ModelServiceError("unavailable", `no deployment of model ${JSON.stringify(model)} answered its model list; ${cause}`);
+      throw new ModelServiceError(
+        "unavailable",
+        `no deployment of model ${JSON.stringify(model)} answered its model list; ${cause}`,
+        undefined,
+        lastError?.upstreamText !== undefined ? { upstreamText: lastError.upstreamText } : {},
+      );
     }
     const context = smallestContext(all.map((d) => d.listed?.context));
     const models: UpstreamModel[] = [context ? { name: model, context } : { name: model }];

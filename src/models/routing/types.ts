@@ -1,4 +1,4 @@
-import type { ModelErrorKind, ModelService } from "../model-service.ts";
+import type { ModelErrorKind, ModelService, ModelServiceError } from "../model-service.ts";
 
 /** One way to get answers for a public model: a model service and the name that service knows the model by. */
 export interface Deployment {
@@ -30,6 +30,13 @@ export type DeploymentInput = Pick<Deployment, "name" | "service" | "upstreamNam
  */
 export type HealthState = "healthy" | "cooling_down" | "probing";
 
+/** A deployment's health state change, besides its new state. */
+export interface HealthChange {
+  from: HealthState;
+  /** The failure (of a call or of an active check) that started the current cooldown; null when healthy. */
+  failure: ModelServiceError | null;
+}
+
 /** What an attempt ended with: "ok", or the kind of its failure (an unexpected exception reports "invalid_response"). */
 export type AttemptOutcome = "ok" | ModelErrorKind;
 
@@ -37,8 +44,12 @@ export type AttemptOutcome = "ok" | ModelErrorKind;
 export interface RouterObserver {
   /** One attempt of a `decide` call on a deployment ended, after `ms` milliseconds. */
   attempt(deployment: string, outcome: AttemptOutcome, ms: number): void;
-  /** A deployment's health state changed. */
-  healthChanged(deployment: string, state: HealthState): void;
+  /**
+   * A deployment's health state changed. `change.from` tells a deployment that stopped taking calls (from `healthy`)
+   * from one that merely moved between a cooldown and a probe; `change.failure` is the failure behind the cooldown
+   * (null once healthy).
+   */
+  healthChanged(deployment: string, state: HealthState, change: HealthChange): void;
   /** One active health check (`listModels`) of a deployment ended. */
   check?(deployment: string, outcome: AttemptOutcome, ms: number): void;
 }

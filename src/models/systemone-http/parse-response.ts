@@ -97,20 +97,27 @@ function isPositiveInteger(value: unknown): value is number {
   return Number.isSafeInteger(value) && (value as number) >= 1;
 }
 
+/** The model service's own words are kept this far (for the server log, which escapes them). */
 export const MAX_DETAIL_CHARS = 300;
 
 /**
  * The human message of an upstream error body: `detail` (string, or a FastAPI-style list of
- * `{msg}`), else `error` (string or `{message}`), else `message`; at most 300 characters.
+ * `{msg}`), else `error` (string or `{message}`), else `message`; at most 300 characters, as sent.
  */
 export function upstreamDetail(body: unknown): string | undefined {
   if (!isObject(body)) return undefined;
   const candidates: unknown[] = [body.detail, body.error, body.message];
   for (const c of candidates) {
     const text = messageOf(c);
-    if (text !== undefined) return truncate(text, MAX_DETAIL_CHARS);
+    if (text !== undefined) return clip(text, MAX_DETAIL_CHARS);
   }
   return undefined;
+}
+
+/** The start of a body that is not JSON (an HTML error page, a stack trace), decoded leniently; undefined when blank. */
+export function bodySnippet(body: Uint8Array): string | undefined {
+  const text = Buffer.from(body.buffer, body.byteOffset, Math.min(body.byteLength, MAX_DETAIL_CHARS * 4)).toString("utf8");
+  return text.trim() === "" ? undefined : clip(text, MAX_DETAIL_CHARS);
 }
 
 function messageOf(value: unknown): string | undefined {
@@ -125,10 +132,14 @@ function messageOf(value: unknown): string | undefined {
   return undefined;
 }
 
+/** At most `max` characters (code points), unchanged otherwise. */
+export function clip(text: string, max: number): string {
+  const chars = Array.from(text);
+  return chars.length > max ? `${chars.slice(0, max - 1).join("")}…` : text;
+}
+
 /** Cuts at most `max` characters (code points), without control characters. */
 export function truncate(text: string, max: number): string {
   // biome-ignore lint/suspicious/noControlCharactersInRegex: the class must match the C0 controls and DEL to strip them from upstream text
-  const clean = text.replace(/[\u0000-\u001f\u007f]+/g, " ");
-  const chars = Array.from(clean);
-  return chars.length > max ? `${chars.slice(0, max - 1).join("")}…` : clean;
+  return clip(text.replace(/[\u0000-\u001f\u007f]+/g, " "), max);
 }

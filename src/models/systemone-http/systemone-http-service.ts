@@ -8,7 +8,8 @@ import {
   ModelServiceError,
   type UpstreamModel,
 } from "../model-service.ts";
-import { parseDecideEnvelope, parseJsonBody, parseModelList, truncate, upstreamDetail } from "./parse-response.ts";
+import { saysContextExceeded } from "./context-rejection.ts";
+import { bodySnippet, parseDecideEnvelope, parseJsonBody, parseModelList, truncate, upstreamDetail } from "./parse-response.ts";
 
 export interface SystemOneHttpOptions {
   /** Origin of the model service, e.g. `http://127.0.0.1:9090` (a path prefix is allowed; no `/v1`). */
@@ -23,7 +24,7 @@ export interface SystemOneHttpOptions {
 
 export const DEFAULT_CONNECTIONS = 32;
 export const DEFAULT_MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
-/** Error bodies are read only this far, to find a `detail`. */
+/** Error bodies are read only this far, to find a `detail` (for the log, and to recognise a context rejection). */
 const MAX_ERROR_BODY_BYTES = 64 * 1024;
 /** setTimeout's largest delay. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -93,8 +94,18 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
     return apiKey === undefined ? text : text.split(apiKey).join("[redacted]");
   }
 
-  function fail(kind: ModelServiceError["kind"], message: string, status?: number): ModelServiceError {
-    return new ModelServiceError(kind, scrub(message), status);
+  /** `upstreamText`: the model service's own words, kept for the server log only (see ModelServiceError). */
+  function fail(
+    kind: ModelServiceError["kind"],
+    message: string,
+    status?: number,
+    upstreamText?: string,
+    retryAfterSeconds?: number,
+  ): ModelServiceError {
+    return new ModelServiceError(kind, scrub(message), status, {
+      ...(upstreamText !== undefined ? { upstreamText: scrub(upstreamText) } : {}),
+      ...(retryAfterSeconds !== undefined ? { retryAfterSeconds } : {}),
+    });
   }
 
   /**
@@ -154,12 +165,12 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
         return { status, headers: res.headers, body };
       }
 
-      // Non-2xx: read a bounded part of the body for a detail; the status decides the kind.
+      // Non-2xx: read a bounded part of the body for its message; the status (and, for 400 / 422, the message) decides the kind.
       let detail: string | undefined;
       try {
         const errorBody = await readBody(res.body, res.headers, MAX_ERROR_BODY_BYTES);
         const parsed = parseJsonBody(errorBody);
-        if (parsed.ok) detail = upstreamDetail(parsed.value);
+        detail = parsed.ok ? upstreamDetail(parsed.value) : bodySnippet(errorBody);
       } catch {
         // The status alone is enough; a caller abort still wins below.
       }
@@ -171,39 +182,42 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
     }
   }
 
+  /** `detail`: the body's message, kept apart from ours (see `fail`). */
   function statusError(status: number, headers: IncomingHttpHeaders, detail: string | undefined): ModelServiceError {
-    const suffix = detail !== undefined ? `: ${detail}` : "";
     if (status === 429 || status === 529) {
       const retryAfter = retryAfterSeconds(headers);
       const hint = retryAfter !== undefined ? `; retry after ${retryAfter} s` : "";
-      return fail("overloaded", `model service is overloaded (HTTP ${status}${hint})${suffix}`, status);
+      return fail("overloaded", `model service is overloaded (HTTP ${status}${hint})`, status, detail, retryAfter);
     }
-    if (status === 400 || status === 413 || status === 422) {
-      return fail("context_rejected", `model service rejected the request (HTTP ${status})${suffix}`, status);
+    if (status === 413 || ((status === 400 || status === 422) && saysContextExceeded(detail))) {
+      return fail("context_rejected", `model service rejected the request's context (HTTP ${status})`, status, detail);
     }
-    return fail("bad_status", `model service answered HTTP ${status}${suffix}`, status);
+    if (status === 400 || status === 422) {
+      return fail("refused", `model service refused the request (HTTP ${status})`, status, detail);
+    }
+    return fail("bad_status", `model service answered HTTP ${status}`, status, detail);
   }
 
   function networkError(err: unknown, when: string): ModelServiceError {
     const code = errorCode(err);
     if (code === "UND_ERR_HEADERS_TIMEOUT" || code === "UND_ERR_BODY_TIMEOUT") {
-      return fail("timeout", `model service timed out ${when} (${code})`);
+      return fail("timeout", `timed out ${when} (${code})`);
     }
     if (code?.startsWith("HPE_")) {
-      return fail("invalid_response", `model service sent a malformed HTTP response (${code})`);
+      return fail("invalid_response", `malformed HTTP response (${code})`);
     }
     if (code === "UND_ERR_INVALID_ARG") {
-      return fail("unavailable", `model service request could not be sent: ${truncate(errorMessage(err), 200)}`);
+      return fail("unavailable", `request could not be sent: ${truncate(errorMessage(err), 200)}`);
     }
     const what = code !== undefined ? UNAVAILABLE_CODES[code] : undefined;
     const reason =
       what !== undefined ? `${what} (${code})` : truncate(`${errorMessage(err)}${code !== undefined ? ` (${code})` : ""}`, 200);
-    return fail("unavailable", `model service is unavailable ${when}: ${reason}`);
+    return fail("unavailable", `${reason} ${when}`);
   }
 
   function parseOrFail(body: Uint8Array, status: number): unknown {
     const parsed = parseJsonBody(body);
-    if (!parsed.ok) throw fail("invalid_response", `model service returned an invalid response: ${parsed.reason}`, status);
+    if (!parsed.ok) throw fail("invalid_response", `unreadable answer: ${parsed.reason}`, status, bodySnippet(body));
     return parsed.value;
   }
 
@@ -221,14 +235,14 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
       const res = await exchange("POST", "/v1/systemone", payload, callOptions);
       const latencyMs = performance.now() - started;
       const envelope = parseDecideEnvelope(parseOrFail(res.body, res.status));
-      if (!envelope.ok) throw fail("invalid_response", `model service returned an invalid response: ${envelope.reason}`, res.status);
+      if (!envelope.ok) throw fail("invalid_response", `unreadable answer: ${envelope.reason}`, res.status);
       return { answers: envelope.value.answers, usage: envelope.value.usage, latencyMs };
     },
 
     async listModels(callOptions: CallOptions): Promise<UpstreamModel[]> {
       const res = await exchange("GET", "/v1/models", undefined, callOptions);
       const list = parseModelList(parseOrFail(res.body, res.status));
-      if (!list.ok) throw fail("invalid_response", `model service returned an invalid model list: ${list.reason}`, res.status);
+      if (!list.ok) throw fail("invalid_response", `unreadable model list: ${list.reason}`, res.status);
       return list.value;
     },
 

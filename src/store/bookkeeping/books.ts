@@ -2,14 +2,14 @@ import { checkAmount, checkCount, checkDay, checkEpochMs, checkHttpStatus, check
 import { type Balance, type BookkeepingStore, USAGE_OUTCOMES, type UsageQuery } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
 import type { AdmitCommand, CompleteCommand } from "./commands.ts";
-import { batchProgram, grantProgram, sweepProgram } from "./programs.ts";
+import { batchProgram, grantProgram, orphanProgram, sweepProgram } from "./programs.ts";
 import type { BookProgram, RunProgram } from "./rows.ts";
 
 /**
  * The writing half of BookkeepingStore for any adapter that can run a program in one transaction: the
  * arguments are checked here, the decisions are made by programs.ts, and the adapter only reads and writes rows.
  */
-export function bookkeepingWrites(run: RunProgram): Pick<BookkeepingStore, "commitBatch" | "sweep" | "grantCredits"> {
+export function bookkeepingWrites(run: RunProgram): Pick<BookkeepingStore, "commitBatch" | "sweep" | "releaseOrphans" | "grantCredits"> {
   return {
     async commitBatch(batch) {
       batch.admissions.forEach(checkAdmit);
@@ -21,6 +21,13 @@ export function bookkeepingWrites(run: RunProgram): Pick<BookkeepingStore, "comm
       checkEpochMs(input.inFlightBeforeMs, "inFlightBeforeMs");
       checkCount(input.limit, "limit");
       return run(() => sweepProgram(input));
+    },
+    async releaseOrphans(input) {
+      checkText(input.instanceId, "instanceId");
+      checkEpochMs(input.nowMs, "nowMs");
+      if (input.createdBeforeMs !== null) checkEpochMs(input.createdBeforeMs, "createdBeforeMs");
+      checkCount(input.limit, "limit");
+      return run(() => orphanProgram(input));
     },
     async grantCredits(input) {
       checkGrant(input);
@@ -54,6 +61,7 @@ function checkAdmit(a: AdmitCommand): void {
   checkText(a.orgId, "orgId");
   checkText(a.keyId, "keyId");
   checkEpochMs(a.nowMs, "nowMs");
+  if (a.instanceId != null) checkText(a.instanceId, "instanceId");
   if (a.idempotency) {
     checkText(a.idempotency.key, "idempotency.key");
     checkText(a.idempotency.requestHash, "idempotency.requestHash");

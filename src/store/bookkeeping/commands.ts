@@ -18,6 +18,8 @@ export interface AdmitCommand {
   model: string;
   mode: ServiceMode;
   nowMs: number;
+  /** The gateway process (instance) admitting it, recorded on the usage record; its work is released if it dies. */
+  instanceId?: string | null;
   idempotency: { key: string; requestHash: string; lockUntilMs: number; expiresAtMs: number } | null;
   /** Preview: the day counters to count this request in. */
   quota: { day: string; orgLimit: number; globalLimit: number } | null;
@@ -32,7 +34,16 @@ export type AdmitResult =
   /** The key's first request (requestId) succeeded, but its response was too large to keep. */
   | { kind: "replay_not_kept"; requestId: string }
   | { kind: "idempotency_mismatch" }
-  | { kind: "idempotency_in_progress" }
+  /**
+   * The key's claim is held by a request in flight. `ownerLeaseUntilMs`: the lease end of the gateway process running
+   * it, when known: by then it has finished, or its process is known to be gone.
+   */
+  | { kind: "idempotency_in_progress"; ownerLeaseUntilMs?: number }
+  /**
+   * The key's claim is held by a request in flight whose gateway process is gone (its lease ended): releasing the
+   * process's work (store.releaseOrphans) completes that request, and then the key can be claimed.
+   */
+  | { kind: "idempotency_abandoned"; requestId: string }
   | { kind: "quota_exhausted"; scope: "org" | "global" }
   | { kind: "insufficient_credits"; availableMicrousd: number };
 

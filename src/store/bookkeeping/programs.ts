@@ -1,6 +1,7 @@
 import { GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
-import type { Balance, LedgerKind, UsageRecord } from "../store.ts";
+import type { Balance, LedgerKind } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
+import { finalChange, UsageDailyDeltas } from "../usage-daily-rows.ts";
 import { type AdmitCommand, type AdmitResult, type CompleteCommand, type CompleteResult, MAX_KEPT_RESPONSE_BYTES } from "./commands.ts";
 import {
   type BookProgram,
@@ -10,10 +11,13 @@ import {
   type IdempotencyKeyRef,
   type IdempotencyRow,
   idempotencyKey,
+  type NewUsageRecord,
+  type OrphanQuery,
   type ReservationRow,
   type Snapshot,
   type SnapshotQuery,
   type UsageFinal,
+  type UsageState,
   type WriteSet,
 } from "./rows.ts";
 
@@ -27,10 +31,14 @@ const ZERO: Balance = Object.freeze({ available: 0, reserved: 0, spent: 0, grant
 export const EXPIRED_DETAIL = "the credit reservation expired before settlement; nothing was charged";
 export const ABANDONED_DETAIL =
   "the request did not complete within reservation_ttl_seconds (the gateway stopped, or could not store its outcome); nothing was charged";
+export const ORPHANED_DETAIL =
+  "the gateway process that accepted the request stopped before it completed (it crashed or was killed); nothing was charged";
 
 /** The working state of one transaction: rows as read, changed as commands are decided, then written once each. */
 class Books {
   readonly writes: WriteSet = emptyWriteSet();
+  /** The roll-up's changes: every usage record written here is counted in its day, in this transaction. */
+  readonly daily = new UsageDailyDeltas();
   readonly #balances = new Map<string, { value: Balance; existed: boolean; delta: Balance | null }>();
   readonly #counters = new Map<string, { key: CounterKey; count: number; changed: boolean }>();
   readonly #idempotency = new Map<string, { ref: IdempotencyKeyRef; row: IdempotencyRow | null; existed: boolean; changed: boolean }>();
@@ -140,6 +148,7 @@ class Books {
       if (entry.row) w.idempotencyPuts.push(entry.row);
       else if (entry.existed) w.idempotencyDeletes.push(entry.ref);
     }
+    w.usageDaily = this.daily.list();
     return w;
   }
 }
@@ -235,6 +244,7 @@ function complete(books: Books, snapshot: Snapshot, c: CompleteCommand): Complet
     }
   }
   books.writes.usageFinals.push(final);
+  books.daily.add(state.orgId, state.createdAtMs, { ...finalChange(final), inFlight: -1 });
   if (c.idempotency) {
     const row = books.entry(c.orgId, c.idempotency.key);
     if (row && row.requestId === c.requestId && row.state === "in_progress") {
@@ -270,9 +280,16 @@ function admit(books: Books, a: AdmitCommand): AdmitResult {
           response: { status: row.responseStatus ?? 200, body: row.responseBody, requestId: row.responseRequestId ?? row.requestId },
         };
       }
-      if (row.lockUntilMs > a.nowMs) return { kind: "idempotency_in_progress" };
+      const holder = row.holder;
+      if (row.lockUntilMs > a.nowMs && !holder?.abandoned) {
+        const lease = holder?.instanceId && holder.instanceId !== a.instanceId ? holder.leaseUntilMs : null;
+        if (lease === null) return { kind: "idempotency_in_progress" };
+        if (lease <= a.nowMs) return { kind: "idempotency_abandoned", requestId: row.requestId };
+        return { kind: "idempotency_in_progress", ownerLeaseUntilMs: lease };
+      }
     }
-    // No entry, an expired one, or a claim whose lock passed (its process died or hung): this request claims it.
+    // No entry, an expired one, a claim whose request the sweep completed (its process stopped), or whose lock passed
+    // (its process died or hung): this request claims it.
   }
   if (a.quota) {
     if (books.counter(a.orgId, a.quota.day) >= a.quota.orgLimit) return { kind: "quota_exhausted", scope: "org" };
@@ -312,14 +329,17 @@ function admit(books: Books, a: AdmitCommand): AdmitResult {
       responseRequestId: null,
       lockUntilMs: idem.lockUntilMs,
       expiresAtMs: idem.expiresAtMs,
+      holder: { abandoned: false, instanceId: a.instanceId ?? null, leaseUntilMs: null },
     });
   }
   books.writes.usageInserts.push(inFlightRecord(a));
+  books.daily.add(a.orgId, a.nowMs, { requests: 1, inFlight: 1 });
   return { kind: "admitted" };
 }
 
-export function inFlightRecord(a: AdmitCommand): UsageRecord {
+export function inFlightRecord(a: AdmitCommand): NewUsageRecord {
   return {
+    instanceId: a.instanceId ?? null,
     requestId: a.requestId,
     orgId: a.orgId,
     keyId: a.keyId,
@@ -364,10 +384,56 @@ export function* batchProgram(
   return plan.results;
 }
 
+/** How requests completed without an answer are recorded: their reservation's resolution and the record's detail. */
+interface Unanswered {
+  status: "expired" | "released";
+  detail: string;
+}
+
+/**
+ * Completes requests left in flight as gateway_error with nothing charged (no answer is known: http_status null),
+ * resolving their pending reservations as `how` says, and expires `dueReservations`. Usage rows (already locked by
+ * the caller's read) before reservations, then balances, as a completion locks them.
+ */
+function* completeUnanswered(
+  nowMs: number,
+  inFlight: readonly UsageState[],
+  dueReservations: readonly ReservationRow[],
+  how: Unanswered,
+): BookProgram<void> {
+  const paid = inFlight.filter((u) => u.mode === "paid").map((u) => u.requestId);
+  const held = paid.length > 0 ? (yield { read: { reservations: paid } })!.reservations : new Map<string, ReservationRow>();
+  const pending = [...held.values()].filter((r) => r.status === "pending");
+  const locked = (yield { read: { balances: [...new Set([...pending, ...dueReservations].map((r) => r.org_id))] } })!;
+  const books = new Books(locked);
+  for (const u of inFlight) {
+    const final: UsageFinal = {
+      requestId: u.requestId,
+      completedAtMs: nowMs,
+      outcome: "gateway_error",
+      httpStatus: null,
+      inputTokens: 0,
+      outputTokens: 0,
+      costMicrousd: 0,
+      latencyMs: null,
+      gatewayLatencyMs: 0,
+      errorDetail: how.detail,
+      overReservation: false,
+      deployment: null,
+      attempts: 0,
+    };
+    books.writes.usageFinals.push(final);
+    books.daily.add(u.orgId, u.createdAtMs, { ...finalChange(final), inFlight: -1 });
+  }
+  for (const r of pending) resolve(books, r, how.status, nowMs);
+  for (const r of dueReservations) resolve(books, r, "expired", nowMs);
+  yield { write: books.finish() };
+}
+
 /**
  * Requests left in flight past their deadline (the gateway crashed, or could not store the outcome) are completed
  * as gateway_error with nothing charged, their reservations expired; pending reservations of requests no longer
- * in flight are expired too. Usage rows are locked before reservations, as a completion does.
+ * in flight are expired too.
  */
 export function* sweepProgram(input: {
   nowMs: number;
@@ -381,31 +447,20 @@ export function* sweepProgram(input: {
     },
   })!;
   if (due.dueInFlight.length === 0 && due.dueReservations.length === 0) return { abandoned: 0, expired: 0 };
-  const paid = due.dueInFlight.filter((u) => u.mode === "paid").map((u) => u.requestId);
-  const held = paid.length > 0 ? (yield { read: { reservations: paid } })!.reservations : new Map<string, ReservationRow>();
-  const toExpire = [...[...held.values()].filter((r) => r.status === "pending"), ...due.dueReservations];
-  const locked = (yield { read: { balances: [...new Set(toExpire.map((r) => r.org_id))] } })!;
-  const books = new Books(locked);
-  for (const u of due.dueInFlight) {
-    books.writes.usageFinals.push({
-      requestId: u.requestId,
-      completedAtMs: input.nowMs,
-      outcome: "gateway_error",
-      httpStatus: null,
-      inputTokens: 0,
-      outputTokens: 0,
-      costMicrousd: 0,
-      latencyMs: null,
-      gatewayLatencyMs: 0,
-      errorDetail: ABANDONED_DETAIL,
-      overReservation: false,
-      deployment: null,
-      attempts: 0,
-    });
-  }
-  for (const r of toExpire) resolve(books, r, "expired", input.nowMs);
-  yield { write: books.finish() };
+  yield* completeUnanswered(input.nowMs, due.dueInFlight, due.dueReservations, { status: "expired", detail: ABANDONED_DETAIL });
   return { abandoned: due.dueInFlight.length, expired: due.dueReservations.length };
+}
+
+/**
+ * Requests in flight whose gateway process is gone (see OrphanQuery) are completed at once, as the sweep completes
+ * them, but their reservations released: the same usage record (gateway_error, nothing charged), the same roll-up.
+ * Their Idempotency-Key claims then block nothing (ClaimHolder.abandoned).
+ */
+export function* orphanProgram(input: OrphanQuery): BookProgram<{ released: number }> {
+  const orphans = (yield { read: { orphanedInFlight: input } })!.orphanedInFlight;
+  if (orphans.length === 0) return { released: 0 };
+  yield* completeUnanswered(input.nowMs, orphans, [], { status: "released", detail: ORPHANED_DETAIL });
+  return { released: orphans.length };
 }
 
 /** Adds credits with a grant ledger entry; returns the new balance. */

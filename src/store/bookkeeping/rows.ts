@@ -1,6 +1,7 @@
 import type { ServiceMode } from "../../contract/decision.ts";
 import type { ReservationRow } from "../credit-rows.ts";
 import type { Balance, FinalOutcome, LedgerEntry, ReservationStatus, UsageOutcome, UsageRecord } from "../store.ts";
+import type { UsageDailyDelta } from "../usage-daily-rows.ts";
 
 export type { ReservationRow };
 
@@ -35,11 +36,27 @@ export interface SnapshotQuery {
   dueInFlight?: { createdBeforeMs: number; limit: number };
   /** Pending reservations due at nowMs whose request is not in flight; rows another transaction holds are skipped. */
   dueReservations?: { nowMs: number; limit: number };
+  /**
+   * In-flight usage records whose gateway process is gone, oldest first; rows another transaction holds are skipped:
+   * admitted by another instance than `instanceId` whose lease ended at or before nowMs, or (createdBeforeMs not null)
+   * created before createdBeforeMs by any other.
+   */
+  orphanedInFlight?: OrphanQuery;
+}
+
+export interface OrphanQuery {
+  /** The instance asking: its own work is never orphaned. */
+  instanceId: string;
+  nowMs: number;
+  createdBeforeMs: number | null;
+  limit: number;
 }
 
 export interface UsageState {
   requestId: string;
   orgId: string;
+  /** The day of creation is the day the record counts in (usage_daily). */
+  createdAtMs: number;
   mode: ServiceMode;
   outcome: UsageOutcome;
 }
@@ -58,6 +75,21 @@ export interface IdempotencyRow {
   responseRequestId: string | null;
   lockUntilMs: number;
   expiresAtMs: number;
+  /** Of a claim in progress: its request, as read with the claim (never written). */
+  holder?: ClaimHolder;
+}
+
+/** The request holding a claim in progress, for the admission that finds the claim. */
+export interface ClaimHolder {
+  /**
+   * Completed without an answer (by the sweep: its process stopped): no completion will keep or drop the claim, so
+   * it blocks nothing. A completion always records the status it answered with.
+   */
+  abandoned: boolean;
+  /** The instance that admitted it (null: not recorded, an earlier version). */
+  instanceId: string | null;
+  /** The end of that instance's lease (null: no lease known). */
+  leaseUntilMs: number | null;
 }
 
 /** The columns of an idempotency_keys row as both adapters read them. */
@@ -75,10 +107,24 @@ export interface IdempotencyDbRow {
   response_request_id: string | null;
   lock_until_ms: number;
   expires_at_ms: number;
+  /** Read with CLAIM_HOLDER_COLUMNS: the holder's usage record and its instance's lease (null where none). */
+  holder_outcome?: UsageOutcome | null;
+  holder_http_status?: number | null;
+  holder_instance_id?: string | null;
+  holder_lease_until_ms?: number | null;
 }
 
+/**
+ * The claim's holder, read with an idempotency_keys row `i` through CLAIM_HOLDER_JOINS (its usage record `u`, the
+ * lease `g` of the instance that admitted it); locks nothing but the claim.
+ */
+export const CLAIM_HOLDER_COLUMNS =
+  "u.outcome AS holder_outcome, u.http_status AS holder_http_status, u.instance_id AS holder_instance_id, g.lease_until_ms AS holder_lease_until_ms";
+export const CLAIM_HOLDER_JOINS =
+  "LEFT JOIN usage_records u ON i.state = 'in_progress' AND u.request_id = i.request_id LEFT JOIN gateway_instances g ON g.id = u.instance_id";
+
 export function toIdempotencyRow(r: IdempotencyDbRow): IdempotencyRow {
-  return {
+  const row: IdempotencyRow = {
     orgId: r.org_id,
     key: r.key,
     requestHash: r.request_hash,
@@ -90,12 +136,23 @@ export function toIdempotencyRow(r: IdempotencyDbRow): IdempotencyRow {
     lockUntilMs: r.lock_until_ms,
     expiresAtMs: r.expires_at_ms,
   };
+  if (r.state === "in_progress" && r.holder_outcome != null) {
+    row.holder = {
+      abandoned: r.holder_outcome !== "in_flight" && r.holder_http_status == null,
+      instanceId: r.holder_instance_id ?? null,
+      leaseUntilMs: r.holder_lease_until_ms ?? null,
+    };
+  }
+  return row;
 }
 
 /** The columns of a usage record's state as both adapters read them. */
+export const USAGE_STATE_COLUMNS = "request_id, org_id, created_at_ms, mode, outcome";
+
 export interface UsageStateRow {
   request_id: string;
   org_id: string;
+  created_at_ms: number;
   mode: UsageState["mode"];
   outcome: UsageState["outcome"];
 }
@@ -103,6 +160,7 @@ export interface UsageStateRow {
 export const toUsageState = (r: UsageStateRow): UsageState => ({
   requestId: r.request_id,
   orgId: r.org_id,
+  createdAtMs: r.created_at_ms,
   mode: r.mode,
   outcome: r.outcome,
 });
@@ -117,6 +175,7 @@ export interface Snapshot {
   idempotency: Map<string, IdempotencyRow>;
   dueInFlight: UsageState[];
   dueReservations: ReservationRow[];
+  orphanedInFlight: UsageState[];
 }
 
 /** Map keys of the snapshot: unambiguous for any text. */
@@ -133,6 +192,7 @@ export function emptySnapshot(): Snapshot {
     idempotency: new Map(),
     dueInFlight: [],
     dueReservations: [],
+    orphanedInFlight: [],
   };
 }
 
@@ -153,6 +213,9 @@ export type UsageFinal = Pick<
 
 export type NewLedgerEntry = Omit<LedgerEntry, "id">;
 
+/** A usage record as admitted: with the instance (gateway process) that admitted it, null when none is known. */
+export type NewUsageRecord = UsageRecord & { instanceId: string | null };
+
 export interface ReservationResolution {
   id: string;
   status: Exclude<ReservationStatus, "pending">;
@@ -165,7 +228,7 @@ export interface ReservationResolution {
  * summed delta per row, so that an adapter may write each list with one set-based statement.
  */
 export interface WriteSet {
-  usageInserts: UsageRecord[];
+  usageInserts: NewUsageRecord[];
   usageFinals: UsageFinal[];
   reservationInserts: ReservationRow[];
   reservationResolutions: ReservationResolution[];
@@ -181,6 +244,8 @@ export interface WriteSet {
   counters: (CounterKey & { count: number })[];
   idempotencyPuts: IdempotencyRow[];
   idempotencyDeletes: IdempotencyKeyRef[];
+  /** Additions to the daily usage roll-up, one per (organization, day): the changes of this write set's usage records. */
+  usageDaily: UsageDailyDelta[];
 }
 
 export function emptyWriteSet(): WriteSet {
@@ -195,6 +260,7 @@ export function emptyWriteSet(): WriteSet {
     counters: [],
     idempotencyPuts: [],
     idempotencyDeletes: [],
+    usageDaily: [],
   };
 }
 

@@ -15,6 +15,7 @@ import {
 } from "../admin-rows.ts";
 import type { AuditActor, AuditPage, AuditQuery, OrganizationPage } from "../administration.ts";
 import type { AccountsPart } from "../compose-store.ts";
+import { nameKey, nameTakenMessage } from "../organization-names.ts";
 import { perTurnLookup } from "../per-turn-lookup.ts";
 import { type ApiKeyRecord, type Organization, StoreConflictError } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
@@ -55,6 +56,11 @@ function toApiKey(row: KeyRow): ApiKeyRecord {
   return { id: row.id, orgId: row.org_id, name: row.name, hash: row.hash, createdAtMs: row.created_at_ms, revokedAtMs: row.revoked_at_ms };
 }
 
+/** Serializes organization creations (until commit or rollback), so that two names with one nameKey cannot both pass. */
+const ORGANIZATION_NAMES_LOCK = "SELECT pg_advisory_xact_lock(hashtext('organization-names'))";
+/** Names whose nameKey may equal a key: printable ASCII ones by their ASCII lower case, every other one. */
+const NAME_CLASH_CANDIDATES = `SELECT name FROM organizations WHERE lower(name COLLATE "C") = $1 OR name COLLATE "C" ~ '[^ -~]'`;
+
 /**
  * Organizations, API keys and the audit log in PostgreSQL: one autocommit statement each, or, for a change with its
  * audit entry, one transaction.
@@ -75,7 +81,13 @@ export class PostgresAccounts implements AccountsPart {
     const { audit } = input;
     checkAudit(audit);
     try {
-      await this.#write(audit !== undefined, async (c) => {
+      // Always a transaction: the clash check and the insert hold the lock that serializes organization creations.
+      await transaction(this.pool, async (c) => {
+        await c.query(ORGANIZATION_NAMES_LOCK);
+        const key = nameKey(input.name);
+        const candidates = await c.query<{ name: string }>(NAME_CLASH_CANDIDATES, [key]);
+        const clash = candidates.rows.find((row) => nameKey(row.name) === key);
+        if (clash) throw new StoreConflictError(nameTakenMessage(clash.name, input.name));
         await c.query("INSERT INTO organizations (id, name, paused, created_at_ms) VALUES ($1, $2, false, $3)", [
           input.id,
           input.name,
@@ -84,6 +96,7 @@ export class PostgresAccounts implements AccountsPart {
         if (audit) await insertAudit(c, audits.organizationCreated(input, audit, input.nowMs));
       });
     } catch (err) {
+      if (err instanceof StoreConflictError) throw err;
       if (isUniqueViolation(err, "organizations_name_key")) {
         throw new StoreConflictError(`An organization named ${JSON.stringify(input.name)} already exists`);
       }

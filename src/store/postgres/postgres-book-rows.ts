@@ -1,4 +1,6 @@
 import {
+  CLAIM_HOLDER_COLUMNS,
+  CLAIM_HOLDER_JOINS,
   counterKey,
   emptySnapshot,
   IDEMPOTENCY_COLUMNS,
@@ -9,11 +11,13 @@ import {
   type SnapshotQuery,
   toIdempotencyRow,
   toUsageState,
+  USAGE_STATE_COLUMNS,
   type UsageStateRow,
   type WriteSet,
 } from "../bookkeeping/rows.ts";
 import { RESERVATION_COLUMNS } from "../credit-rows.ts";
 import { StoreConflictError } from "../store.ts";
+import { addToUsageDaily } from "../usage-daily-rows.ts";
 import { type Client, isUniqueViolation } from "./postgres-connection.ts";
 
 /**
@@ -21,8 +25,9 @@ import { type Client, isUniqueViolation } from "./postgres-connection.ts";
  * the lists are combined into one statement to read and one to write, so a batch of any size costs the same two
  * round trips (besides BEGIN and COMMIT). Reads lock their rows (FOR UPDATE)
  * in one order shared by every transaction — idempotency keys, counters, usage, reservations, balances, each
- * sorted by key — so concurrent batches of several instances wait for each other but never deadlock. The sweep's
- * reads skip rows another transaction holds.
+ * sorted by key — so concurrent batches of several instances wait for each other but never deadlock; the daily usage
+ * rows are locked last, by the write's upsert, in their own sorted order. The sweep's reads skip rows another
+ * transaction holds.
  */
 
 const SQL = {
@@ -31,7 +36,7 @@ const SQL = {
     "INSERT INTO preview_counters (scope, day, count) " +
     'SELECT scope, day, 0 FROM unnest($1::text[], $2::text[]) AS k(scope, day) ORDER BY scope COLLATE "C", day COLLATE "C" ' +
     "ON CONFLICT (scope, day) DO UPDATE SET count = preview_counters.count RETURNING scope, day, count",
-  usage: "SELECT request_id, org_id, mode, outcome FROM usage_records WHERE request_id = ANY($1::text[]) ORDER BY request_id FOR UPDATE",
+  usage: `SELECT ${USAGE_STATE_COLUMNS} FROM usage_records WHERE request_id = ANY($1::text[]) ORDER BY request_id FOR UPDATE`,
   reservations: `SELECT ${RESERVATION_COLUMNS} FROM reservations WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`,
   // The organizations that exist, each with its balance row (locked) when it has one.
   balances:
@@ -43,22 +48,29 @@ const SQL = {
   lockIdempotency:
     "SELECT pg_advisory_xact_lock(1952671090, h) FROM (SELECT DISTINCT hashtext(length(o)::text || ':' || o || k) AS h " +
     "FROM unnest($1::text[], $2::text[]) AS k(o, k) ORDER BY h) AS keys",
+  // Each claim with its holder (not locked: a final outcome and an ended lease stay so).
   idempotency:
-    `SELECT ${IDEMPOTENCY_COLUMNS.replace(/(\w+)/g, "i.$1")} FROM idempotency_keys i ` +
-    "JOIN unnest($1::text[], $2::text[]) AS k(org_id, key) ON i.org_id = k.org_id AND i.key = k.key ORDER BY i.org_id, i.key FOR UPDATE OF i",
+    `SELECT ${IDEMPOTENCY_COLUMNS.replace(/(\w+)/g, "i.$1")}, ${CLAIM_HOLDER_COLUMNS} FROM idempotency_keys i ` +
+    `JOIN unnest($1::text[], $2::text[]) AS k(org_id, key) ON i.org_id = k.org_id AND i.key = k.key ${CLAIM_HOLDER_JOINS} ` +
+    "ORDER BY i.org_id, i.key FOR UPDATE OF i",
   dueInFlight:
-    "SELECT request_id, org_id, mode, outcome FROM usage_records WHERE outcome = 'in_flight' AND created_at_ms < $1 " +
+    `SELECT ${USAGE_STATE_COLUMNS} FROM usage_records WHERE outcome = 'in_flight' AND created_at_ms < $1 ` +
     "ORDER BY created_at_ms LIMIT $2 FOR UPDATE SKIP LOCKED",
   dueReservations:
     `SELECT ${RESERVATION_COLUMNS.replace(/(\w+)/g, "r.$1")} FROM reservations r WHERE r.status = 'pending' AND r.expires_at_ms <= $1 ` +
     "AND NOT EXISTS (SELECT 1 FROM usage_records u WHERE u.request_id = r.request_id AND u.outcome = 'in_flight') " +
     "ORDER BY r.expires_at_ms LIMIT $2 FOR UPDATE OF r SKIP LOCKED",
+  orphanedInFlight:
+    `SELECT ${USAGE_STATE_COLUMNS} FROM usage_records u WHERE u.outcome = 'in_flight' AND u.instance_id IS DISTINCT FROM $1 ` +
+    "AND (u.created_at_ms < $2 OR EXISTS (SELECT 1 FROM gateway_instances g WHERE g.id = u.instance_id AND g.lease_until_ms <= $3)) " +
+    "ORDER BY u.created_at_ms LIMIT $4 FOR UPDATE OF u SKIP LOCKED",
 
   insertUsage:
     "INSERT INTO usage_records (request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens, output_tokens, " +
-    "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation, completed_at_ms, deployment, attempts) " +
+    "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation, completed_at_ms, deployment, attempts, instance_id) " +
     "SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], " +
-    "$10::bigint[], $11::bigint[], $12::bigint[], $13::float8[], $14::float8[], $15::text[], $16::bool[], $17::bigint[], $18::text[], $19::int[])",
+    "$10::bigint[], $11::bigint[], $12::bigint[], $13::float8[], $14::float8[], $15::text[], $16::bool[], $17::bigint[], $18::text[], $19::int[], " +
+    "$20::text[])",
   finalUsage:
     "UPDATE usage_records u SET completed_at_ms = f.completed_at_ms, outcome = f.outcome, http_status = f.http_status, " +
     "input_tokens = f.input_tokens, output_tokens = f.output_tokens, cost_microusd = f.cost_microusd, latency_ms = f.latency_ms, " +
@@ -100,6 +112,12 @@ const SQL = {
     "response_request_id = excluded.response_request_id, lock_until_ms = excluded.lock_until_ms, expires_at_ms = excluded.expires_at_ms",
   deleteIdempotency:
     "DELETE FROM idempotency_keys i USING unnest($1::text[], $2::text[]) AS k(org_id, key) WHERE i.org_id = k.org_id AND i.key = k.key",
+  // Increments, in one order shared by every transaction (a day's row is locked from here until commit).
+  addUsageDaily: addToUsageDaily(
+    "SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], " +
+      "$9::bigint[]) AS d(org_id, day_start_ms, requests, in_flight, succeeded, failed, input_tokens, output_tokens, cost_microusd) " +
+      'ORDER BY org_id COLLATE "C", day_start_ms',
+  ),
 } as const;
 
 type Name = keyof typeof SQL;
@@ -206,6 +224,15 @@ export async function readSnapshot(c: Client, q: SnapshotQuery): Promise<Snapsho
     });
     s.dueReservations = rows;
   }
+  if (q.orphanedInFlight) {
+    const { instanceId, createdBeforeMs, nowMs, limit } = q.orphanedInFlight;
+    const { rows } = await c.query<UsageStateRow>({
+      name: "tds_orphanedInFlight",
+      text: SQL.orphanedInFlight,
+      values: [instanceId, createdBeforeMs, nowMs, limit],
+    });
+    s.orphanedInFlight = rows.map(toUsageState);
+  }
   return s;
 }
 
@@ -262,6 +289,7 @@ function writeParts(w: WriteSet): Part[] {
     (u) => u.completedAtMs,
     (u) => u.deployment,
     (u) => u.attempts,
+    (u) => u.instanceId,
   );
   add(
     "finalUsage",
@@ -358,6 +386,20 @@ function writeParts(w: WriteSet): Part[] {
     w.idempotencyDeletes,
     (k) => k.orgId,
     (k) => k.key,
+  );
+  // Last: the roll-up rows are the hottest (one per organization and day), so they are held for the shortest time.
+  add(
+    "addUsageDaily",
+    w.usageDaily,
+    (d) => d.orgId,
+    (d) => d.dayStartMs,
+    (d) => d.requests,
+    (d) => d.inFlight,
+    (d) => d.succeeded,
+    (d) => d.failed,
+    (d) => d.inputTokens,
+    (d) => d.outputTokens,
+    (d) => d.costMicrousd,
   );
   return parts;
 }

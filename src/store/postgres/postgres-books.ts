@@ -5,17 +5,16 @@ import {
   checkAudit,
   checkGrantOnce,
   checkUsageTotalsQuery,
-  DAY_MS,
   type GrantOnceInput,
   idempotencyParams,
   type SumsRow,
   storedAnswer,
-  sumColumns,
   toSums,
   type UsageTotalsQuery,
 } from "../admin-rows.ts";
 import type { AuditActor, GrantOnceResult, UsageTotals } from "../administration.ts";
 import { bookkeepingWrites, checkGrant, checkUsageQuery, type GrantInput, grantOf } from "../bookkeeping/books.ts";
+import { checkLease, ENDED_LEASES_KEPT_MS, type LeaseInput } from "../bookkeeping/leases.ts";
 import { type BookProgram, runAsync } from "../bookkeeping/rows.ts";
 import type { BooksPart } from "../compose-store.ts";
 import {
@@ -30,6 +29,7 @@ import {
 import { checkCount, checkDay, checkEpochMs, checkPreviewOrg, GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
 import type { Balance, BookkeepingStore, LedgerEntry, PurgeResult, Reservation, UsagePage, UsageQuery, UsageRecord } from "../store.ts";
 import { encodeUsageCursor } from "../usage-cursor.ts";
+import { dailySumColumns } from "../usage-daily-rows.ts";
 import { toUsage, USAGE_COLUMNS, type UsageRow } from "../usage-rows.ts";
 import { insertAudit } from "./postgres-audit.ts";
 import { readSnapshot, writeRows } from "./postgres-book-rows.ts";
@@ -37,16 +37,17 @@ import { type Client, hasNul, transaction, withClient } from "./postgres-connect
 import { postgresUsageListQuery } from "./postgres-usage.ts";
 
 /**
- * Usage totals per day and per organization in one statement (one snapshot, one pass over the records): the day rows
- * are those of the grouping set without org_id. The sums are cast to bigint (sum(bigint) is numeric), which the
- * pool parses to numbers like every bigint.
+ * Usage totals per day and per organization (with its name) in one statement (one snapshot, one pass over the daily
+ * roll-up: at most one row per organization and day of the window): the day rows are those of the grouping set
+ * without org_id. The sums are cast to bigint (sum(bigint) is numeric), which the pool parses to numbers like every bigint.
  */
 function totalsQuery(oneOrg: boolean): string {
   return (
-    `SELECT (created_at_ms / ${DAY_MS}) * ${DAY_MS} AS day_start_ms, org_id, GROUPING(org_id) AS by_day, ${sumColumns("::bigint")} ` +
-    `FROM usage_records WHERE created_at_ms >= $1 AND created_at_ms < $2${oneOrg ? " AND org_id = $3" : ""} ` +
-    `GROUP BY GROUPING SETS ((created_at_ms / ${DAY_MS}), (org_id)) ` +
-    "ORDER BY by_day, day_start_ms, sum_cost DESC, requests DESC, org_id"
+    `WITH t AS (SELECT d.day_start_ms, d.org_id, GROUPING(d.org_id) AS by_day, ${dailySumColumns("::bigint")} FROM usage_daily d ` +
+    `WHERE d.day_start_ms >= $1 AND d.day_start_ms < $2${oneOrg ? " AND d.org_id = $3" : ""} ` +
+    "GROUP BY GROUPING SETS ((d.day_start_ms), (d.org_id))) " +
+    "SELECT t.*, o.name FROM t LEFT JOIN organizations o ON o.id = t.org_id " +
+    "ORDER BY t.by_day, t.day_start_ms, t.sum_cost DESC, t.requests DESC, t.org_id"
   );
 }
 
@@ -60,17 +61,31 @@ const ADMIN_IDEMPOTENCY_LOCK = "SELECT pg_advisory_xact_lock(hashtext('admin-ide
 export class PostgresBooks implements BooksPart {
   readonly commitBatch: BookkeepingStore["commitBatch"];
   readonly sweep: BookkeepingStore["sweep"];
+  readonly releaseOrphans: BookkeepingStore["releaseOrphans"];
   readonly #grantCredits: BookkeepingStore["grantCredits"];
 
   constructor(private readonly pool: pg.Pool) {
     const writes = bookkeepingWrites((program) => transaction(pool, (c) => run(c, program())));
     this.commitBatch = writes.commitBatch;
     this.sweep = writes.sweep;
+    this.releaseOrphans = writes.releaseOrphans;
     this.#grantCredits = writes.grantCredits;
   }
 
   #query<R extends pg.QueryResultRow>(sql: string, params: unknown[]): Promise<pg.QueryResult<R>> {
     return withClient(this.pool, (c) => c.query<R>(sql, params));
+  }
+
+  /** One statement: the lease upserted, leases ended long ago without work in flight deleted. */
+  async renewLease(input: LeaseInput): Promise<void> {
+    checkLease(input);
+    await this.#query(
+      "WITH lease AS (INSERT INTO gateway_instances (id, started_at_ms, lease_until_ms) VALUES ($1, $2, $3) " +
+        "ON CONFLICT (id) DO UPDATE SET lease_until_ms = EXCLUDED.lease_until_ms RETURNING 1) " +
+        "DELETE FROM gateway_instances g WHERE g.lease_until_ms < $4 AND g.id <> $1 " +
+        "AND NOT EXISTS (SELECT 1 FROM usage_records u WHERE u.outcome = 'in_flight' AND u.instance_id = g.id)",
+      [input.instanceId, input.startedAtMs, input.leaseUntilMs, input.nowMs - ENDED_LEASES_KEPT_MS],
+    );
   }
 
   async grantCredits(input: GrantInput & { audit?: AuditActor }): Promise<Balance> {
@@ -112,7 +127,7 @@ export class PostgresBooks implements BooksPart {
     if (query.orgId !== undefined && hasNul(query.orgId)) return { days: [], organizations: [] };
     const params = query.orgId === undefined ? [query.fromMs, query.toMs] : [query.fromMs, query.toMs, query.orgId];
     const rows = (
-      await this.#query<SumsRow & { day_start_ms: number | null; org_id: string | null; by_day: number }>(
+      await this.#query<SumsRow & { day_start_ms: number | null; org_id: string | null; name: string | null; by_day: number }>(
         totalsQuery(params.length === 3),
         params,
       )
@@ -120,7 +135,7 @@ export class PostgresBooks implements BooksPart {
     const totals: UsageTotals = { days: [], organizations: [] };
     for (const row of rows) {
       if (row.by_day === 1) totals.days.push({ dayStartMs: row.day_start_ms!, ...toSums(row) });
-      else totals.organizations.push({ orgId: row.org_id!, ...toSums(row) });
+      else totals.organizations.push({ orgId: row.org_id!, name: row.name, ...toSums(row) });
     }
     return totals;
   }

@@ -6,8 +6,8 @@ import { StoreInputError } from "../store-errors.ts";
  * Connections for the PostgreSQL adapter: the pool settings every connection gets, the adapter's own URL
  * parameters, bigint parsing, and the two ways a method talks to the database — `withClient` (one
  * statement, autocommit) and `transaction` (BEGIN … COMMIT). Both always give the client back to the pool,
- * after a ROLLBACK when a transaction failed, and discard it (`release(err)`) when its connection is broken,
- * so no client leaks and no transaction stays open.
+ * after a ROLLBACK when a transaction failed, and discard it (`release(err)`) when its connection is broken or
+ * its session read-only, so no client leaks, no transaction stays open and no stale session is kept.
  */
 
 export const DEFAULT_POOL_SIZE = 10;
@@ -129,7 +129,17 @@ export function clientConfig(settings: ConnectionSettings, statementTimeoutMs = 
 }
 
 export function openPool(settings: ConnectionSettings, onIdleError?: (err: Error) => void): pg.Pool {
-  const pool = new pg.Pool({ ...clientConfig(settings), max: settings.poolSize, idleTimeoutMillis: IDLE_TIMEOUT_MS });
+  const pool = new pg.Pool({
+    ...clientConfig(settings),
+    max: settings.poolSize,
+    idleTimeoutMillis: IDLE_TIMEOUT_MS,
+    // The bookkeeping statements are prepared once per connection; a generic plan made while the tables were small
+    // (a sequential scan) would be kept as they grow. Awaited before pg-pool hands the new client out, so it never
+    // overlaps the caller's first statement. A server that refuses the setting (before PostgreSQL 12) keeps its default.
+    onConnect: async (client) => {
+      await client.query("SET plan_cache_mode = force_custom_plan").catch(() => {});
+    },
+  });
   // An idle pooled connection that fails (server restart, pg_terminate_backend, network) has already been
   // removed by pg-pool; the next call opens a new one. Without a listener the 'error' event would crash the process.
   pool.on("error", (err) => onIdleError?.(err));
@@ -138,9 +148,6 @@ export function openPool(settings: ConnectionSettings, onIdleError?: (err: Error
     // (withClient/transaction) attached: a permanent no-op listener keeps that 'error' from crashing the process.
     // The failure itself still surfaces as the failed query's error, and the client is discarded then.
     client.on("error", () => {});
-    // The bookkeeping statements are prepared once per connection; a generic plan made while the tables were small
-    // (a sequential scan) would be kept as they grow. Queued before anything the pool's user sends.
-    client.query("SET plan_cache_mode = force_custom_plan").catch(() => {});
   });
   return pool;
 }
@@ -165,6 +172,50 @@ export function isConnectionFailure(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const code = (err as { code?: unknown }).code;
   return (typeof code === "string" && /^E[A-Z]+$/.test(code)) || PG_CONNECTION_LOST.test(err.message);
+}
+
+/** 25006: the session is read-only (default_transaction_read_only, or a standby). */
+const READ_ONLY_TRANSACTION = "25006";
+
+/**
+ * A session that refused a write for being read-only is discarded rather than given back to the pool: it keeps the
+ * settings it started with (an `ALTER DATABASE … SET default_transaction_read_only` since undone, a server since
+ * promoted), and a new connection gets the current ones.
+ */
+function isReadOnlySession(err: unknown): boolean {
+  return pgCode(err) === READ_ONLY_TRANSACTION;
+}
+
+/** Told of every failure, and of every committed transaction (a success: null), of a pool's calls. */
+export type OutcomeObserver = (failure: unknown) => void;
+const observers = new WeakMap<pg.Pool, OutcomeObserver>();
+
+/** What the write check hears of the writes: see WriteOutcomes. One observer per pool. */
+export function observeOutcomes(pool: pg.Pool, observer: OutcomeObserver): void {
+  observers.set(pool, observer);
+}
+
+/**
+ * Whether a pooled session is read-only now (transaction_read_only: default_transaction_read_only, or a standby),
+ * committing nothing; a read-only session is discarded, so that the next one is opened with the current settings.
+ */
+export async function sessionReadOnly(pool: pg.Pool): Promise<boolean> {
+  const client = await pool.connect();
+  let discard: Error | undefined;
+  const onError = (err: Error) => (discard ??= err);
+  client.on("error", onError);
+  try {
+    const result = await client.query<{ read_only: string }>("SELECT current_setting('transaction_read_only') AS read_only");
+    const readOnly = result.rows[0]?.read_only === "on";
+    if (readOnly) discard ??= new Error("read-only session");
+    return readOnly;
+  } catch (err) {
+    discard ??= err instanceof Error ? err : new Error(String(err));
+    throw err;
+  } finally {
+    client.off("error", onError);
+    client.release(discard ?? false);
+  }
 }
 
 export function pgCode(err: unknown): string | undefined {
@@ -228,7 +279,8 @@ export async function withClient<T>(pool: pg.Pool, fn: (client: Client) => Promi
     return await fn(client);
   } catch (err) {
     const failure = surfaced(err, broken);
-    if (isConnectionFailure(err)) broken ??= err instanceof Error ? err : new Error(String(err));
+    if (isConnectionFailure(err) || isReadOnlySession(err)) broken ??= err instanceof Error ? err : new Error(String(err));
+    observers.get(pool)?.(failure);
     throw failure;
   } finally {
     client.off("error", onError);
@@ -253,11 +305,14 @@ export async function transaction<T>(pool: pg.Pool, fn: (client: Client) => Prom
     await client.query("BEGIN ISOLATION LEVEL READ COMMITTED");
     const result = await fn(client);
     await client.query("COMMIT");
+    observers.get(pool)?.(null);
     return result;
   } catch (err) {
     const failure = surfaced(err, broken);
-    // A lost connection has no transaction left to roll back (the server ended it with the session).
-    if (isConnectionFailure(err)) broken ??= err as Error;
+    // A lost connection has no transaction left to roll back (the server ended it with the session); a read-only
+    // session is discarded, and ends its transaction with it.
+    if (isConnectionFailure(err) || isReadOnlySession(err)) broken ??= err as Error;
+    if (!(err instanceof Rollback)) observers.get(pool)?.(failure);
     if (broken === undefined) {
       try {
         await client.query("ROLLBACK");

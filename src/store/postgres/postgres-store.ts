@@ -1,11 +1,12 @@
 import pg from "pg";
 import "./postgres-errors.ts";
 import { composeStore } from "../compose-store.ts";
-import type { Store } from "../store.ts";
+import type { Store, WriteCheck } from "../store.ts";
 import { PostgresAccounts } from "./postgres-accounts.ts";
 import { PostgresBooks } from "./postgres-books.ts";
 import { type ConnectionSettings, clientConfig, connectionSettings, openPool } from "./postgres-connection.ts";
 import { applyPostgresMigrations, type MigrationResult, readPostgresMigrations } from "./postgres-migrations.ts";
+import { postgresWriteCheck } from "./postgres-writability.ts";
 
 export interface PostgresStore extends Store {
   readonly dialect: "postgres";
@@ -64,6 +65,7 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
 class PostgresHandle {
   readonly dialect = "postgres" as const;
   readonly settings: Omit<ConnectionSettings, "connectionString">;
+  readonly checkWritable: () => Promise<WriteCheck>;
   #closing: Promise<void> | null = null;
 
   constructor(
@@ -76,6 +78,7 @@ class PostgresHandle {
       statementTimeoutMs: settings.statementTimeoutMs,
       applicationName: settings.applicationName,
     };
+    this.checkWritable = postgresWriteCheck(pool);
   }
 
   connectionStats(): { total: number; idle: number; waiting: number } {

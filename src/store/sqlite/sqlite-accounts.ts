@@ -20,6 +20,7 @@ import {
 } from "../admin-rows.ts";
 import type { AuditActor, AuditPage, AuditQuery, OrganizationPage } from "../administration.ts";
 import type { AccountsPart } from "../compose-store.ts";
+import { nameKey, nameTakenMessage } from "../organization-names.ts";
 import { perTurnLookup } from "../per-turn-lookup.ts";
 import { type ApiKeyRecord, type Organization, StoreConflictError } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
@@ -68,6 +69,7 @@ export class SqliteAccounts implements AccountsPart {
   readonly #insertOrg: Statement<[string, string, number]>;
   readonly #orgById: Statement<[string], OrgRow>;
   readonly #orgByName: Statement<[string], OrgRow>;
+  readonly #nameClashCandidates: Statement<[string], { name: string }>;
   readonly #listOrgs: Statement<[], OrgRow>;
   readonly #orgsFirst: Statement<[number], OrgRow>;
   readonly #orgsAfter: Statement<[number, string, number], OrgRow>;
@@ -92,6 +94,8 @@ export class SqliteAccounts implements AccountsPart {
     this.#insertOrg = db.prepare("INSERT INTO organizations (id, name, paused, created_at_ms) VALUES (?, ?, 0, ?)");
     this.#orgById = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations WHERE id = ?`);
     this.#orgByName = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations WHERE name = ?`);
+    // Names whose nameKey may equal a key: printable ASCII ones by their (ASCII) lower case, every other one.
+    this.#nameClashCandidates = db.prepare("SELECT name FROM organizations WHERE lower(name) = ? OR name GLOB '*[^ -~]*'");
     this.#listOrgs = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations ORDER BY created_at_ms, id`);
     this.#orgsFirst = db.prepare(`SELECT ${ORG_COLUMNS} FROM organizations ORDER BY created_at_ms, id LIMIT ?`);
     this.#orgsAfter = db.prepare(
@@ -133,6 +137,9 @@ export class SqliteAccounts implements AccountsPart {
     checkAudit(audit);
     try {
       await this.#transaction(() => {
+        const key = nameKey(input.name);
+        const clash = this.#nameClashCandidates.all(key).find((row) => nameKey(row.name) === key);
+        if (clash) throw new StoreConflictError(nameTakenMessage(clash.name, input.name));
         this.#insertOrg.run(input.id, input.name, input.nowMs);
         if (audit) this.#record(audits.organizationCreated(input, audit, input.nowMs));
       });

@@ -1,6 +1,8 @@
 import type Database from "better-sqlite3";
 import type { Statement } from "better-sqlite3";
 import {
+  CLAIM_HOLDER_COLUMNS,
+  CLAIM_HOLDER_JOINS,
   counterKey,
   emptySnapshot,
   IDEMPOTENCY_COLUMNS,
@@ -11,11 +13,13 @@ import {
   type SnapshotQuery,
   toIdempotencyRow,
   toUsageState,
+  USAGE_STATE_COLUMNS,
   type UsageStateRow,
   type WriteSet,
 } from "../bookkeeping/rows.ts";
 import { RESERVATION_COLUMNS } from "../credit-rows.ts";
 import { type Balance, StoreConflictError } from "../store.ts";
+import { addToUsageDaily, USAGE_DAILY_PARAM_COUNT, usageDailyParams } from "../usage-daily-rows.ts";
 import { USAGE_COLUMNS } from "../usage-rows.ts";
 import { isConstraint, UNIQUE_CODES } from "./sqlite-errors.ts";
 
@@ -33,6 +37,7 @@ export class SqliteBookRows {
   readonly #idempotency: Statement<[string, string], IdempotencyDbRow>;
   readonly #dueInFlight: Statement<[number, number], UsageStateRow>;
   readonly #dueReservations: Statement<[number, number], ReservationRow>;
+  readonly #orphanedInFlight: Statement<[string, number | null, number, number], UsageStateRow>;
 
   readonly #insertUsage: Statement<unknown[]>;
   readonly #finalUsage: Statement<unknown[]>;
@@ -44,23 +49,31 @@ export class SqliteBookRows {
   readonly #putCounter: Statement<unknown[]>;
   readonly #putIdempotency: Statement<unknown[]>;
   readonly #deleteIdempotency: Statement<unknown[]>;
+  readonly #addUsageDaily: Statement<unknown[]>;
 
   constructor(db: Database.Database) {
     this.#orgExists = db.prepare("SELECT 1 AS one FROM organizations WHERE id = ?");
     this.#counter = db.prepare("SELECT count FROM preview_counters WHERE scope = ? AND day = ?");
-    this.#usageState = db.prepare("SELECT request_id, org_id, mode, outcome FROM usage_records WHERE request_id = ?");
+    this.#usageState = db.prepare(`SELECT ${USAGE_STATE_COLUMNS} FROM usage_records WHERE request_id = ?`);
     this.#reservation = db.prepare(`SELECT ${RESERVATION_COLUMNS} FROM reservations WHERE id = ?`);
     this.#balance = db.prepare("SELECT available, reserved, spent, granted FROM org_balances WHERE org_id = ?");
-    this.#idempotency = db.prepare(`SELECT ${IDEMPOTENCY_COLUMNS} FROM idempotency_keys WHERE org_id = ? AND key = ?`);
+    this.#idempotency = db.prepare(
+      `SELECT ${IDEMPOTENCY_COLUMNS.replace(/(\w+)/g, "i.$1")}, ${CLAIM_HOLDER_COLUMNS} FROM idempotency_keys i ${CLAIM_HOLDER_JOINS} ` +
+        "WHERE i.org_id = ? AND i.key = ?",
+    );
     this.#dueInFlight = db.prepare(
-      "SELECT request_id, org_id, mode, outcome FROM usage_records WHERE outcome = 'in_flight' AND created_at_ms < ? ORDER BY created_at_ms LIMIT ?",
+      `SELECT ${USAGE_STATE_COLUMNS} FROM usage_records WHERE outcome = 'in_flight' AND created_at_ms < ? ORDER BY created_at_ms LIMIT ?`,
     );
     this.#dueReservations = db.prepare(
       `SELECT ${RESERVATION_COLUMNS} FROM reservations r WHERE status = 'pending' AND expires_at_ms <= ? ` +
         "AND NOT EXISTS (SELECT 1 FROM usage_records u WHERE u.request_id = r.request_id AND u.outcome = 'in_flight') ORDER BY expires_at_ms LIMIT ?",
     );
+    this.#orphanedInFlight = db.prepare(
+      `SELECT ${USAGE_STATE_COLUMNS} FROM usage_records u WHERE outcome = 'in_flight' AND instance_id IS NOT ? AND (created_at_ms < ? ` +
+        "OR EXISTS (SELECT 1 FROM gateway_instances g WHERE g.id = u.instance_id AND g.lease_until_ms <= ?)) ORDER BY created_at_ms LIMIT ?",
+    );
 
-    this.#insertUsage = db.prepare(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${Array(19).fill("?").join(", ")})`);
+    this.#insertUsage = db.prepare(`INSERT INTO usage_records (${USAGE_COLUMNS}, instance_id) VALUES (${Array(20).fill("?").join(", ")})`);
     this.#finalUsage = db.prepare(
       "UPDATE usage_records SET completed_at_ms = ?, outcome = ?, http_status = ?, input_tokens = ?, output_tokens = ?, cost_microusd = ?, " +
         "latency_ms = ?, gateway_latency_ms = ?, error_detail = ?, over_reservation = ?, deployment = ?, attempts = ? " +
@@ -88,6 +101,7 @@ export class SqliteBookRows {
         "expires_at_ms = excluded.expires_at_ms",
     );
     this.#deleteIdempotency = db.prepare("DELETE FROM idempotency_keys WHERE org_id = ? AND key = ?");
+    this.#addUsageDaily = db.prepare(addToUsageDaily(`VALUES (${Array(USAGE_DAILY_PARAM_COUNT).fill("?").join(", ")})`));
   }
 
   read(q: SnapshotQuery): Snapshot {
@@ -116,6 +130,10 @@ export class SqliteBookRows {
     }
     if (q.dueInFlight) s.dueInFlight = this.#dueInFlight.all(q.dueInFlight.createdBeforeMs, q.dueInFlight.limit).map(toUsageState);
     if (q.dueReservations) s.dueReservations = this.#dueReservations.all(q.dueReservations.nowMs, q.dueReservations.limit);
+    if (q.orphanedInFlight) {
+      const { instanceId, createdBeforeMs, nowMs, limit } = q.orphanedInFlight;
+      s.orphanedInFlight = this.#orphanedInFlight.all(instanceId, createdBeforeMs, nowMs, limit).map(toUsageState);
+    }
     return s;
   }
 
@@ -151,6 +169,7 @@ export class SqliteBookRows {
         u.completedAtMs,
         u.deployment,
         u.attempts,
+        u.instanceId,
       );
     }
     for (const f of w.usageFinals) {
@@ -225,5 +244,6 @@ export class SqliteBookRows {
       );
     }
     for (const i of w.idempotencyDeletes) this.#deleteIdempotency.run(i.orgId, i.key);
+    for (const d of w.usageDaily) this.#addUsageDaily.run(...usageDailyParams(d));
   }
 }

@@ -9,17 +9,16 @@ import {
   checkAudit,
   checkGrantOnce,
   checkUsageTotalsQuery,
-  DAY_MS,
   type GrantOnceInput,
   idempotencyParams,
   type SumsRow,
   storedAnswer,
-  sumColumns,
   toSums,
   type UsageTotalsQuery,
 } from "../admin-rows.ts";
 import type { AuditActor, GrantOnceResult, UsageTotals } from "../administration.ts";
 import { bookkeepingWrites, checkGrant, checkUsageQuery, type GrantInput, grantOf } from "../bookkeeping/books.ts";
+import { checkLease, ENDED_LEASES_KEPT_MS, type LeaseInput } from "../bookkeeping/leases.ts";
 import { type BookProgram, runSync } from "../bookkeeping/rows.ts";
 import type { BooksPart } from "../compose-store.ts";
 import {
@@ -44,6 +43,7 @@ import type {
   UsageRecord,
 } from "../store.ts";
 import { decodeUsageCursor, encodeUsageCursor } from "../usage-cursor.ts";
+import { dailySumColumns } from "../usage-daily-rows.ts";
 import { toUsage, USAGE_COLUMNS, type UsageRow } from "../usage-rows.ts";
 import { SqliteBookRows } from "./sqlite-book-rows.ts";
 
@@ -79,12 +79,16 @@ export function usageListQuery(orgId: string, query: UsageQuery): { sql: string;
   return { sql, params };
 }
 
-/** The usage totals statements: per day or per organization, of every organization or one. */
+/**
+ * The usage totals statements, from the daily roll-up: per day or per organization (with its name), of every
+ * organization or one. They read at most one row per organization and day of the window.
+ */
 function totalsQuery(by: "day" | "org", oneOrg: boolean): string {
-  const where = `created_at_ms >= ? AND created_at_ms < ?${oneOrg ? " AND org_id = ?" : ""}`;
+  const where = `d.day_start_ms >= ? AND d.day_start_ms < ?${oneOrg ? " AND d.org_id = ?" : ""}`;
   return by === "day"
-    ? `SELECT (created_at_ms / ${DAY_MS}) * ${DAY_MS} AS day_start_ms, ${sumColumns()} FROM usage_records WHERE ${where} GROUP BY day_start_ms ORDER BY day_start_ms`
-    : `SELECT org_id, ${sumColumns()} FROM usage_records WHERE ${where} GROUP BY org_id ORDER BY sum_cost DESC, requests DESC, org_id`;
+    ? `SELECT d.day_start_ms, ${dailySumColumns()} FROM usage_daily d WHERE ${where} GROUP BY d.day_start_ms ORDER BY d.day_start_ms`
+    : `SELECT g.*, o.name FROM (SELECT d.org_id, ${dailySumColumns()} FROM usage_daily d WHERE ${where} GROUP BY d.org_id) g ` +
+        "LEFT JOIN organizations o ON o.id = g.org_id ORDER BY g.sum_cost DESC, g.requests DESC, g.org_id";
 }
 
 /**
@@ -109,7 +113,9 @@ export class SqliteBooks implements BooksPart {
   readonly #putAdminIdempotency: Statement<unknown[]>;
   readonly #totals: Database.Transaction<(query: UsageTotalsQuery) => UsageTotals>;
   readonly #previewUsage: Database.Transaction<(orgId: string, day: string) => { org: number; global: number }>;
-  readonly #writes: Pick<BookkeepingStore, "commitBatch" | "sweep" | "grantCredits">;
+  readonly #putLease: Statement<[string, number, number]>;
+  readonly #dropEndedLeases: Statement<[number]>;
+  readonly #writes: Pick<BookkeepingStore, "commitBatch" | "sweep" | "releaseOrphans" | "grantCredits">;
 
   constructor(
     db: Database.Database,
@@ -137,11 +143,18 @@ export class SqliteBooks implements BooksPart {
     this.#putAdminIdempotency = db.prepare(
       "INSERT OR REPLACE INTO admin_idempotency (key, request_hash, response, created_at_ms, expires_at_ms) VALUES (?, ?, ?, ?, ?)",
     );
+    this.#putLease = db.prepare(
+      "INSERT INTO gateway_instances (id, started_at_ms, lease_until_ms) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET lease_until_ms = excluded.lease_until_ms",
+    );
+    this.#dropEndedLeases = db.prepare(
+      "DELETE FROM gateway_instances WHERE lease_until_ms < ? " +
+        "AND NOT EXISTS (SELECT 1 FROM usage_records u WHERE u.outcome = 'in_flight' AND u.instance_id = gateway_instances.id)",
+    );
     const totals = {
       days: db.prepare<unknown[], SumsRow & { day_start_ms: number }>(totalsQuery("day", false)),
       orgDays: db.prepare<unknown[], SumsRow & { day_start_ms: number }>(totalsQuery("day", true)),
-      orgs: db.prepare<unknown[], SumsRow & { org_id: string }>(totalsQuery("org", false)),
-      oneOrg: db.prepare<unknown[], SumsRow & { org_id: string }>(totalsQuery("org", true)),
+      orgs: db.prepare<unknown[], SumsRow & { org_id: string; name: string | null }>(totalsQuery("org", false)),
+      oneOrg: db.prepare<unknown[], SumsRow & { org_id: string; name: string | null }>(totalsQuery("org", true)),
     };
     // Both lists from one snapshot.
     this.#totals = db.transaction((q: UsageTotalsQuery) => {
@@ -149,7 +162,7 @@ export class SqliteBooks implements BooksPart {
       const one = q.orgId !== undefined;
       return {
         days: (one ? totals.orgDays : totals.days).all(...params).map((r) => ({ dayStartMs: r.day_start_ms, ...toSums(r) })),
-        organizations: (one ? totals.oneOrg : totals.orgs).all(...params).map((r) => ({ orgId: r.org_id, ...toSums(r) })),
+        organizations: (one ? totals.oneOrg : totals.orgs).all(...params).map((r) => ({ orgId: r.org_id, name: r.name, ...toSums(r) })),
       };
     });
     this.#previewUsage = db.transaction((orgId: string, day: string) => ({
@@ -158,7 +171,12 @@ export class SqliteBooks implements BooksPart {
     }));
     const failFast = bookkeepingWrites(async (program) => this.#runNow(() => this.#run(program())));
     const patient = bookkeepingWrites((program) => this.write(() => this.#runNow(() => this.#run(program()))));
-    this.#writes = { commitBatch: failFast.commitBatch, sweep: patient.sweep, grantCredits: patient.grantCredits };
+    this.#writes = {
+      commitBatch: failFast.commitBatch,
+      sweep: patient.sweep,
+      releaseOrphans: patient.releaseOrphans,
+      grantCredits: patient.grantCredits,
+    };
   }
 
   /**
@@ -199,6 +217,20 @@ export class SqliteBooks implements BooksPart {
 
   sweep(input: { nowMs: number; inFlightBeforeMs: number; limit: number }): Promise<SweepResult> {
     return this.#writes.sweep(input);
+  }
+
+  releaseOrphans(input: Parameters<BookkeepingStore["releaseOrphans"]>[0]): Promise<{ released: number }> {
+    return this.#writes.releaseOrphans(input);
+  }
+
+  async renewLease(input: LeaseInput): Promise<void> {
+    checkLease(input);
+    return this.write(() =>
+      this.#runNow(() => {
+        this.#putLease.run(input.instanceId, input.startedAtMs, input.leaseUntilMs);
+        this.#dropEndedLeases.run(input.nowMs - ENDED_LEASES_KEPT_MS);
+      }),
+    );
   }
 
   async grantCredits(input: GrantInput & { audit?: AuditActor }): Promise<Balance> {

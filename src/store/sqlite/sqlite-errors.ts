@@ -12,11 +12,13 @@ export const UNIQUE_CODES = ["SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_
 
 const RETRYABLE = /^SQLITE_(BUSY|LOCKED)/;
 const UNAVAILABLE = /^SQLITE_(IOERR|FULL|CANTOPEN|READONLY|PROTOCOL)/;
+/** better-sqlite3's error (a TypeError without a code) for a statement run on a closed connection. */
+const CLOSED = "The database connection is not open";
 
 /** SQLite's storage failures as the port's kinds: busy or locked can run again; I/O, full disk, read-only are outages. */
 export function sqliteFailureKind(err: unknown): StoreFailureKind | null {
   const code = (err as { code?: unknown }).code;
-  if (typeof code !== "string") return null;
+  if (typeof code !== "string") return err instanceof TypeError && err.message === CLOSED ? "unavailable" : null;
   return RETRYABLE.test(code) ? "retryable" : UNAVAILABLE.test(code) ? "unavailable" : null;
 }
 

@@ -2,15 +2,14 @@ import { chmodSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import Database from "better-sqlite3";
 import "./sqlite-errors.ts";
-import { createPrivateFile, makePrivateDir, octal, PRIVATE_FILE_MODE, readableByOthers } from "../../private-files.ts";
+import { createPrivateFile, makePrivateDir, octal, PRIVATE_FILE_MODE, readableByOthers, symbolicLinkAt } from "../../private-files.ts";
 import { composeStore } from "../compose-store.ts";
 import { readMigrations } from "../migration-files.ts";
-import type { Store } from "../store.ts";
+import type { Store, WriteCheck } from "../store.ts";
 import { whileBusy } from "./busy.ts";
-import { type Checkpointer, startCheckpointer } from "./checkpointer.ts";
+import { type Checkpointer, DEFAULT_WAL_LIMIT_BYTES, startCheckpointer } from "./checkpointer.ts";
 import { applyMigrations, SQLITE_MIGRATIONS_DIR } from "./migrations.ts";
-import { SqliteAccounts } from "./sqlite-accounts.ts";
-import { SqliteBooks } from "./sqlite-books.ts";
+import { type ConnectionSettings, SqliteConnection } from "./sqlite-connection.ts";
 
 export { usageListQuery } from "./sqlite-books.ts";
 
@@ -36,8 +35,18 @@ export interface SqliteStoreOptions {
   checkpointIntervalMs?: number;
   /** The WAL is started over once it holds this many pages (default WAL_RESTART_PAGES, 16 MB of 4 KB pages). */
   walRestartPages?: number;
+  /**
+   * The WAL file is kept to at most this many bytes on disk (default DEFAULT_WAL_LIMIT_BYTES, 64 MiB): SQLite's
+   * journal_size_limit, and with the checkpoint thread a TRUNCATE checkpoint whenever the file is larger.
+   */
+  walLimitBytes?: number;
   /** Told when a background checkpoint fails (at most once a minute for the same error). */
   onCheckpointError?: (message: string) => void;
+  /**
+   * Told when the database refused writes (read-only, I/O) and a new connection is tried: whether it takes writes
+   * (the store uses it from then on) or not yet (tried again after 1 s, doubling up to 30 s). For the server log.
+   */
+  onReopen?: (event: { reopened: boolean; message: string }) => void;
   /** Told when an existing database file can be read by other users (a new one is always 0600). */
   onWarning?: (message: string) => void;
 }
@@ -53,12 +62,15 @@ export const SERVING_SQLITE: Readonly<SqliteStoreOptions> = Object.freeze({
  * Opens (creating the file and its folder when missing) a SQLite database and applies pending migrations.
  * `path` is relative to the current directory; `:memory:` gives a private in-memory database.
  * Folders it creates are 0700, a file it creates is 0600 (SQLite gives its -wal and -shm files the
- * database file's mode); an existing file keeps its mode, with a warning when others can read it.
+ * database file's mode); an existing file keeps its mode, with a warning when others can read it. A path (or its
+ * -wal, -shm or -journal file) that is a symbolic link is refused: SQLite would create or open the file where the link
+ * points, with modes this function does not control.
  */
 export function openSqliteStore(path: string, options: SqliteStoreOptions = {}): SqliteStore {
   if (path.trim() === "") throw new Error("The SQLite database path is empty");
   const inMemory = path === ":memory:";
   const fullPath = inMemory ? path : resolve(path);
+  if (!inMemory) refuseSymbolicLinks(fullPath);
   const created = !inMemory && createDatabaseFile(fullPath);
   if (!inMemory && !created) warnIfReadable(fullPath, options.onWarning);
   const migrations = readMigrations(options.migrationsDir ?? SQLITE_MIGRATIONS_DIR);
@@ -72,17 +84,30 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
     db.pragma("foreign_keys = ON");
     applyMigrations(db, migrations);
     const lockWaitMs = options.lockWaitMs ?? BUSY_TIMEOUT_MS;
-    db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? lockWaitMs}`);
-    let checkpointer: Checkpointer | null = null;
-    if (!inMemory && (options.checkpointIntervalMs ?? 0) > 0) {
-      db.pragma("wal_autocheckpoint = 0");
-      checkpointer = startCheckpointer(fullPath, {
-        intervalMs: options.checkpointIntervalMs!,
-        ...(options.walRestartPages !== undefined ? { restartPages: options.walRestartPages } : {}),
-        ...(options.onCheckpointError ? { onError: options.onCheckpointError } : {}),
-      });
-    }
-    return composeSqliteStore(db, fullPath, lockWaitMs, checkpointer);
+    const checkpoints = !inMemory && (options.checkpointIntervalMs ?? 0) > 0;
+    const walLimitBytes = options.walLimitBytes ?? DEFAULT_WAL_LIMIT_BYTES;
+    const settings: ConnectionSettings = {
+      path: fullPath,
+      busyTimeoutMs: options.busyTimeoutMs ?? lockWaitMs,
+      walLimitBytes,
+      ownCheckpoints: checkpoints,
+      schemaVersion: Math.max(0, ...migrations.map((m) => m.version)),
+    };
+    const startCheckpoints = (): Checkpointer | null =>
+      checkpoints
+        ? startCheckpointer(fullPath, {
+            intervalMs: options.checkpointIntervalMs!,
+            walLimitBytes,
+            ...(options.walRestartPages !== undefined ? { restartPages: options.walRestartPages } : {}),
+            ...(options.onCheckpointError ? { onError: options.onCheckpointError } : {}),
+          })
+        : null;
+    const connection = new SqliteConnection(db, settings, {
+      write: (fn) => whileBusy(fn, lockWaitMs),
+      startCheckpoints,
+      ...(options.onReopen ? { onReopen: options.onReopen } : {}),
+    });
+    return composeStore(new SqliteHandle(connection), connection.accounts, connection.books);
   } catch (err) {
     db.close();
     throw err;
@@ -90,6 +115,25 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
 }
 
 const BUSY_TIMEOUT_MS = 5000;
+
+/** SymbolicLinkError when the database file or one of SQLite's files beside it is a symbolic link. */
+function refuseSymbolicLinks(fullPath: string): void {
+  for (const suffix of ["", "-wal", "-shm", "-journal"]) {
+    const target = symbolicLinkAt(fullPath + suffix);
+    if (target !== null) throw new SymbolicLinkError(fullPath + suffix, target);
+  }
+}
+
+/** The SQLite path is a symbolic link: the message names it and its target (the start-up line adds TDS_DATABASE_URL). */
+export class SymbolicLinkError extends Error {
+  constructor(
+    readonly path: string,
+    readonly target: string,
+  ) {
+    super(`${path} is a symbolic link (to ${target}), and links are not followed: name the database file itself`);
+    this.name = "SymbolicLinkError";
+  }
+}
 
 /** Creates the database file (and its missing folders) private to this user; false when it already exists. */
 function createDatabaseFile(fullPath: string): boolean {
@@ -133,29 +177,26 @@ function enableWal(db: Database.Database): void {
   }
 }
 
-/** The connection, its path and its checkpointer; the methods come from sqlite-accounts.ts and sqlite-books.ts. */
+/** The store's lifecycle over its connection; the methods come from sqlite-accounts.ts and sqlite-books.ts. */
 class SqliteHandle {
   readonly dialect = "sqlite" as const;
 
-  constructor(
-    readonly db: Database.Database,
-    readonly path: string,
-    private readonly checkpointer: Checkpointer | null,
-  ) {}
+  constructor(private readonly connection: SqliteConnection) {}
 
-  async close(): Promise<void> {
-    await this.checkpointer?.stop();
-    if (!this.db.open) return;
-    try {
-      this.db.pragma("optimize");
-    } catch {
-      // Only statistics for the query planner; another process may hold the lock it needs.
-    }
-    this.db.close();
+  /** The connection in use now (a new one after the database was opened again). */
+  get db(): Database.Database {
+    return this.connection.db;
   }
-}
 
-function composeSqliteStore(db: Database.Database, path: string, lockWaitMs: number, checkpointer: Checkpointer | null): SqliteStore {
-  const write = <T>(fn: () => T) => whileBusy(fn, lockWaitMs);
-  return composeStore(new SqliteHandle(db, path, checkpointer), new SqliteAccounts(db, write), new SqliteBooks(db, write));
+  get path(): string {
+    return this.connection.settings.path;
+  }
+
+  checkWritable(): Promise<WriteCheck> {
+    return this.connection.checkWritable();
+  }
+
+  close(): Promise<void> {
+    return this.connection.close();
+  }
 }

@@ -1,0 +1,99 @@
+import type { UsageOutcome } from "./store.ts";
+
+/**
+ * The daily usage roll-up (table usage_daily, migration 007), the same in every dialect: one row per organization
+ * and UTC day of creation, kept exact in the transactions that write usage records (admission adds the request in
+ * flight, completion or the sweep moves it to its final class and adds its tokens and cost). Usage summaries read
+ * these rows, never the records.
+ */
+
+export const DAY_MS = 86_400_000;
+
+/** The UTC midnight that starts the day of `ms` (created_at_ms is never negative). */
+export const dayStartOf = (ms: number): number => ms - (ms % DAY_MS);
+
+/** A change to one day's row; the counts are deltas (negative for the request that leaves in_flight). */
+export interface UsageDailyDelta {
+  orgId: string;
+  dayStartMs: number;
+  requests: number;
+  inFlight: number;
+  succeeded: number;
+  /** Every final outcome but succeeded. */
+  failed: number;
+  inputTokens: number;
+  outputTokens: number;
+  costMicrousd: number;
+}
+
+export const USAGE_DAILY_COLUMNS =
+  "org_id, day_start_ms, requests, in_flight, succeeded, failed, input_tokens, output_tokens, cost_microusd";
+export const USAGE_DAILY_PARAM_COUNT = 9;
+
+/**
+ * Adds deltas to their rows, creating a missing row at the delta: `rows` is a VALUES list or a SELECT of the nine
+ * columns. On PostgreSQL the increments are applied to the row as it is when its lock is held, so concurrent
+ * transactions of several instances add up.
+ */
+export function addToUsageDaily(rows: string): string {
+  const add = ["requests", "in_flight", "succeeded", "failed", "input_tokens", "output_tokens", "cost_microusd"]
+    .map((c) => `${c} = usage_daily.${c} + excluded.${c}`)
+    .join(", ");
+  return `INSERT INTO usage_daily (${USAGE_DAILY_COLUMNS}) ${rows} ON CONFLICT (day_start_ms, org_id) DO UPDATE SET ${add}`;
+}
+
+export function usageDailyParams(d: UsageDailyDelta): unknown[] {
+  return [d.orgId, d.dayStartMs, d.requests, d.inFlight, d.succeeded, d.failed, d.inputTokens, d.outputTokens, d.costMicrousd];
+}
+
+/** Accumulates deltas, one per (organization, day). */
+export class UsageDailyDeltas {
+  readonly #rows = new Map<string, UsageDailyDelta>();
+
+  add(orgId: string, createdAtMs: number, change: Partial<Omit<UsageDailyDelta, "orgId" | "dayStartMs">>): void {
+    const dayStartMs = dayStartOf(createdAtMs);
+    const k = JSON.stringify([orgId, dayStartMs]);
+    let row = this.#rows.get(k);
+    if (!row) {
+      row = { orgId, dayStartMs, requests: 0, inFlight: 0, succeeded: 0, failed: 0, inputTokens: 0, outputTokens: 0, costMicrousd: 0 };
+      this.#rows.set(k, row);
+    }
+    for (const [field, value] of Object.entries(change) as [keyof typeof change, number][]) row[field] += value;
+  }
+
+  /** A record as it is now (in flight or final), counted whole: for writers that insert records directly. */
+  addRecord(r: {
+    orgId: string;
+    createdAtMs: number;
+    outcome: UsageOutcome;
+    inputTokens: number;
+    outputTokens: number;
+    costMicrousd: number;
+  }) {
+    this.add(r.orgId, r.createdAtMs, { requests: 1, ...finalChange(r) });
+  }
+
+  list(): UsageDailyDelta[] {
+    return [...this.#rows.values()];
+  }
+}
+
+/** What a record's outcome and final figures add: `in_flight` counts as in flight, anything else as final. */
+export function finalChange(r: { outcome: UsageOutcome; inputTokens: number; outputTokens: number; costMicrousd: number }) {
+  return {
+    inFlight: r.outcome === "in_flight" ? 1 : 0,
+    succeeded: r.outcome === "succeeded" ? 1 : 0,
+    failed: r.outcome === "in_flight" || r.outcome === "succeeded" ? 0 : 1,
+    inputTokens: r.inputTokens,
+    outputTokens: r.outputTokens,
+    costMicrousd: r.costMicrousd,
+  };
+}
+
+/** The sums a totals query selects from usage_daily; `cast` for PostgreSQL's numeric sums. */
+export function dailySumColumns(cast = ""): string {
+  return (
+    `sum(requests)${cast} AS requests, sum(input_tokens)${cast} AS sum_input, sum(output_tokens)${cast} AS sum_output, ` +
+    `sum(cost_microusd)${cast} AS sum_cost`
+  );
+}
