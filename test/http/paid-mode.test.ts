@@ -10,6 +10,7 @@ import { assertShape, errorBody, json } from "../support/contract-check.ts";
 import { FixedClock } from "../support/fixed-clock.ts";
 import { type Gateway, sampleRequest, startGateway, TICKET_HISTORY } from "../support/gateway-harness.ts";
 import { GENEROUS_MODEL_TIMEOUT_MS, HELD_ANSWERS, startShortDeadlineGateway } from "../support/model-deadlines.ts";
+import { startModelGate } from "../support/model-gate.ts";
 import { byteBound } from "../support/token-bound.ts";
 
 /** 1 USD per million input tokens = 1 microUSD per token: a request reserves its token bound in microUSD. */
@@ -22,14 +23,35 @@ const PAID = {
 describe("paid mode", () => {
   test("credits for exactly k reservations, 5k parallel requests: exactly k succeed, the rest get 402, the books balance", async () => {
     const k = 12;
-    const gw = await startGateway({ env: PAID });
+    const total = 5 * k;
+    const fake = await startFakeModelServer();
+    // Every model call waits at the gate until each request is either refused or waiting there: every reservation
+    // is attempted before any is settled, however slowly the machine runs.
+    const gate = await startModelGate(fake.url);
+    const gw = await startGateway({ fake: false, env: { ...PAID, TDS_MODEL_SERVICE_URL: gate.url } });
     try {
-      // The model answers slowly, so every reservation is attempted before any is settled.
       // Every reservation is the request's token bound (its bytes and the template overhead) × 1 USD per million.
-      const body = sampleRequest({ state: { fake_behavior: "delay:1500", text: "slow", history: TICKET_HISTORY } });
+      const body = sampleRequest();
       const bound = byteBound(body);
       await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: k * bound, nowMs: Date.now() });
-      const responses = await Promise.all(Array.from({ length: 5 * k }, () => gw.decide(body)));
+      let answered = 0;
+      let pending: Promise<Response>[] = [];
+      await new Promise<void>((allDecided) => {
+        const checkDecided = () => {
+          if (answered + gate.held() === total) allDecided();
+        };
+        gate.onHold(checkDecided);
+        pending = Array.from({ length: total }, () =>
+          gw.decide(body).finally(() => {
+            answered++;
+            checkDecided();
+          }),
+        );
+      });
+      assert.equal(gate.held(), k, "exactly k admitted, each waiting for the model");
+      assert.equal(answered, 4 * k, "the rest answered before any model call");
+      gate.open();
+      const responses = await Promise.all(pending);
       const ok = responses.filter((r) => r.status === 200);
       const refused = responses.filter((r) => r.status === 402);
       assert.equal(ok.length, k);
@@ -51,10 +73,13 @@ describe("paid mode", () => {
       }
       const balance = await assertLedgerMatches(gw.store, gw.orgId);
       assert.deepEqual(balance, { available: k * bound - charged, reserved: 0, spent: charged, granted: k * bound });
-      assert.equal(gw.fake!.calls.decide, k, "no model call for a 402");
+      assert.equal(fake.calls.decide, k, "no model call for a 402");
       assert.equal((await gw.store.listUsage(gw.orgId, { limit: 200 })).records.length, k, "nothing recorded for a 402");
     } finally {
+      gate.open();
       await gw.close();
+      await gate.close();
+      await fake.close();
     }
   });
 
