@@ -16,14 +16,18 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { generateApiKey } from "../src/domain/api-keys.ts";
+import { DAY_MS } from "../src/domain/utc-day.ts";
 import { usageSummary } from "../src/gateway/usage-summary.ts";
 import { readMigrations } from "../src/store/migration-files.ts";
 import { applyMigrations, SQLITE_MIGRATIONS_DIR } from "../src/store/sqlite/migrations.ts";
 import { openSqliteStore } from "../src/store/sqlite/sqlite-store.ts";
-import { DAY_MS } from "../src/store/usage-daily-rows.ts";
-import { USAGE_COLUMNS } from "../src/store/usage-rows.ts";
 import { mulberry32 } from "../test/support/seeded-random.ts";
 import { OPEN_LIMITS, startGateway } from "./support.ts";
+
+/** The usage_records columns as migration 006 left them (the records of an older version). */
+const USAGE_COLUMNS_006 =
+  "request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens, output_tokens, " +
+  "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation, completed_at_ms, deployment, attempts";
 
 const RECORDS = Number(process.argv[2] ?? 1_000_000);
 const ORGS = 100;
@@ -67,7 +71,7 @@ function seed(db: Database.Database, nowMs: number): Seeded {
     key.hash,
     nowMs - 40 * DAY_MS,
   );
-  const insert = db.prepare(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${Array(19).fill("?").join(", ")})`);
+  const insert = db.prepare(`INSERT INTO usage_records (${USAGE_COLUMNS_006}) VALUES (${Array(19).fill("?").join(", ")})`);
   const firstDay = nowMs - (nowMs % DAY_MS) - (DAYS - 1) * DAY_MS;
   let big = 0;
   db.transaction(() => {

@@ -3,6 +3,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } 
 import type { Config } from "./config.ts";
 import { compileSchema } from "./contract/validation.ts";
 import { addressRanges } from "./domain/address-ranges.ts";
+import type { PurgeResult, SweepResult } from "./domain/bookkeeping.ts";
 import { type Clock, systemClock } from "./domain/clock.ts";
 import { AdmissionPolicy } from "./gateway/admission.ts";
 import { newInstanceId, SWEEP_INTERVAL_MS, startBookkeepingJobs } from "./gateway/bookkeeping-jobs.ts";
@@ -29,12 +30,12 @@ import { serviceConfigRoutes } from "./http/routes/service-config.ts";
 import { usageRoutes } from "./http/routes/usage.ts";
 import { MemoryRateLimiter } from "./limits/memory-rate-limiter.ts";
 import type { RateLimiter } from "./limits/rate-limiter.ts";
+import { engineEntries } from "./models/engine-id.ts";
 import type { ModelService } from "./models/model-service.ts";
 import { LOG_REDACTION } from "./observability/logging.ts";
 import { Metrics, metricsObserver } from "./observability/metrics.ts";
-import { BatchedBooks } from "./store/batched-books.ts";
-import type { PurgeResult, Store, SweepResult } from "./store/store.ts";
-import { isStoreRetryable, isStoreUnavailable } from "./store/store-errors.ts";
+import { GroupCommit } from "./store/group-commit.ts";
+import type { Store } from "./store/store.ts";
 import { SERVICE_VERSION } from "./version.ts";
 
 export interface AppDeps {
@@ -43,7 +44,7 @@ export interface AppDeps {
   /** The model services by name (config.modelServices); a single injected service stands for the first configured one. */
   modelServices?: ReadonlyMap<string, ModelService>;
   modelService?: ModelService | null;
-  /** In-process engines by engineKey(model, deployment index). */
+  /** In-process engines by the label of their EngineId (as openEngines opens them). */
   engines?: ReadonlyMap<string, ModelService>;
   /** Options of the model routers; default config.routing (tests shorten cooldowns and health-check intervals). */
   routerOptions?: RegistryOptions["router"];
@@ -132,7 +133,7 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   installRequestContext(app);
   installJsonBodyParser(app);
-  installErrorHandling(app);
+  installErrorHandling(app, deps.store);
   installOpenApi(app, {
     title: "Typed Decision Service",
     version: SERVICE_VERSION,
@@ -164,13 +165,11 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   metrics.watchDbPool(() => store.connectionStats?.() ?? null);
   metrics.watchDeployments(() => registry.health());
   metrics.watchModelPools(() =>
-    [...(deps.engines ?? new Map<string, ModelService>())].flatMap(([key, service]) =>
-      service.poolStats ? [{ model: key.replace(/#\d+$/, ""), ...service.poolStats() }] : [],
+    engineEntries(config.models, deps.engines ?? new Map()).flatMap(({ id, service }) =>
+      service.poolStats ? [{ model: id.model, ...service.poolStats() }] : [],
     ),
   );
-  const books = new BatchedBooks(store, {
-    retryable: isStoreRetryable,
-    unavailable: isStoreUnavailable,
+  const books = new GroupCommit(store, {
     ...(deps.storageWaitMs !== undefined ? { waitMs: deps.storageWaitMs } : {}),
     onCommit: (steps, seconds, ok) => metrics.storeCommitted(steps, seconds, ok),
   });
@@ -248,7 +247,7 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   app.decorate("instanceId", instanceId);
 
   metricsRoutes(app, { metrics, token: config.metricsToken });
-  healthRoutes(app, { store, registry, engines: deps.engines });
+  healthRoutes(app, { store, registry });
   decisionRoutes(app, { store, pipeline, maxRequestBytes: config.limits.maxRequestBytes, inFlight, rateLimit: decisionLimit });
   modelRoutes(app, { store, registry });
   usageRoutes(app, { store, rateLimit: readLimit });

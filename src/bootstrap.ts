@@ -1,9 +1,9 @@
 import { dirname, join, resolve } from "node:path";
 import { osOperator } from "./admin/operator.ts";
 import { generateApiKey, newOrganizationId } from "./domain/api-keys.ts";
+import type { AuditActor } from "./domain/audit.ts";
 import { type PendingPrivateFile, preparePrivateFile } from "./private-files.ts";
 import { StartupFailure } from "./startup/failures.ts";
-import type { AuditActor } from "./store/administration.ts";
 import type { Store } from "./store/store.ts";
 
 export const DEFAULT_ORGANIZATION_NAME = "default";

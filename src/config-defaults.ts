@@ -10,7 +10,7 @@ export const DEFAULT_EMBEDDED_MODEL = {
   source: "hf:bartowski/Qwen2.5-0.5B-Instruct-GGUF:Q8_0",
 } as const;
 
-/** The model routers' defaults (routing.* in the config file). */
+/** The model routers' own defaults; the settings table takes those of routing.* in the config file from here. */
 export const ROUTER_DEFAULTS = {
   maxAttempts: 3,
   failureThreshold: 3,

@@ -71,13 +71,6 @@ export interface ConfiguredModel {
 
 export const IN_PROCESS = "in-process";
 
-type Env = Record<string, string | undefined>;
-
-function envString(env: Env, name: string): string | undefined {
-  const raw = env[name]?.trim();
-  return raw ? raw : undefined;
-}
-
 function checkUrl(setting: string, url: string, problems: string[]): string {
   try {
     const u = new URL(url);
@@ -161,14 +154,24 @@ function serviceDeployment(service: ServiceConfig, upstreamName: string, d?: Fil
   };
 }
 
+/** The environment's model settings as the settings table read them (TDS_MODEL_SERVICE_URL may come from the file). */
+export interface ModelSettings {
+  /** TDS_MODEL_SERVICE_URL or the file's model_service.url: one URL or comma-separated replicas. */
+  serviceUrls: string | null;
+  /** Which of the two gave serviceUrls, for messages. */
+  serviceUrlSetting: string;
+  serviceKey: string | null;
+  modelPath: string | null;
+  modelName: string | null;
+  gpu: "auto" | "off";
+}
+
 export function parseModelConfig(
-  env: Env,
+  settings: ModelSettings,
   file: ConfigFile,
   problems: string[],
 ): { modelServices: ServiceConfig[]; models: ConfiguredModel[] } {
-  const key = envString(env, "TDS_MODEL_SERVICE_KEY") ?? file.model_service?.api_key;
-  const urls = envString(env, "TDS_MODEL_SERVICE_URL") ?? file.model_service?.url;
-  const setting = envString(env, "TDS_MODEL_SERVICE_URL") !== undefined ? "TDS_MODEL_SERVICE_URL" : "model_service.url";
+  const { serviceUrls: urls, serviceUrlSetting: setting, serviceKey: key } = settings;
   /** The replicas of TDS_MODEL_SERVICE_URL / model_service: what models without deployments are served by. */
   const replicas: ServiceConfig[] = (urls ?? "")
     .split(",")
@@ -248,13 +251,9 @@ export function parseModelConfig(
     });
   }
 
-  const modelPath = envString(env, "TDS_MODEL_PATH");
-  const embeddedName = envString(env, "TDS_MODEL_NAME");
-  const gpuText = envString(env, "TDS_MODEL_GPU");
-  if (gpuText !== undefined && gpuText !== "auto" && gpuText !== "off")
-    problems.push(`TDS_MODEL_GPU must be "auto" or "off" (got ${JSON.stringify(gpuText)})`);
-  const gpu = gpuText === "auto" ? { gpu: "auto" as const } : {};
-  if (modelPath !== undefined) {
+  const { modelPath, modelName: embeddedName } = settings;
+  const gpu = settings.gpu === "auto" ? { gpu: "auto" as const } : {};
+  if (modelPath !== null) {
     const name = embeddedName ?? embeddedModelName(modelPath);
     if (!models.some((m) => m.name === name)) {
       models.push({

@@ -1,18 +1,17 @@
 import { readFileSync, statSync } from "node:fs";
+import type { Setting } from "./settings/setting.ts";
+import { SETTINGS } from "./settings/settings-table.ts";
 
 type Env = Record<string, string | undefined>;
 
 /**
- * The environment settings that hold a secret, each with its `_FILE` variant: the path of a file whose content is
- * the value (Docker and Compose secrets, Kubernetes secret volumes, systemd credentials).
+ * The environment settings that hold a secret (the settings table's `secretFile` rows), each with its `_FILE` variant:
+ * the path of a file whose content is the value (Docker and Compose secrets, Kubernetes secret volumes, systemd
+ * credentials).
  */
-export const SECRET_FILE_SETTINGS: ReadonlyArray<{ setting: string; file: string }> = [
-  { setting: "TDS_ADMIN_TOKEN", file: "TDS_ADMIN_TOKEN_FILE" },
-  { setting: "TDS_METRICS_TOKEN", file: "TDS_METRICS_TOKEN_FILE" },
-  { setting: "TDS_DATABASE_URL", file: "TDS_DATABASE_URL_FILE" },
-  { setting: "TDS_REDIS_URL", file: "TDS_REDIS_URL_FILE" },
-  { setting: "TDS_MODEL_SERVICE_KEY", file: "TDS_MODEL_SERVICE_KEY_FILE" },
-];
+export const SECRET_FILE_SETTINGS: ReadonlyArray<{ setting: string; file: string }> = (Object.values(SETTINGS) as Setting[]).flatMap((s) =>
+  s.secretFile && s.env !== null ? [{ setting: s.env, file: `${s.env}_FILE` }] : [],
+);
 
 /** A token or a URL is far smaller; a larger file is not a secret file (and /dev/zero is never read). */
 export const MAX_SECRET_FILE_BYTES = 64 * 1024;

@@ -7,7 +7,6 @@ import { systemClock } from "./domain/clock.ts";
 import { MemoryRateLimiter } from "./limits/memory-rate-limiter.ts";
 import type { RateLimiter } from "./limits/rate-limiter.ts";
 import { openRedisRateLimiter } from "./limits/redis-rate-limiter.ts";
-import { engineStatusOf } from "./models/llama/engine-status.ts";
 import type { ModelService } from "./models/model-service.ts";
 import { openEngines, openModelServices } from "./models/open-model-service.ts";
 import { createLogger } from "./observability/logging.ts";
@@ -133,10 +132,7 @@ async function main(): Promise<void> {
     app.modelRegistry.defaultModel(),
     offeredModels(config, () => app.modelRegistry.list()),
   ]);
-  const engineStatus = (model: string, index: number) => {
-    const engine = engines.get(engineKey(model, index));
-    return engine ? engineStatusOf(engine) : null;
-  };
+  const engineStatus = (model: string, index: number) => engines.get(engineKey(model, index))?.status?.() ?? null;
   const warning = reservationWarning(config, offered);
   if (warning) log.warn({ component: "reservations" }, warning);
   const summary = startupSummary({ config, url, listed, defaultModel, engineStatus });

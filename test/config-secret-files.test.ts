@@ -39,8 +39,8 @@ describe("secrets from files (X_FILE)", () => {
 
   it("covers every secret setting of the environment", () => {
     assert.deepEqual(
-      SECRET_FILE_SETTINGS.map((s) => [s.setting, s.file]),
-      ["TDS_ADMIN_TOKEN", "TDS_METRICS_TOKEN", "TDS_DATABASE_URL", "TDS_REDIS_URL", "TDS_MODEL_SERVICE_KEY"].map((s) => [s, `${s}_FILE`]),
+      SECRET_FILE_SETTINGS.map((s) => [s.setting, s.file]).sort(),
+      ["TDS_ADMIN_TOKEN", "TDS_DATABASE_URL", "TDS_METRICS_TOKEN", "TDS_MODEL_SERVICE_KEY", "TDS_REDIS_URL"].map((s) => [s, `${s}_FILE`]),
     );
   });
 

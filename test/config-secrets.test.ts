@@ -52,14 +52,14 @@ describe("admin and metrics tokens", () => {
     }
   });
 
-  it("the admin token may come from the config file's admin_token and is checked the same way", () => {
+  it("the admin token may come from the config file's admin_token and is checked the same way, naming the file key", () => {
     const dir = mkdtempSync(join(tmpdir(), "tds-config-secrets-"));
     try {
       const file = join(dir, "config.json");
       writeFileSync(file, JSON.stringify({ admin_token: "abcdefghijklmnopqrstuvwxyzABCDEF" }), { mode: 0o600 });
       const problems = problemsOf({ TDS_CONFIG: file });
       assert.equal(problems.length, 1, problems.join("; "));
-      assert.match(problems[0]!, /^TDS_ADMIN_TOKEN is too easy to guess: it is mostly a run of consecutive characters/);
+      assert.match(problems[0]!, /^admin_token is too easy to guess: it is mostly a run of consecutive characters/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

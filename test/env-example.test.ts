@@ -9,6 +9,7 @@ import { join, relative } from "node:path";
 import { describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 import { loadConfig } from "../src/config.ts";
+import { SECRET_FILE_SETTINGS } from "../src/config-secret-files.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const ENV_EXAMPLE = join(root, ".env.example");
@@ -25,7 +26,8 @@ function sourceFiles(dir: string): string[] {
  * Every variable src/ names or reads, with the files it appears in:
  * - any TDS_… name (in code, messages or comments: each is a setting users may be told about);
  * - any upper-case name read from an environment object: `env.NAME` / `process.env.NAME`, `env["NAME"]`,
- *   and the config helpers that take the name as a string literal (`envString(env, "HOST")`, `envInt(env, "PORT", …)`).
+ *   and the config helpers that take the name as a string literal (`envText(env, "TDS_CONFIG")`);
+ * - the settings table's variables (`env: "HOST"`) and the `_FILE` variants of its secret settings.
  */
 function variablesReadBySrc(): Map<string, Set<string>> {
   const found = new Map<string, Set<string>>();
@@ -34,6 +36,7 @@ function variablesReadBySrc(): Map<string, Set<string>> {
     /\benv\.([A-Z][A-Z0-9_]*)\b/g,
     /\benv\[\s*["'`]([A-Z][A-Z0-9_]*)["'`]\s*\]/g,
     /\benv[A-Z][A-Za-z]*\(\s*[A-Za-z_$][\w$.]*\s*,\s*["'`]([A-Z][A-Z0-9_]*)["'`]/g,
+    /\benv:\s*["'`]([A-Z][A-Z0-9_]*)["'`]/g,
   ];
   for (const file of sourceFiles(join(root, "src"))) {
     const text = readFileSync(file, "utf8");
@@ -45,6 +48,7 @@ function variablesReadBySrc(): Map<string, Set<string>> {
       }
     }
   }
+  for (const { file } of SECRET_FILE_SETTINGS) found.set(file, new Set(["src/config-secret-files.ts"]));
   return found;
 }
 

@@ -1,7 +1,8 @@
 import type { AdminApiKey, AdminBalance, AdminOrganization, AuditEntryJson } from "../contract/admin.ts";
+import type { AuditEntry } from "../domain/audit.ts";
+import type { Balance } from "../domain/credits.ts";
 import { formatUsd } from "../domain/money.ts";
-import type { AuditEntry } from "../store/administration.ts";
-import type { Balance } from "../store/store.ts";
+import { creditsJson, previewQuotaJson } from "../presentation/organization-json.ts";
 import type { ApiKeyInfo, OrganizationStatus } from "./operations.ts";
 
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -10,12 +11,7 @@ const iso = (ms: number) => new Date(ms).toISOString();
 export function balanceJson(orgId: string, balance: Balance): AdminBalance {
   return {
     org_id: orgId,
-    available_microusd: balance.available,
-    available_usd: formatUsd(balance.available),
-    reserved_microusd: balance.reserved,
-    reserved_usd: formatUsd(balance.reserved),
-    spent_microusd: balance.spent,
-    spent_usd: formatUsd(balance.spent),
+    ...creditsJson(balance),
     granted_microusd: balance.granted,
     granted_usd: formatUsd(balance.granted),
   };
@@ -39,13 +35,7 @@ export function adminOrganizationJson(s: OrganizationStatus): AdminOrganization 
     paused: s.org.paused,
     created_at: iso(s.org.createdAtMs),
     balance: balanceJson(s.org.id, s.balance),
-    preview: {
-      date: s.preview.day,
-      used: s.preview.used,
-      limit: s.preview.limit,
-      remaining: Math.max(0, s.preview.limit - s.preview.used),
-      resets_at: iso(s.preview.resetsAtMs),
-    },
+    preview: previewQuotaJson(s.preview),
     keys: { active: s.keys.active, revoked: s.keys.revoked },
   };
 }

@@ -1,5 +1,9 @@
-import type { AuditEntry, UsageSums, UsageTotals } from "../store/administration.ts";
-import type { ApiKeyRecord, Balance, Organization, UsagePage, UsageQuery, UsageRecord } from "../store/store.ts";
+import type { AuditEntry } from "../domain/audit.ts";
+import type { Balance } from "../domain/credits.ts";
+import type { ApiKeyRecord, Organization } from "../domain/organizations.ts";
+import type { UsageRecord, UsageSums, UsageTotals } from "../domain/usage-records.ts";
+import type { PreviewUse } from "../gateway/preview-use.ts";
+import type { UsagePage, UsageQuery } from "../store/store.ts";
 
 /** An API key as administration shows it: never the hash, never the key. */
 export type ApiKeyInfo = Omit<ApiKeyRecord, "hash">;
@@ -8,7 +12,7 @@ export type ApiKeyInfo = Omit<ApiKeyRecord, "hash">;
 export interface OrganizationStatus {
   org: Organization;
   balance: Balance;
-  preview: { day: string; used: number; limit: number; resetsAtMs: number };
+  preview: PreviewUse;
   keys: { active: number; revoked: number };
 }
 
@@ -47,12 +51,10 @@ export interface NamedAuditPage {
   nextCursor: string | null;
 }
 
-/** Usage of every organization over [fromMs, toMs): per UTC day and per organization (with its name). */
+/** Usage of every organization over [fromMs, toMs): per UTC day with requests and per organization (with its name). */
 export interface UsageSummary {
   fromMs: number;
   toMs: number;
   days: UsageTotals["days"];
   organizations: Array<{ orgId: string; name: string } & UsageSums>;
 }
-
-export const DAY_MS = 86_400_000;

@@ -1,18 +1,14 @@
 import { createHash } from "node:crypto";
 import { generateApiKey, newOrganizationId } from "../domain/api-keys.ts";
-import { msUntilUtcMidnight, utcDay } from "../domain/utc-day.ts";
-import type { AuditActor } from "../store/administration.ts";
-import { type ApiKeyRecord, type Organization, type Store, StoreConflictError, type UsageQuery } from "../store/store.ts";
+import type { AuditActor } from "../domain/audit.ts";
+import type { ApiKeyRecord, Organization } from "../domain/organizations.ts";
+import { previewUse } from "../gateway/preview-use.ts";
+import { usageSummary } from "../gateway/usage-summary.ts";
+import type { Store, UsageQuery } from "../store/store.ts";
+import { StoreConflictError } from "../store/store-errors.ts";
 import { AdminError } from "./admin-error.ts";
 import { checkName, looksLikeOrganizationId } from "./names.ts";
-import {
-  type AdminOperations,
-  type ApiKeyInfo,
-  DAY_MS,
-  type NamedAuditPage,
-  type OrganizationStatus,
-  type UsageSummary,
-} from "./operations.ts";
+import type { AdminOperations, ApiKeyInfo, NamedAuditPage, OrganizationStatus, UsageSummary } from "./operations.ts";
 
 export interface StoreAdministrationDeps {
   store: Store;
@@ -78,20 +74,13 @@ export class StoreAdministration implements AdminOperations {
 
   /** Credits, today's preview use and key counts of one organization. */
   async status(org: Organization): Promise<OrganizationStatus> {
-    const now = this.deps.nowMs();
-    const day = utcDay(now);
     const [balance, preview, keys] = await Promise.all([
       this.store.getBalance(org.id),
-      this.store.previewUsage(org.id, day),
+      previewUse(this.store, { orgId: org.id, limit: this.deps.previewRequestLimit, nowMs: this.deps.nowMs() }),
       this.store.listApiKeys(org.id),
     ]);
     const revoked = keys.filter((k) => k.revokedAtMs !== null).length;
-    return {
-      org,
-      balance,
-      preview: { day, used: preview.org, limit: this.deps.previewRequestLimit, resetsAtMs: now + msUntilUtcMidnight(now) },
-      keys: { active: keys.length - revoked, revoked },
-    };
+    return { org, balance, preview, keys: { active: keys.length - revoked, revoked } };
   }
 
   async setPaused(ref: string, paused: boolean) {
@@ -176,15 +165,10 @@ export class StoreAdministration implements AdminOperations {
     return { org, record: await this.store.getUsage(org.id, requestId) };
   }
 
+  /** The summary of GET /admin/v1/usage/summary, without the days that had no requests. */
   async usageSummary(days: number): Promise<UsageSummary> {
-    const now = this.deps.nowMs();
-    const toMs = now + msUntilUtcMidnight(now);
-    const fromMs = toMs - days * DAY_MS;
-    const totals = await this.store.usageTotals({ fromMs, toMs });
-    const organizations = await Promise.all(
-      totals.organizations.map(async (o) => ({ ...o, name: (await this.store.findOrganization(o.orgId))?.name ?? o.orgId })),
-    );
-    return { fromMs, toMs, days: totals.days, organizations };
+    const summary = await usageSummary(this.store, { nowMs: this.deps.nowMs(), days });
+    return { ...summary, days: summary.days.filter((d) => d.requests > 0).map(({ date: _date, ...day }) => day) };
   }
 
   async audit(query: { org?: string; cursor?: string; limit: number }): Promise<NamedAuditPage> {

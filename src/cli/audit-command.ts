@@ -1,10 +1,11 @@
 import { auditEntryJson } from "../admin/admin-json.ts";
 import type { NamedAuditPage } from "../admin/operations.ts";
+import type { AuditEntry } from "../domain/audit.ts";
 import { formatUsd } from "../domain/money.ts";
-import type { AuditEntry } from "../store/administration.ts";
+import { MAX_PAGE_LIMIT } from "../domain/paging.ts";
 import { type CommandGroup, stringOption } from "./command.ts";
 import { isoTime, quoted } from "./output.ts";
-import { DEFAULT_USAGE_LIMIT, MAX_USAGE_LIMIT, PAGE, parseLimit } from "./usage-commands.ts";
+import { DEFAULT_USAGE_LIMIT, MAX_USAGE_LIMIT, parseLimit } from "./usage-commands.ts";
 
 /** `name="Acme"`, `amount_usd=12.5 note="invoice 7"`: an entry's details on one line (amounts in USD, nulls left out). */
 export function detailsText(details: AuditEntry["details"]): string {
@@ -43,7 +44,7 @@ export const auditCommands: CommandGroup = {
         let cursor: string | null = null;
         do {
           const page = await admin.audit({
-            limit: Math.min(PAGE, limit - entries.length),
+            limit: Math.min(MAX_PAGE_LIMIT, limit - entries.length),
             ...(org === undefined ? {} : { org }),
             ...(cursor === null ? {} : { cursor }),
           });

@@ -1,6 +1,6 @@
 import { balanceJson } from "../admin/admin-json.ts";
+import type { Balance } from "../domain/credits.ts";
 import { formatUsd, parseUsd } from "../domain/money.ts";
-import type { Balance } from "../store/store.ts";
 import { type CommandGroup, nameArgument, requiredOption, stringOption, UsageError } from "./command.ts";
 import { describeOrganization } from "./org-commands.ts";
 

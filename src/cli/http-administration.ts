@@ -1,7 +1,6 @@
 import { AdminError } from "../admin/admin-error.ts";
 import type { AdminOperations, ApiKeyInfo, NamedAuditPage, OrganizationStatus, UsageSummary } from "../admin/operations.ts";
 import {
-  ADMIN_PAGE_MAX,
   AdminApiKey,
   AdminApiKeyList,
   AdminBalance,
@@ -12,9 +11,13 @@ import {
   CreatedApiKey,
 } from "../contract/admin.ts";
 import { UsagePageJson, UsageRecordJson } from "../contract/usage.ts";
+import type { AuditEntry } from "../domain/audit.ts";
+import type { Balance } from "../domain/credits.ts";
 import { formatUsd } from "../domain/money.ts";
-import type { AuditEntry } from "../store/administration.ts";
-import type { Balance, Organization, UsagePage, UsageQuery, UsageRecord } from "../store/store.ts";
+import type { Organization } from "../domain/organizations.ts";
+import { MAX_PAGE_LIMIT } from "../domain/paging.ts";
+import type { UsageRecord } from "../domain/usage-records.ts";
+import type { UsagePage, UsageQuery } from "../store/store.ts";
 import { AdminHttpClient, type AdminHttpClientOptions } from "./admin-http-client.ts";
 
 /** The longest organization reference or key id the admin API takes in a path. */
@@ -260,7 +263,7 @@ export class HttpAdministration implements AdminOperations {
   private async *allOrganizations(): AsyncGenerator<OrganizationStatus> {
     let cursor: string | undefined;
     do {
-      const page = await this.organizationPage({ limit: ADMIN_PAGE_MAX, ...(cursor === undefined ? {} : { cursor }) });
+      const page = await this.organizationPage({ limit: MAX_PAGE_LIMIT, ...(cursor === undefined ? {} : { cursor }) });
       yield* page.organizations;
       cursor = page.nextCursor ?? undefined;
     } while (cursor !== undefined);

@@ -2,7 +2,7 @@ import { apiKeyJson } from "../admin/admin-json.ts";
 import type { ApiKeyInfo } from "../admin/operations.ts";
 import type { CreatedApiKey } from "../contract/admin.ts";
 import { apiKeyMatches, keyIdOf } from "../domain/api-keys.ts";
-import { StoreConflictError } from "../store/store.ts";
+import { StoreConflictError } from "../store/store-errors.ts";
 import { CliError, type CommandContext, type CommandGroup, nameArgument, requiredOption, stringOption } from "./command.ts";
 import { describeOrganization } from "./org-commands.ts";
 import { isoTime, quoted } from "./output.ts";

@@ -1,9 +1,9 @@
 import { adminOrganizationJson } from "../admin/admin-json.ts";
 import { looksLikeOrganizationId } from "../admin/names.ts";
 import type { OrganizationStatus } from "../admin/operations.ts";
-import { ADMIN_PAGE_MAX } from "../contract/admin.ts";
 import { formatUsd } from "../domain/money.ts";
-import type { Organization } from "../store/store.ts";
+import type { Organization } from "../domain/organizations.ts";
+import { MAX_PAGE_LIMIT } from "../domain/paging.ts";
 import { type CommandGroup, nameArgument, UsageError } from "./command.ts";
 import { isoTime, quoted } from "./output.ts";
 
@@ -61,7 +61,7 @@ export const orgCommands: CommandGroup = {
         let cursor: string | null = null;
         do {
           const page: { organizations: Organization[]; nextCursor: string | null } = await admin.listOrganizations({
-            limit: ADMIN_PAGE_MAX,
+            limit: MAX_PAGE_LIMIT,
             ...(cursor === null ? {} : { cursor }),
           });
           orgs.push(...page.organizations);

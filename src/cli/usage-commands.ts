@@ -1,6 +1,8 @@
 import { formatUsd } from "../domain/money.ts";
+import { MAX_PAGE_LIMIT } from "../domain/paging.ts";
+import { USAGE_OUTCOMES, type UsageOutcome, type UsageRecord } from "../domain/usage-records.ts";
 import { usageRecordJson } from "../presentation/usage-json.ts";
-import { USAGE_OUTCOMES, type UsageOutcome, type UsageQuery, type UsageRecord } from "../store/store.ts";
+import type { UsageQuery } from "../store/store.ts";
 import { CliError, type CommandGroup, requiredOption, stringOption, UsageError } from "./command.ts";
 import { describeOrganization } from "./org-commands.ts";
 import { isoTime, quoted } from "./output.ts";
@@ -8,8 +10,6 @@ import { isoTime, quoted } from "./output.ts";
 const OUTCOMES = USAGE_OUTCOMES;
 export const DEFAULT_USAGE_LIMIT = 20;
 export const MAX_USAGE_LIMIT = 10_000;
-/** The largest page of the store and of the admin API (1 to 200). */
-export const PAGE = 200;
 
 /** --limit N of the commands that list newest first (usage, audit). */
 export function parseLimit(text: string | undefined): number {
@@ -84,7 +84,7 @@ export const usageCommands: CommandGroup = {
         }
 
         const query = (got: number, cursor: string | null): UsageQuery => ({
-          limit: Math.min(PAGE, limit - got),
+          limit: Math.min(MAX_PAGE_LIMIT, limit - got),
           ...(outcome === undefined ? {} : { outcome }),
           ...(cursor === null ? {} : { cursor }),
         });

@@ -1,17 +1,14 @@
 import { type Static, Type } from "@sinclair/typebox";
-import { OrganizationBalance, PreviewQuota, UsageDay } from "./organization.ts";
+import { OrganizationBalance, PreviewQuota, UsageDay, UsageSummaryQuery } from "./organization.ts";
+import { PageLimit } from "./usage.ts";
 
 /** The admin API (/admin/v1): schemas of its bodies, queries and answers. */
 
 const Microusd = (description: string) => Type.Integer({ minimum: 0, description: `${description}, integer microUSD (1 USD = 1,000,000)` });
 const Usd = (description: string) => Type.String({ description: `${description}, exact decimal USD string` });
 const Cursor = Type.Optional(Type.String({ maxLength: 500, description: "next_cursor of the previous page" }));
-const Limit = (max: number, fallback: number) =>
-  Type.Optional(Type.String({ pattern: "^[0-9]{1,3}$", description: `1 to ${max}, default ${fallback}` }));
 
 export const NAME_MAX_LENGTH = 100;
-export const ADMIN_PAGE_MAX = 200;
-export const ADMIN_PAGE_DEFAULT = 50;
 
 /** An organization's or key's name: 1–100 characters, no control characters; surrounding spaces are trimmed (checked beyond the schema). */
 const Name = (description: string) => Type.String({ minLength: 1, maxLength: NAME_MAX_LENGTH, description });
@@ -47,10 +44,7 @@ export const AdminOrganizationPage = Type.Object(
   { additionalProperties: false, title: "AdminOrganizationPage" },
 );
 
-export const AdminPageQuery = Type.Object(
-  { cursor: Cursor, limit: Limit(ADMIN_PAGE_MAX, ADMIN_PAGE_DEFAULT) },
-  { additionalProperties: false },
-);
+export const AdminPageQuery = Type.Object({ cursor: Cursor, limit: PageLimit }, { additionalProperties: false });
 
 export const CreateOrganizationBody = Type.Object(
   { name: Name("Unique name of the organization") },
@@ -113,10 +107,7 @@ export const GrantCreditsBody = Type.Object(
   { additionalProperties: false, title: "GrantCredits" },
 );
 
-export const AdminUsageSummaryQuery = Type.Object(
-  { days: Type.Optional(Type.String({ pattern: "^[0-9]{1,2}$", description: "1 to 31, default 14" })) },
-  { additionalProperties: false },
-);
+export const AdminUsageSummaryQuery = Type.Object({ days: UsageSummaryQuery.properties.days }, { additionalProperties: false });
 
 const UsageTotalsJson = {
   requests: Type.Integer({ minimum: 0 }),
@@ -174,7 +165,7 @@ export const AuditQuery = Type.Object(
   {
     org: Type.Optional(Type.String({ minLength: 1, maxLength: 200, description: "Only this organization's entries (id or name)" })),
     cursor: Cursor,
-    limit: Limit(ADMIN_PAGE_MAX, ADMIN_PAGE_DEFAULT),
+    limit: PageLimit,
   },
   { additionalProperties: false },
 );

@@ -5,24 +5,24 @@ import { ModelContext } from "./models.ts";
 const DecimalUsd = Type.String({ pattern: "^(0|[1-9][0-9]{0,8})(\\.[0-9]{1,6})?$", description: "Decimal USD" });
 const PositiveInt = Type.Integer({ minimum: 1 });
 
-/** The optional JSON configuration file named by TDS_CONFIG. Environment variables override it. */
+const Text = Type.String({ minLength: 1 });
+const Whole = Type.Integer();
+const WholeOrNull = Type.Union([Type.Integer(), Type.Null()]);
+
+/**
+ * The optional JSON configuration file named by TDS_CONFIG. Environment variables override it. This schema checks
+ * the file's shape and JSON types; the ranges, defaults and meanings of its settings are the settings table's
+ * (src/settings/settings-table.ts), whose parsers check a value the same way from either source.
+ */
 export const ConfigFile = Type.Object(
   {
-    host: Type.Optional(Type.String({ minLength: 1 })),
-    port: Type.Optional(Type.Integer({ minimum: 0, maximum: 65535 })),
-    database_url: Type.Optional(Type.String({ minLength: 1 })),
-    redis_url: Type.Optional(Type.String({ minLength: 1 })),
-    sqlite_wal_limit_mb: Type.Optional(
-      Type.Integer({ minimum: 1, maximum: 1_048_576, description: "The SQLite WAL file's bound on disk, in MiB (default 64)" }),
-    ),
-    min_free_disk_mb: Type.Optional(
-      Type.Integer({
-        minimum: 0,
-        maximum: 1_048_576,
-        description: "A SQLite gateway refuses to start with less free space on the database's volume, in MiB (default 64; 0: no check)",
-      }),
-    ),
-    service_mode: Type.Optional(ServiceMode),
+    host: Type.Optional(Text),
+    port: Type.Optional(Whole),
+    database_url: Type.Optional(Text),
+    redis_url: Type.Optional(Text),
+    sqlite_wal_limit_mb: Type.Optional(Whole),
+    min_free_disk_mb: Type.Optional(Whole),
+    service_mode: Type.Optional(Text),
     model_service: Type.Optional(
       Type.Object({ url: Type.String({ minLength: 1 }), api_key: Type.Optional(Type.String()) }, { additionalProperties: false }),
     ),
@@ -42,7 +42,7 @@ export const ConfigFile = Type.Object(
       ),
     ),
     default_model: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
-    aliases: Type.Optional(Type.Record(Type.String(), Type.String({ minLength: 1 }))),
+    aliases: Type.Optional(Type.Record(Type.String(), Text)),
     models: Type.Optional(
       Type.Array(
         Type.Object(
@@ -99,73 +99,50 @@ export const ConfigFile = Type.Object(
     ),
     pricing: Type.Optional(
       Type.Object(
-        {
-          price_per_million_input_usd: Type.Optional(DecimalUsd),
-          price_per_million_output_usd: Type.Optional(DecimalUsd),
-        },
+        { price_per_million_input_usd: Type.Optional(Text), price_per_million_output_usd: Type.Optional(Text) },
         { additionalProperties: false },
       ),
     ),
     limits: Type.Optional(
       Type.Object(
         {
-          max_request_bytes: Type.Optional(PositiveInt),
-          max_questions: Type.Optional(Type.Integer({ minimum: 1, maximum: 32 })),
-          requests_per_minute: Type.Optional(PositiveInt),
-          read_requests_per_minute: Type.Optional(PositiveInt),
-          preview_request_limit: Type.Optional(Type.Integer({ minimum: 0 })),
-          preview_global_request_limit: Type.Optional(Type.Integer({ minimum: 0 })),
-          reserve_tokens: Type.Optional(PositiveInt),
+          max_request_bytes: Type.Optional(Whole),
+          max_questions: Type.Optional(Whole),
+          requests_per_minute: Type.Optional(Whole),
+          read_requests_per_minute: Type.Optional(Whole),
+          preview_request_limit: Type.Optional(Whole),
+          preview_global_request_limit: Type.Optional(Whole),
+          reserve_tokens: Type.Optional(Whole),
         },
         { additionalProperties: false },
       ),
     ),
-    admin_token: Type.Optional(Type.String({ description: "Enables the admin API (/admin/v1): at least 32 characters" })),
+    admin_token: Type.Optional(Type.String()),
+    metrics_token: Type.Optional(Type.String()),
     routing: Type.Optional(
       Type.Object(
         {
-          max_attempts: Type.Optional(Type.Integer({ minimum: 1, maximum: 10, description: "Deployments one request may be sent to" })),
-          attempt_timeout_ms: Type.Optional(
-            Type.Union([Type.Integer({ minimum: 1, maximum: 3_600_000 }), Type.Null()], {
-              description:
-                "How long one attempt may run while another deployment is left to try (default: half of model_timeout_ms; null: all the time left)",
-            }),
-          ),
-          failure_threshold: Type.Optional(
-            Type.Integer({ minimum: 1, maximum: 1000, description: "Consecutive failures that start a cooldown" }),
-          ),
-          cooldown_initial_ms: Type.Optional(Type.Integer({ minimum: 100, maximum: 3_600_000 })),
-          cooldown_max_ms: Type.Optional(Type.Integer({ minimum: 100, maximum: 3_600_000 })),
-          health_check_interval_ms: Type.Optional(
-            Type.Union([Type.Integer({ minimum: 100, maximum: 3_600_000 }), Type.Null()], { description: "null: no active checks" }),
-          ),
+          max_attempts: Type.Optional(Whole),
+          attempt_timeout_ms: Type.Optional(WholeOrNull),
+          failure_threshold: Type.Optional(Whole),
+          cooldown_initial_ms: Type.Optional(Whole),
+          cooldown_max_ms: Type.Optional(Whole),
+          health_check_interval_ms: Type.Optional(WholeOrNull),
         },
         { additionalProperties: false },
       ),
     ),
-    model_cache_dir: Type.Optional(Type.String({ minLength: 1 })),
-    model_timeout_ms: Type.Optional(PositiveInt),
-    reservation_ttl_seconds: Type.Optional(PositiveInt),
-    keep_alive_timeout_ms: Type.Optional(
-      Type.Integer({ minimum: 100, maximum: 600_000, description: "An idle keep-alive client connection is closed after this" }),
-    ),
-    max_connections: Type.Optional(Type.Integer({ minimum: 1, maximum: 1_000_000, description: "Open client connections at once" })),
-    max_connections_per_address: Type.Optional(
-      Type.Integer({ minimum: 1, maximum: 1_000_000, description: "Open connections from one client address (trusted proxies excepted)" }),
-    ),
-    trusted_proxies: Type.Optional(
-      Type.Array(Type.String({ minLength: 1 }), {
-        description: "Reverse proxies whose X-Forwarded-For names the client: addresses, CIDR ranges, loopback, linklocal, uniquelocal",
-      }),
-    ),
+    model_cache_dir: Type.Optional(Text),
+    model_timeout_ms: Type.Optional(Whole),
+    reservation_ttl_seconds: Type.Optional(Whole),
+    keep_alive_timeout_ms: Type.Optional(Whole),
+    max_connections: Type.Optional(Whole),
+    max_connections_per_address: Type.Optional(Whole),
+    trusted_proxies: Type.Optional(Type.Array(Text)),
     bootstrap: Type.Optional(Type.Boolean()),
-    bootstrap_key_file: Type.Optional(
-      Type.String({ minLength: 1, description: "Where the first API key is written when stdout is not a terminal" }),
-    ),
-    log_level: Type.Optional(Type.Union(["fatal", "error", "warn", "info", "debug", "trace", "silent"].map((l) => Type.Literal(l)))),
-    log_format: Type.Optional(
-      Type.Union([Type.Literal("pretty"), Type.Literal("json")], { description: "Default: pretty on a terminal, JSON otherwise" }),
-    ),
+    bootstrap_key_file: Type.Optional(Text),
+    log_level: Type.Optional(Text),
+    log_format: Type.Optional(Text),
   },
   { additionalProperties: false, title: "ConfigFile" },
 );

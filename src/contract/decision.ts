@@ -1,4 +1,5 @@
 import { type Static, type TSchema, Type } from "@sinclair/typebox";
+import type { ServiceMode as DomainServiceMode } from "../domain/usage-records.ts";
 
 /** Fixed by the v1 request contract (the configurable max_questions may only lower the count). */
 export const CONTRACT_LIMITS = {
@@ -152,5 +153,11 @@ export type ScoreAnswer = Static<typeof ScoreAnswer>;
 export type NoulAnswer = Static<typeof NoulAnswer>;
 export type Answer = ChoiceAnswer | ScoreAnswer | NoulAnswer;
 export type ServiceMode = Static<typeof ServiceMode>;
+/** The schema's modes are the domain's, checked by the compiler. */
+export const SERVICE_MODES_MATCH_DOMAIN: [ServiceMode] extends [DomainServiceMode]
+  ? [DomainServiceMode] extends [ServiceMode]
+    ? true
+    : never
+  : never = true;
 export type Usage = Static<typeof Usage>;
 export type DecisionResponse = Static<typeof DecisionResponse>;

@@ -1,4 +1,5 @@
 import { type Static, Type } from "@sinclair/typebox";
+import { DEFAULT_PAGE_LIMIT, MAX_PAGE_LIMIT } from "../domain/paging.ts";
 import { ServiceMode } from "./decision.ts";
 
 export const UsageOutcome = Type.Union(
@@ -61,13 +62,18 @@ export const UsagePageJson = Type.Object(
   { additionalProperties: false, title: "UsagePage" },
 );
 
+/** `limit` of every listing (usage records, organizations, audit entries). */
+export const PageLimit = Type.Optional(
+  Type.String({ pattern: "^[0-9]{1,3}$", description: `1 to ${MAX_PAGE_LIMIT}, default ${DEFAULT_PAGE_LIMIT}` }),
+);
+
 export const UsageListQuery = Type.Object(
   {
     from: Type.Optional(Type.String({ description: "ISO-8601 time, inclusive" })),
     to: Type.Optional(Type.String({ description: "ISO-8601 time, exclusive" })),
     outcome: Type.Optional(UsageOutcome),
     cursor: Type.Optional(Type.String({ maxLength: 500 })),
-    limit: Type.Optional(Type.String({ pattern: "^[0-9]{1,3}$", description: "1 to 200, default 50" })),
+    limit: PageLimit,
   },
   { additionalProperties: false },
 );

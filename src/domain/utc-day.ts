@@ -1,4 +1,5 @@
-const DAY_MS = 86_400_000;
+/** Milliseconds in a UTC day (no leap seconds in epoch time). */
+export const DAY_MS = 86_400_000;
 
 let cached = { from: 0, to: 0, day: "1970-01-01" };
 

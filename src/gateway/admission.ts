@@ -1,12 +1,14 @@
 import type { Config } from "../config.ts";
+import type { AdmitCommand, AdmitResult, StoredResponse } from "../domain/bookkeeping.ts";
 import type { Clock } from "../domain/clock.ts";
 import { ServiceError } from "../domain/errors.ts";
 import { formatUsd, tokenCost } from "../domain/money.ts";
 import { msUntilUtcMidnight, utcDay } from "../domain/utc-day.ts";
 import type { TokenBound } from "../models/model-service.ts";
-import type { AdmitCommand, StoredResponse } from "../store/store.ts";
 import type { Books } from "./books.ts";
+import type { Charging, Reservation } from "./charging.ts";
 import type { DecisionContext, IdempotencyRequest } from "./decision-context.ts";
+import { type FailureBeforeAdmission, recordFailureBeforeAdmission } from "./failure-before-admission.ts";
 import type { ResolvedModel } from "./model-registry.ts";
 import { type DecisionObserver, silentObserver } from "./observer.ts";
 import type { RequestBound } from "./token-bound.ts";
@@ -25,8 +27,7 @@ function basisOf(bound: TokenBound | RequestBound): string {
 export interface Admitted {
   kind: "admitted";
   acceptedAtMs: number;
-  /** Paid mode: the credits set aside (the reservation's id is the request id). */
-  reservedMicrousd: number | null;
+  charging: Charging;
 }
 
 /** A retry with the Idempotency-Key of a request that succeeded: its response again, nothing counted. */
@@ -45,6 +46,9 @@ export interface AdmissionDeps {
   /** Completes now the requests of gateway processes that are gone (an Idempotency-Key claim of one blocks a retry). */
   releaseAbandoned?: () => Promise<unknown>;
 }
+
+/** A request's token bound, or how to find it. */
+export type BoundSource = TokenBound | RequestBound | (() => Promise<TokenBound | RequestBound>);
 
 /** A retry finding its key held by a request of a stopped process that could not be released at once retries after this. */
 const ABANDONED_RETRY_MS = 1000;
@@ -67,7 +71,7 @@ export class AdmissionPolicy {
    * bound over reserve_tokens is refused here, before anything is recorded: no request runs at a price below what it
    * may honestly cost.
    */
-  reservationAmount(model: ResolvedModel, bound: TokenBound | RequestBound): { amount: number; tokens: TokenBound } {
+  reservationAmount(model: ResolvedModel, bound: TokenBound | RequestBound): Reservation {
     const cap = this.deps.config.limits.reserveTokens;
     if (bound.input > cap || bound.output > cap) {
       this.observer.rejected("token_bound_over_reserve");
@@ -82,25 +86,26 @@ export class AdmissionPolicy {
     return { amount: tokenCost(model.price, tokens.input, tokens.output), tokens };
   }
 
-  /** `bound`: the request's token bound (paid mode; ignored in preview). */
+  /**
+   * Admits the request in one durable step, charged as `chargingOf` decides. `bound`: the request's token bound, or
+   * how to find it (asked for only when the request is paid).
+   */
   async admit(
     ctx: DecisionContext,
     model: ResolvedModel,
     idempotency: IdempotencyRequest | null,
-    bound: TokenBound | null,
+    bound: BoundSource,
   ): Promise<Admitted | Replayed> {
     const { books, clock, config } = this.deps;
+    const charging = await this.chargingOf(model, bound);
     const now = clock.nowMs();
-    const paid = config.serviceMode === "paid";
-    const reservation = paid && bound ? this.reservationAmount(model, bound) : null;
-    const amount = reservation?.amount ?? null;
     const command: AdmitCommand = {
       requestId: ctx.requestId,
       orgId: ctx.org.id,
       keyId: ctx.keyId,
       source: ctx.source,
       model: model.name,
-      mode: config.serviceMode,
+      mode: charging.mode,
       nowMs: now,
       instanceId: this.deps.instanceId ?? null,
       idempotency: idempotency && {
@@ -110,10 +115,14 @@ export class AdmissionPolicy {
         lockUntilMs: now + config.reservationTtlSeconds * 1000,
         expiresAtMs: now + IDEMPOTENCY_WINDOW_MS,
       },
-      quota: paid
-        ? null
-        : { day: utcDay(now), orgLimit: config.limits.previewRequestLimit, globalLimit: config.limits.previewGlobalRequestLimit },
-      reservation: amount === null ? null : { amountMicrousd: amount, expiresAtMs: now + config.reservationTtlSeconds * 1000 },
+      quota:
+        charging.mode === "preview"
+          ? { day: utcDay(now), orgLimit: config.limits.previewRequestLimit, globalLimit: config.limits.previewGlobalRequestLimit }
+          : null,
+      reservation:
+        charging.mode === "paid"
+          ? { amountMicrousd: charging.reservation.amount, expiresAtMs: now + config.reservationTtlSeconds * 1000 }
+          : null,
     };
     let result = await books.admit(command);
     if (result.kind === "idempotency_abandoned" && this.deps.releaseAbandoned) {
@@ -124,30 +133,54 @@ export class AdmissionPolicy {
       );
       if (released) result = await books.admit(command);
     }
+    if (result.kind === "admitted") {
+      if (charging.mode === "paid") this.observer.reservation("reserved");
+      return { kind: "admitted", acceptedAtMs: now, charging };
+    }
+    if (result.kind === "replay") return { kind: "replay", response: result.response };
+    throw this.refusal(result, now, charging);
+  }
 
+  /**
+   * A request that a model service failed before it could be admitted, recorded with the service's mode and nothing
+   * charged (failure-before-admission.ts); resolves to whether it was recorded.
+   */
+  recordFailureBeforeAdmission(ctx: DecisionContext, failure: FailureBeforeAdmission): Promise<boolean> {
+    const { books, clock, config } = this.deps;
+    return recordFailureBeforeAdmission(books, clock, config.serviceMode, ctx, failure);
+  }
+
+  /**
+   * How the request is charged: the one place that asks whether the service is paid. Paid: its token bound reserved
+   * at the model's prices (413 over reserve_tokens, before anything is recorded); preview: counted in the day quotas.
+   */
+  private async chargingOf(model: ResolvedModel, bound: BoundSource): Promise<Charging> {
+    if (this.deps.config.serviceMode !== "paid") return { mode: "preview" };
+    const reservation = this.reservationAmount(model, typeof bound === "function" ? await bound() : bound);
+    return { mode: "paid", price: model.price, priceInputUsd: model.priceInputUsd, reservation };
+  }
+
+  /** The error of an admission the books refused. */
+  private refusal(result: Exclude<AdmitResult, { kind: "admitted" | "replay" }>, now: number, charging: Charging): ServiceError {
+    const { limits } = this.deps.config;
     switch (result.kind) {
-      case "admitted":
-        if (paid) this.observer.reservation("reserved");
-        return { kind: "admitted", acceptedAtMs: now, reservedMicrousd: amount };
-      case "replay":
-        return { kind: "replay", response: result.response };
       case "replay_not_kept":
-        throw new ServiceError(
+        return new ServiceError(
           "idempotency_response_not_kept",
           `A request with this Idempotency-Key already succeeded (request_id ${result.requestId}), but its response was too large to keep for replays; find it in Usage by request_id.`,
         );
       case "idempotency_mismatch":
-        throw new ServiceError("idempotency_key_reused");
+        return new ServiceError("idempotency_key_reused");
       case "idempotency_in_progress":
-        if (result.ownerLeaseUntilMs === undefined) throw new ServiceError("idempotency_in_progress");
-        throw new ServiceError(
+        if (result.ownerLeaseUntilMs === undefined) return new ServiceError("idempotency_in_progress");
+        return new ServiceError(
           "idempotency_in_progress",
           "A request with this Idempotency-Key is still being processed by another gateway process; retry after the time in Retry-After: " +
             "by then it has finished and its stored response is replayed, or, if that process has stopped, the key is released and the retry runs.",
           { retryAfterMs: Math.max(ABANDONED_RETRY_MS, result.ownerLeaseUntilMs - now) },
         );
       case "idempotency_abandoned":
-        throw new ServiceError(
+        return new ServiceError(
           "idempotency_in_progress",
           `The request holding this Idempotency-Key (request_id ${result.requestId}) was accepted by a gateway process that has stopped: ` +
             "it will never finish, and the key is being released; retry after the time in Retry-After.",
@@ -156,22 +189,24 @@ export class AdmissionPolicy {
       case "quota_exhausted": {
         const org = result.scope === "org";
         this.observer.rejected(org ? "preview_quota_org" : "preview_quota_global");
-        throw new ServiceError(
+        return new ServiceError(
           org ? "preview_quota_org" : "preview_quota_global",
           org
-            ? `Daily preview request limit of the organization reached (preview_request_limit = ${config.limits.previewRequestLimit}); it resets at 00:00 UTC.`
-            : `Daily preview capacity of the service reached (preview_global_request_limit = ${config.limits.previewGlobalRequestLimit}); it resets at 00:00 UTC.`,
+            ? `Daily preview request limit of the organization reached (preview_request_limit = ${limits.previewRequestLimit}); it resets at 00:00 UTC.`
+            : `Daily preview capacity of the service reached (preview_global_request_limit = ${limits.previewGlobalRequestLimit}); it resets at 00:00 UTC.`,
           { retryAfterMs: msUntilUtcMidnight(now) },
         );
       }
-      case "insufficient_credits":
+      case "insufficient_credits": {
         this.observer.reservation("insufficient");
         this.observer.rejected("insufficient_credits");
-        throw new ServiceError(
+        const reservation = charging.mode === "paid" ? charging.reservation : { amount: 0, tokens: { input: 0, output: 0 } };
+        return new ServiceError(
           "insufficient_credits",
           `Available credits (${formatUsd(result.availableMicrousd)} USD) cannot cover the reservation of this request: ` +
-            `${formatUsd(amount ?? 0)} USD for at most ${reservation?.tokens.input ?? 0} input and ${reservation?.tokens.output ?? 0} output tokens.`,
+            `${formatUsd(reservation.amount)} USD for at most ${reservation.tokens.input} input and ${reservation.tokens.output} output tokens.`,
         );
+      }
     }
   }
 }

@@ -1,11 +1,11 @@
 import { randomBytes } from "node:crypto";
+import type { PurgeResult, SweepResult } from "../domain/bookkeeping.ts";
 import type { Clock } from "../domain/clock.ts";
-import { utcDay } from "../domain/utc-day.ts";
-import type { BookkeepingStore, PurgeResult, SweepResult } from "../store/store.ts";
+import { DAY_MS, utcDay } from "../domain/utc-day.ts";
+import type { BookkeepingStore } from "../store/store.ts";
 
 const SWEEP_BATCH = 500;
 const PURGE_BATCH = 1000;
-const DAY_MS = 24 * 60 * 60 * 1000;
 /** Preview counters of this many past UTC days are kept besides today's. */
 export const PREVIEW_COUNTER_DAYS_KEPT = 3;
 /** The sweep runs this often, whatever the reservation TTL: a process restarted over and over still sweeps. */

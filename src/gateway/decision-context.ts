@@ -1,4 +1,5 @@
-import type { Organization, UsageSource } from "../store/store.ts";
+import type { Organization } from "../domain/organizations.ts";
+import type { UsageSource } from "../domain/usage-records.ts";
 
 export interface DecisionContext {
   requestId: string;

@@ -1,15 +1,15 @@
 import type { Config } from "../config.ts";
-import type { DecisionRequest, DecisionResponse, Usage } from "../contract/decision.ts";
+import type { DecisionRequest, DecisionResponse } from "../contract/decision.ts";
+import type { CompleteCommand, CompleteResult } from "../domain/bookkeeping.ts";
 import type { Clock } from "../domain/clock.ts";
-import { ServiceError, statusOf } from "../domain/errors.ts";
-import { cappedTokenCost, formatUsd } from "../domain/money.ts";
+import { ServiceError } from "../domain/errors.ts";
 import { type ModelAnswerSet, type ModelCall, ModelServiceError } from "../models/model-service.ts";
-import { isStoreUnavailable } from "../store/store-errors.ts";
-import type { AdmissionPolicy, Admitted } from "./admission.ts";
+import type { AdmissionPolicy } from "./admission.ts";
 import { checkAnswers } from "./answer-check.ts";
-import type { Books, CompleteCommand, CompleteResult } from "./books.ts";
+import type { Books } from "./books.ts";
+import { type Charging, chargeOf } from "./charging.ts";
+import { type CompletionBase, failedCompletion, round3, storageFailedCompletion, succeededCompletion } from "./completion.ts";
 import type { DecisionContext, DecisionReply, IdempotencyRequest } from "./decision-context.ts";
-import { recordFailureBeforeAdmission } from "./failure-before-admission.ts";
 import { answersMismatch, modelServiceFailure } from "./model-failure.ts";
 import { answersMismatchReport, type ModelFailureReport, modelFailureReport } from "./model-failure-report.ts";
 import { ModelLookupFailed, type ModelRegistry, type ResolvedModel } from "./model-registry.ts";
@@ -26,7 +26,7 @@ export interface PipelineDeps {
   registry: ModelRegistry;
   admission: AdmissionPolicy;
   clock: Clock;
-  config: Pick<Config, "serviceMode" | "limits" | "modelTimeoutMs">;
+  config: Pick<Config, "limits" | "modelTimeoutMs">;
   /** Monotonic milliseconds, for latencies. */
   monotonicMs?: () => number;
   observer?: DecisionObserver;
@@ -46,7 +46,8 @@ export interface PipelineDeps {
 interface Accepted {
   ctx: DecisionContext;
   model: ResolvedModel;
-  admitted: Admitted;
+  /** How it is charged, as its admission decided. */
+  charging: Charging;
   idempotency: IdempotencyRequest | null;
   /** Wall time of the model call, once it has ended. */
   callMs: number;
@@ -56,8 +57,6 @@ interface Accepted {
 type Ending =
   | { command: CompleteCommand; reply: DecisionReply; error?: undefined }
   | { command: CompleteCommand; error: unknown; reply?: undefined };
-
-const round3 = (ms: number) => Math.max(0, Math.round(ms * 1000) / 1000);
 
 /**
  * (max_questions, before the schema: checkQuestionCount) model → admission (one durable step) → model call → answer checks → completion (one durable step)
@@ -99,15 +98,13 @@ export class DecisionPipeline {
     idempotency: IdempotencyRequest | null,
     text?: { state: string; questions: string },
   ): Promise<DecisionReply> {
-    const { config } = this.deps;
     const model = await this.resolve(ctx, request.model);
     const call: ModelCall = { model: model.upstreamName, state: request.state, questions: request.questions, ...(text ? { text } : {}) };
-    const bound = config.serviceMode === "paid" ? await tokenBoundOf(model, call) : null;
-    const admitted = await this.deps.admission.admit(ctx, model, idempotency, bound);
+    const admitted = await this.deps.admission.admit(ctx, model, idempotency, () => tokenBoundOf(model, call));
     if (admitted.kind === "replay") {
       return { status: 200, body: admitted.response.body, requestId: admitted.response.requestId, replayed: true };
     }
-    const accepted: Accepted = { ctx, model, admitted, idempotency, callMs: 0 };
+    const accepted: Accepted = { ctx, model, charging: admitted.charging, idempotency, callMs: 0 };
     return this.complete(accepted, await this.run(accepted, request, call));
   }
 
@@ -127,8 +124,7 @@ export class DecisionPipeline {
       this.deps.onModelFailure?.(modelFailureReport(err.failure, { requestId: ctx.requestId, model }));
       const error = modelServiceFailure(err.failure, { requestId: ctx.requestId });
       const gatewayLatencyMs = round3(this.monotonicMs() - ctx.startedAt);
-      const { books, clock, config } = this.deps;
-      const recorded = await recordFailureBeforeAdmission(books, clock, config.serviceMode, ctx, { model, error, gatewayLatencyMs });
+      const recorded = await this.deps.admission.recordFailureBeforeAdmission(ctx, { model, error, gatewayLatencyMs });
       throw recorded ? error : err;
     }
   }
@@ -167,82 +163,44 @@ export class DecisionPipeline {
   }
 
   private succeeded(accepted: Accepted, answerSet: ModelAnswerSet, answers: DecisionResponse["answers"]): Ending {
-    const { ctx, model, admitted } = accepted;
-    const { input_tokens, output_tokens } = answerSet.usage;
-    const reserved = admitted.reservedMicrousd;
-    const { cost, capped } =
-      reserved === null ? { cost: 0, capped: false } : cappedTokenCost(model.price, input_tokens, output_tokens, reserved);
+    const { ctx, model, charging } = accepted;
+    const charge = chargeOf(charging, answerSet.usage.input_tokens, answerSet.usage.output_tokens);
     const latencyMs = round3(answerSet.latencyMs);
     const gatewayLatencyMs = this.gatewayLatency(accepted);
-    const usage: Usage =
-      reserved !== null
-        ? { input_tokens, output_tokens, cost_microusd: cost, cost_usd: formatUsd(cost), price_per_million_input_usd: model.priceInputUsd }
-        : { input_tokens, output_tokens, cost_microusd: 0, cost_usd: "0", price_per_million_input_usd: null };
     const response: DecisionResponse = {
       model: model.name,
       request_id: ctx.requestId,
-      service_mode: this.deps.config.serviceMode,
+      service_mode: charging.mode,
       answers,
-      usage,
+      usage: charge.usage,
       latency_ms: latencyMs,
       gateway_latency_ms: gatewayLatencyMs,
     };
     const body = JSON.stringify(response);
+    const base = this.completionBase(accepted, answerSet.route, gatewayLatencyMs);
     return {
       reply: { status: 200, body, requestId: ctx.requestId, replayed: false },
-      command: {
-        ...this.commandBase(accepted, answerSet.route),
-        outcome: "succeeded",
-        httpStatus: 200,
-        inputTokens: input_tokens,
-        outputTokens: output_tokens,
-        costMicrousd: cost,
-        latencyMs,
-        gatewayLatencyMs,
-        errorDetail: capped
-          ? `model reported ${input_tokens} input and ${output_tokens} output tokens, more than reserved; charged the reservation`
-          : null,
-        overReservation: capped,
-        idempotency: accepted.idempotency && { key: accepted.idempotency.key, response: { status: 200, body, requestId: ctx.requestId } },
-      },
+      command: succeededCompletion(base, charge, latencyMs, { status: 200, body, requestId: ctx.requestId }),
     };
   }
 
   /** The ending of a request that failed after admission: nothing charged, its reservation released. */
   private failed(accepted: Accepted, error: unknown, answerSet?: ModelAnswerSet, route?: ModelServiceError["route"]): Ending {
-    const known = error instanceof ServiceError;
-    const contextRejected = known && error.code === "context_rejected";
-    const status = statusOf(known ? error.code : "internal");
-    return {
-      error,
-      command: {
-        ...this.commandBase(accepted, route ?? answerSet?.route),
-        outcome: !known ? "gateway_error" : contextRejected ? "context_rejected" : "model_error",
-        httpStatus: status,
-        inputTokens: answerSet?.usage.input_tokens ?? 0,
-        outputTokens: answerSet?.usage.output_tokens ?? 0,
-        costMicrousd: 0,
-        latencyMs: answerSet ? round3(answerSet.latencyMs) : null,
-        gatewayLatencyMs: this.gatewayLatency(accepted),
-        errorDetail: (known ? (error.detail ?? error.code) : "internal error after admission; nothing was charged").slice(0, 500),
-        overReservation: false,
-        idempotency: accepted.idempotency && { key: accepted.idempotency.key, response: null },
-      },
-    };
+    const base = this.completionBase(accepted, route ?? answerSet?.route, this.gatewayLatency(accepted));
+    return { error, command: failedCompletion(base, error, answerSet) };
   }
 
   /** `route`: the deployment that answered (or was tried last) and the attempts, when a router served the call. */
-  private commandBase(
-    accepted: Accepted,
-    route: ModelServiceError["route"] | undefined,
-  ): Pick<CompleteCommand, "requestId" | "orgId" | "nowMs" | "reserved" | "deployment" | "attempts"> {
+  private completionBase(accepted: Accepted, route: ModelServiceError["route"] | undefined, gatewayLatencyMs: number): CompletionBase {
     return {
-      deployment: route?.deployment ?? null,
-      attempts: route?.attempts ?? 1,
       requestId: accepted.ctx.requestId,
       orgId: accepted.ctx.org.id,
       nowMs: this.deps.clock.nowMs(),
-      reserved: accepted.admitted.reservedMicrousd !== null,
+      reserved: accepted.charging.mode === "paid",
+      deployment: route?.deployment ?? null,
+      attempts: route?.attempts ?? 1,
+      gatewayLatencyMs,
+      idempotencyKey: accepted.idempotency?.key ?? null,
     };
   }
 
@@ -253,7 +211,7 @@ export class DecisionPipeline {
       result = await this.deps.books.complete(ending.command);
     } catch (err) {
       this.completeInBackground(ending.command);
-      throw isStoreUnavailable(err) ? new ServiceError("storage_unavailable") : err;
+      throw this.deps.books.classifyFailure(err) !== "other" ? new ServiceError("storage_unavailable") : err;
     }
     const reserved = ending.command.reserved;
     if (result.kind === "reservation_expired" || result.kind === "not_in_flight") {
@@ -266,24 +224,9 @@ export class DecisionPipeline {
     return ending.reply;
   }
 
-  /**
-   * The first completion did not commit (its outcome may be unknown, e.g. a lost connection during COMMIT): complete
-   * the request as gateway_error with nothing charged and its Idempotency-Key released, if it is still in flight.
-   */
+  /** The first completion did not commit: complete the request again (storageFailedCompletion) if it is still in flight. */
   private completeInBackground(first: CompleteCommand): void {
-    const command: CompleteCommand = {
-      ...first,
-      nowMs: this.deps.clock.nowMs(),
-      outcome: "gateway_error",
-      httpStatus: statusOf("storage_unavailable"),
-      inputTokens: 0,
-      outputTokens: 0,
-      costMicrousd: 0,
-      latencyMs: null,
-      errorDetail: "the outcome could not be stored (storage unavailable); nothing was charged",
-      overReservation: false,
-      idempotency: first.idempotency && { key: first.idempotency.key, response: null },
-    };
+    const command = storageFailedCompletion(first, this.deps.clock.nowMs());
     const work = this.deps.books.complete(command, FALLBACK_COMPLETION_WAIT_MS).then(
       (result) => {
         if (result.kind !== "not_in_flight" && command.reserved) this.observer.reservation("released");

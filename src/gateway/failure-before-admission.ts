@@ -2,6 +2,7 @@ import type { ServiceMode } from "../contract/decision.ts";
 import type { Clock } from "../domain/clock.ts";
 import type { ServiceError } from "../domain/errors.ts";
 import type { Books } from "./books.ts";
+import { failedCompletion } from "./completion.ts";
 import type { DecisionContext } from "./decision-context.ts";
 
 export interface FailureBeforeAdmission {
@@ -16,8 +17,8 @@ export interface FailureBeforeAdmission {
  * Records a request that a model service failed before it could be admitted (its model could not be resolved: the
  * services did not answer their lists), so that the request id the client got leads to a usage record: an admission
  * without quota, reservation or Idempotency-Key claim (the request was not accepted: it uses up no preview quota and
- * reserves nothing), then its completion as `model_error` with nothing charged and no deployment tried. Resolves to
- * whether both steps committed (storage may be failing too); never throws.
+ * reserves nothing), then its completion as `model_error` (failedCompletion: the error's status and detail) with nothing
+ * charged and no deployment tried. Resolves to whether both steps committed (storage may be failing too); never throws.
  */
 export async function recordFailureBeforeAdmission(
   books: Books,
@@ -42,24 +43,11 @@ export async function recordFailureBeforeAdmission(
       reservation: null,
     });
     if (admitted.kind !== "admitted") return false;
-    const completed = await books.complete({
-      requestId,
-      orgId,
-      nowMs: clock.nowMs(),
-      outcome: "model_error",
-      httpStatus: failure.error.status,
-      inputTokens: 0,
-      outputTokens: 0,
-      costMicrousd: 0,
-      latencyMs: null,
-      gatewayLatencyMs: failure.gatewayLatencyMs,
-      errorDetail: (failure.error.detail ?? failure.error.code).slice(0, 500),
-      overReservation: false,
-      deployment: null,
-      attempts: 0,
-      reserved: false,
-      idempotency: null,
-    });
+    const { gatewayLatencyMs } = failure;
+    const nothingTried = { deployment: null, attempts: 0, reserved: false, idempotencyKey: null };
+    const completed = await books.complete(
+      failedCompletion({ requestId, orgId, nowMs: clock.nowMs(), gatewayLatencyMs, ...nothingTried }, failure.error),
+    );
     return completed.kind === "completed";
   } catch {
     return false;

@@ -1,9 +1,6 @@
-import { USAGE_SUMMARY_DEFAULT_DAYS, USAGE_SUMMARY_MAX_DAYS } from "../contract/organization.ts";
-import { ServiceError } from "../domain/errors.ts";
-import { msUntilUtcMidnight, utcDay } from "../domain/utc-day.ts";
-import type { AdministrationStore, UsageSums } from "../store/administration.ts";
-
-const DAY_MS = 86_400_000;
+import type { UsageSums } from "../domain/usage-records.ts";
+import { DAY_MS, msUntilUtcMidnight, utcDay } from "../domain/utc-day.ts";
+import type { AdministrationStore } from "../store/administration.ts";
 
 /**
  * The usage summary behind GET /v1/usage/summary (one organization) and GET /admin/v1/usage/summary (every
@@ -19,17 +16,6 @@ export interface UsageSummary {
   days: Array<{ dayStartMs: number; date: string } & UsageSums>;
   /** Organizations with requests in the period, by cost then requests, largest first; an organization not found is named by its id. */
   organizations: Array<{ orgId: string; name: string } & UsageSums>;
-}
-
-/** The `days` query parameter: 1 to 31, 14 when absent; anything else is invalid_query. */
-export function summaryDays(text: string | undefined): number {
-  const days = text === undefined ? USAGE_SUMMARY_DEFAULT_DAYS : Number(text);
-  if (!Number.isInteger(days) || days < 1 || days > USAGE_SUMMARY_MAX_DAYS) {
-    throw new ServiceError("invalid_query", undefined, {
-      errors: [{ field: "query.days", message: `must be from 1 to ${USAGE_SUMMARY_MAX_DAYS}` }],
-    });
-  }
-  return days;
 }
 
 /** The summary of the `days` UTC days up to the one of `nowMs`, of one organization or (without `orgId`) every one. */

@@ -1,7 +1,8 @@
 import type { FastifyRequest } from "fastify";
 import { apiKeyMatches, keyIdOf } from "../domain/api-keys.ts";
 import { ServiceError } from "../domain/errors.ts";
-import type { Organization, Store } from "../store/store.ts";
+import type { Organization } from "../domain/organizations.ts";
+import type { Store } from "../store/store.ts";
 
 export interface AuthContext {
   org: Organization;

@@ -3,8 +3,8 @@ import type { Duplex } from "node:stream";
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
 import type { ErrorResponse, FieldError } from "../contract/errors.ts";
 import { MAX_FIELD_ERRORS, summarizeFieldErrors } from "../contract/validation.ts";
-import { ERROR_CATALOGUE, type ErrorCode, ServiceError } from "../domain/errors.ts";
-import { isStoreUnavailable } from "../store/store-errors.ts";
+import { ERROR_CATALOGUE, type ErrorCode, ServiceError, statusOf } from "../domain/errors.ts";
+import type { Store } from "../store/store.ts";
 
 export interface ErrorReplyOptions {
   detail?: string;
@@ -128,11 +128,16 @@ export function clientErrorHandler(limits: ClientErrorLimits): (err: Error & { c
   };
 }
 
-export function installErrorHandling(app: FastifyInstance): void {
+/**
+ * The not-found and error handlers. An error the service can name is answered from the catalogue; a failure of the
+ * storage, as the store reads it (`classifyFailure`), is 503 `storage_unavailable`; anything else is 500 `internal`.
+ */
+export function installErrorHandling(app: FastifyInstance, store: Pick<Store, "classifyFailure">): void {
   app.setNotFoundHandler((_request, reply) => sendError(reply, "route_not_found"));
 
   app.setErrorHandler((error: FastifyError | ServiceError, request, reply) => {
     if (error instanceof ServiceError) {
+      if (error.code === "internal") request.log.error({ err: error }, "unhandled error");
       const errors = error.extra.errors;
       const detail = error.detail ?? (errors && errors.length > 0 ? validationDetail(errors) : undefined);
       return sendError(reply, error.code, {
@@ -169,9 +174,9 @@ export function installErrorHandling(app: FastifyInstance): void {
     if (request.raw.socket?.destroyed) {
       // The client went away before its request was read (an abort, a reset): nobody to answer, nothing wrong here.
       request.log.info({ code: fe.code }, "client closed the connection before the request was read");
-      return reply.code(400).send();
+      return reply.code(statusOf("bad_request")).send();
     }
-    if (isStoreUnavailable(error)) {
+    if (store.classifyFailure(error) !== "other") {
       request.log.error({ err: error }, "storage unavailable");
       return sendError(reply, "storage_unavailable");
     }

@@ -119,6 +119,31 @@ export interface PoolStats {
   waiting: number;
 }
 
+/**
+ * What an in-process engine is doing, as /readyz and the start-up summary show it per model. Never a file-system
+ * path (API clients see it).
+ */
+export interface EngineStatus {
+  /**
+   * `loading` (an attempt is running), `retrying` (an attempt failed with a problem that can heal; the next one
+   * is scheduled), `ready`, `failed` (a problem that cannot heal: no retry), `not_installed` (node-llama-cpp is
+   * not installed).
+   */
+  state: "loading" | "retrying" | "ready" | "failed" | "not_installed";
+  /** What is happening, or what went wrong and what to do: the `detail` of the 503 its calls get. */
+  detail?: string;
+  /** 0 … 1 while loading: the download's, then the model load's progress. */
+  progress?: number;
+  /** After a failed attempt, until the model is ready: what went wrong the last time. */
+  lastError?: string;
+  /** Attempts that failed so far (set with `lastError`). */
+  failedAttempts?: number;
+  /** While retrying: when the next attempt starts (ms since the epoch). */
+  nextAttemptAtMs?: number;
+  /** Set while the last attempt could not reach the model's download server at all (no DNS, refused, unreachable). */
+  offline?: true;
+}
+
 export interface ModelService {
   listModels(options: CallOptions): Promise<UpstreamModel[]>;
   decide(call: ModelCall, options: CallOptions): Promise<ModelAnswerSet>;
@@ -129,5 +154,10 @@ export interface ModelService {
    * Synchronous and cheap: read at every metrics scrape (`tds_model_pool_busy`, `tds_model_pool_size`, `tds_model_queue_waiting`).
    */
   poolStats?(): PoolStats;
+  /**
+   * What its engine is doing, when the service runs one in process (loading, retrying, ready, …). Synchronous and
+   * cheap: read at every /readyz probe and metrics scrape (through the router's health of each deployment).
+   */
+  status?(): EngineStatus;
   close(): Promise<void>;
 }

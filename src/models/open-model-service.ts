@@ -1,5 +1,5 @@
 import type { Config } from "../config.ts";
-import { engineKey } from "../config-models.ts";
+import { engineDeployments } from "./engine-id.ts";
 import { absentEngine, ENGINE_NOT_INSTALLED, isEnginePackageMissing } from "./llama/engine-absent.ts";
 import type { RetryBackoff } from "./llama/retry.ts";
 import type { ModelService } from "./model-service.ts";
@@ -26,7 +26,7 @@ export interface OpenEnginesOptions {
 }
 
 /**
- * One in-process llama.cpp engine per engine deployment, by engineKey(model, index). Each starts loading
+ * One in-process llama.cpp engine per engine deployment, by the label of its EngineId (engine-id.ts). Each starts loading
  * (and, for a hub reference, downloading) in the background; node-llama-cpp is imported only when
  * such a deployment is configured. Without node-llama-cpp installed (an optional dependency), each such
  * deployment is an engine that answers every call with how to install it, and one warning is logged.
@@ -37,9 +37,7 @@ export async function openEngines(
   options: OpenEnginesOptions = {},
 ): Promise<Map<string, ModelService>> {
   const engines = new Map<string, ModelService>();
-  const embedded = config.models.flatMap((m) =>
-    m.deployments.flatMap((d, i) => (d.llama ? [{ m, s: d.llama, key: engineKey(m.name, i) }] : [])),
-  );
+  const embedded = engineDeployments(config.models);
   if (embedded.length === 0) return engines;
   const importEngine = options.importEngine ?? (() => import("./llama/llama-service.ts"));
   let engine: Awaited<ReturnType<typeof importEngine>>;
@@ -47,13 +45,15 @@ export async function openEngines(
     engine = await importEngine();
   } catch (err) {
     if (!isEnginePackageMissing(err)) throw err;
-    logger.warn(`${ENGINE_NOT_INSTALLED} The models on it answer 503: ${embedded.map(({ m }) => JSON.stringify(m.name)).join(", ")}.`);
-    for (const { key } of embedded) engines.set(key, absentEngine());
+    logger.warn(
+      `${ENGINE_NOT_INSTALLED} The models on it answer 503: ${embedded.map(({ model }) => JSON.stringify(model.name)).join(", ")}.`,
+    );
+    for (const { id } of embedded) engines.set(id.label, absentEngine());
     return engines;
   }
-  for (const { m, s, key } of embedded) {
+  for (const { id, model: m, settings: s } of embedded) {
     engines.set(
-      key,
+      id.label,
       engine.openLlamaService({
         name: m.name,
         source: s.source,

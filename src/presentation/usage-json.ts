@@ -1,6 +1,6 @@
 import type { UsageRecordJson } from "../contract/usage.ts";
 import { formatUsd } from "../domain/money.ts";
-import type { UsageRecord } from "../store/store.ts";
+import type { UsageRecord } from "../domain/usage-records.ts";
 
 export type { UsageRecordJson };
 

@@ -1,8 +1,8 @@
 import type { AdminUsageSummary } from "../contract/admin.ts";
 import type { UsageDay, UsageSummaryResponse } from "../contract/organization.ts";
 import { formatUsd } from "../domain/money.ts";
+import type { UsageSums } from "../domain/usage-records.ts";
 import type { UsageSummary } from "../gateway/usage-summary.ts";
-import type { UsageSums } from "../store/administration.ts";
 
 /** The usage summary as GET /v1/usage/summary and GET /admin/v1/usage/summary answer it: one mapping for both. */
 

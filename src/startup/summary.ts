@@ -3,7 +3,7 @@ import { listingServices } from "../config-models.ts";
 import type { ModelEntry } from "../contract/models.ts";
 import { describeDatabase } from "../database-url.ts";
 import { PROMPT_OVERHEAD_TOKENS, QUESTION_OVERHEAD_TOKENS } from "../gateway/token-bound.ts";
-import type { EngineStatus } from "../models/llama/engine-status.ts";
+import type { EngineStatus } from "../models/model-service.ts";
 import { SERVICE_VERSION } from "../version.ts";
 
 export interface StartupFacts {

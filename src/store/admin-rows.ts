@@ -1,10 +1,14 @@
-import { ADMIN_IDEMPOTENCY_TTL_MS, type AuditAction, type AuditActor, type AuditEntry, type UsageSums } from "./administration.ts";
-import { checkGrant, type GrantInput } from "./bookkeeping/books.ts";
+import type { AuditAction, AuditActor, AuditEntry } from "../domain/audit.ts";
+import type { Balance } from "../domain/credits.ts";
+import type { UsageSums } from "../domain/usage-records.ts";
+import { DAY_MS } from "../domain/utc-day.ts";
+import { ADMIN_IDEMPOTENCY_TTL_MS } from "./administration.ts";
+import { checkGrant, type GrantInput } from "./bookkeeping/checked-writes.ts";
 import { checkEpochMs, checkText } from "./input-checks.ts";
-import type { Balance, Organization } from "./store.ts";
+import { bigint, type DbRow, Table, text } from "./schema/table.ts";
+import { execute, query, type SqlProgram } from "./sql-program.ts";
 import { StoreInputError } from "./store-errors.ts";
 import { badCursor, decodeCursorText, encodeCursorText } from "./usage-cursor.ts";
-import { DAY_MS } from "./usage-daily-rows.ts";
 
 /**
  * The rows, cursors and checks of the administration tables (admin_audit, admin_idempotency) and pages, the same
@@ -23,56 +27,71 @@ export interface AuditRecord {
   details: AuditEntry["details"];
 }
 
-/** The INSERT of one entry, without its VALUES clause (the placeholders differ by dialect); parameters from `auditParams`. */
-export const AUDIT_INSERT = "INSERT INTO admin_audit (created_at_ms, action, org_id, target_id, source, client, remote_address, details)";
-export const AUDIT_PARAM_COUNT = 8;
+/** An admin_audit row: an entry with its details as JSON text. */
+type AuditRow = Omit<AuditEntry, "details"> & { details: string };
+
+const auditLog = new Table<AuditRow>("admin_audit", {
+  id: bigint("id"),
+  atMs: bigint("created_at_ms"),
+  action: text("action"),
+  orgId: text("org_id"),
+  targetId: text("target_id"),
+  source: text("source"),
+  client: text("client"),
+  remoteAddress: text("remote_address"),
+  details: text("details"),
+});
+const WRITTEN = auditLog.fieldsExcept("id");
+
+/** The INSERT of one entry, without its VALUES clause; parameters from `auditParams`. */
+export const AUDIT_INSERT = `INSERT INTO ${auditLog.name} (${auditLog.list(WRITTEN)})`;
+export const AUDIT_PARAM_COUNT = WRITTEN.length;
+/** The whole INSERT of one entry, with `?` placeholders. */
+export const INSERT_AUDIT = `${AUDIT_INSERT} VALUES (${WRITTEN.map(() => "?").join(", ")})`;
 
 export function auditParams(r: AuditRecord): unknown[] {
-  return [r.atMs, r.action, r.orgId, r.targetId, r.actor.source, r.actor.client, r.actor.remoteAddress, JSON.stringify(r.details)];
+  const row: Omit<AuditRow, "id"> = {
+    ...r.actor,
+    atMs: r.atMs,
+    action: r.action,
+    orgId: r.orgId,
+    targetId: r.targetId,
+    details: JSON.stringify(r.details),
+  };
+  return WRITTEN.map((field) => row[field]);
 }
+
+/** Appends one audit entry, in the transaction of the change it records. */
+export function* recordAudit(record: AuditRecord): SqlProgram<void> {
+  yield* execute(INSERT_AUDIT, ...auditParams(record));
+}
+
+const entry = (
+  action: AuditAction,
+  orgId: string,
+  targetId: string,
+  details: AuditEntry["details"],
+  actor: AuditActor,
+  atMs: number,
+): AuditRecord => ({ action, orgId, targetId, details, actor, atMs });
 
 /** The entries each audited change writes. Only names, amounts and notes: never a key or its hash. */
 export const audits = {
-  organizationCreated: (org: { id: string; name: string }, actor: AuditActor, atMs: number): AuditRecord => ({
-    action: "organization.created",
-    orgId: org.id,
-    targetId: org.id,
-    actor,
-    atMs,
-    details: { name: org.name },
-  }),
-  pauseChanged: (orgId: string, paused: boolean, actor: AuditActor, atMs: number): AuditRecord => ({
-    action: paused ? "organization.paused" : "organization.resumed",
-    orgId,
-    targetId: orgId,
-    actor,
-    atMs,
-    details: {},
-  }),
-  keyCreated: (key: { id: string; orgId: string; name: string | null }, actor: AuditActor, atMs: number): AuditRecord => ({
-    action: "key.created",
-    orgId: key.orgId,
-    targetId: key.id,
-    actor,
-    atMs,
-    details: { name: key.name },
-  }),
-  keyRevoked: (key: { id: string; orgId: string; name: string | null }, actor: AuditActor, atMs: number): AuditRecord => ({
-    action: "key.revoked",
-    orgId: key.orgId,
-    targetId: key.id,
-    actor,
-    atMs,
-    details: { name: key.name },
-  }),
-  creditsGranted: (grant: GrantInput, actor: AuditActor): AuditRecord => ({
-    action: "credits.granted",
-    orgId: grant.orgId,
-    targetId: grant.orgId,
-    actor,
-    atMs: grant.nowMs,
-    details: { amount_microusd: grant.amountMicrousd, note: grant.note ?? null },
-  }),
+  organizationCreated: (org: { id: string; name: string }, actor: AuditActor, atMs: number) =>
+    entry("organization.created", org.id, org.id, { name: org.name }, actor, atMs),
+  pauseChanged: (orgId: string, paused: boolean, actor: AuditActor, atMs: number) =>
+    entry(paused ? "organization.paused" : "organization.resumed", orgId, orgId, {}, actor, atMs),
+  key: (action: "key.created" | "key.revoked", key: { id: string; orgId: string; name: string | null }, actor: AuditActor, atMs: number) =>
+    entry(action, key.orgId, key.id, { name: key.name }, actor, atMs),
+  creditsGranted: (grant: GrantInput, actor: AuditActor) =>
+    entry(
+      "credits.granted",
+      grant.orgId,
+      grant.orgId,
+      { amount_microusd: grant.amountMicrousd, note: grant.note ?? null },
+      actor,
+      grant.nowMs,
+    ),
 };
 
 const SOURCES: readonly AuditActor["source"][] = ["cli", "http"];
@@ -99,77 +118,64 @@ export function checkPauseAudit(audit: { actor: AuditActor; nowMs: number } | un
   checkEpochMs(audit.nowMs, "audit.nowMs");
 }
 
-export const AUDIT_COLUMNS = "id, created_at_ms, action, org_id, target_id, source, client, remote_address, details";
+/** The audit pages: [all, one organization] × [newest first, older than the entry of a cursor]. */
+const AUDIT_PAGES = ["", "WHERE id < ? ", "WHERE org_id = ? ", "WHERE org_id = ? AND id < ? "].map(
+  (where) => `SELECT ${auditLog.list()} FROM ${auditLog.name} ${where}ORDER BY id DESC`,
+);
+/** Every statement of the audit log. */
+export const AUDIT_STATEMENTS = [INSERT_AUDIT, ...AUDIT_PAGES.map(withLimit)];
 
-export interface AuditRow {
-  id: number;
-  created_at_ms: number;
-  action: AuditAction;
-  org_id: string;
-  target_id: string;
-  source: AuditActor["source"];
-  client: string | null;
-  remote_address: string | null;
-  details: string;
+/** The entries of one organization (or all), newest first, older than the entry `before` (an id from a cursor). */
+export function auditPage(orgId: string | undefined, before: number | undefined, limit: number): SqlProgram<Page<AuditEntry>> {
+  const sql = AUDIT_PAGES[(orgId === undefined ? 0 : 2) + (before === undefined ? 0 : 1)]!;
+  const params = [orgId, before].filter((p) => p !== undefined);
+  return keysetPage(sql, params, limit, toAuditEntry, (last) => encodeCursor("audit", last.id));
 }
 
-export function toAuditEntry(row: AuditRow): AuditEntry {
-  return {
-    id: row.id,
-    atMs: row.created_at_ms,
-    action: row.action,
-    orgId: row.org_id,
-    targetId: row.target_id,
-    source: row.source,
-    client: row.client,
-    remoteAddress: row.remote_address,
-    details: JSON.parse(row.details) as AuditEntry["details"],
-  };
+function toAuditEntry(row: DbRow): AuditEntry {
+  const entry = auditLog.fromRow(row);
+  return { ...entry, details: JSON.parse(entry.details) as AuditEntry["details"] };
 }
 
 // ── pages ──
 
-export const MAX_ADMIN_PAGE = 200;
+/**
+ * The cursor of a keyset page, opaque to callers: the position of the page's last row, a whole number (an audit
+ * entry's id; an organization's createdAtMs) and, for organizations, the id that follows it in the order.
+ */
+const CURSORS = { audit: /^audit:([1-9][0-9]{0,15})$/, org: /^org:(0|[1-9][0-9]{0,15}):(.+)$/s };
 
-export function checkPageLimit(limit: number): void {
-  if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > MAX_ADMIN_PAGE) {
-    throw new StoreInputError(`limit must be a whole number from 1 to ${MAX_ADMIN_PAGE}`, "limit");
-  }
+export function encodeCursor(kind: keyof typeof CURSORS, position: number, id?: string): string {
+  return encodeCursorText(id === undefined ? `${kind}:${position}` : `${kind}:${position}:${id}`);
 }
 
-/** The audit cursor: the id of the last entry of a page (opaque to callers). */
-export function encodeAuditCursor(id: number): string {
-  return encodeCursorText(`audit:${id}`);
+/** Throws StoreInputError (field `cursor`) for anything encodeCursor could not have produced. */
+export function decodeCursor(kind: keyof typeof CURSORS, text: string): { position: number; id: string } {
+  const match = CURSORS[kind].exec(decodeCursorText(text));
+  const position = Number(match?.[1]);
+  if (!match || !Number.isSafeInteger(position)) throw badCursor();
+  return { position, id: match[2] ?? "" };
 }
 
-/** Throws StoreInputError (field `cursor`) for anything encodeAuditCursor could not have produced. */
-export function decodeAuditCursor(text: string): number {
-  const match = /^audit:([1-9][0-9]{0,15})$/.exec(decodeCursorText(text));
-  const id = Number(match?.[1]);
-  if (!match || !Number.isSafeInteger(id)) throw badCursor();
-  return id;
+export interface Page<T> {
+  items: T[];
+  nextCursor: string | null;
 }
 
-/** The organization cursor: the position (createdAtMs, id) of the last organization of a page. */
-export function encodeOrganizationCursor(org: Organization): string {
-  return encodeCursorText(`org:${org.createdAtMs}:${org.id}`);
+/** A keyset page's statement: `sql` (in the keyset's order) with the limit as its last parameter. */
+export function withLimit(sql: string): string {
+  return `${sql} LIMIT ?`;
 }
 
-/** Throws StoreInputError (field `cursor`) for anything encodeOrganizationCursor could not have produced. */
-export function decodeOrganizationCursor(text: string): { createdAtMs: number; id: string } {
-  const match = /^org:(0|[1-9][0-9]{0,15}):(.+)$/s.exec(decodeCursorText(text));
-  const createdAtMs = Number(match?.[1]);
-  if (!match || !Number.isSafeInteger(createdAtMs)) throw badCursor();
-  return { createdAtMs, id: match[2]! };
-}
-
-/** A page of `limit` rows from the `limit + 1` read, and the cursor of its last row when more follow. */
-export function pageOf<R, T>(
-  rows: R[],
+/** A page of `limit` rows of `sql` (ordered by the keyset), read as `limit + 1` to know whether more follow. */
+export function* keysetPage<T>(
+  sql: string,
+  params: unknown[],
   limit: number,
-  map: (row: R) => T,
+  map: (row: DbRow) => T,
   cursorOf: (last: T) => string,
-): { items: T[]; nextCursor: string | null } {
+): SqlProgram<Page<T>> {
+  const rows = yield* query(withLimit(sql), ...params, limit + 1);
   const more = rows.length > limit;
   const items = (more ? rows.slice(0, limit) : rows).map(map);
   const last = items[items.length - 1];

@@ -1,43 +1,7 @@
-import type { Balance, Organization } from "./store.ts";
-
-/** What an administrative change did; one audit entry each, written in the change's own transaction. */
-export type AuditAction =
-  | "organization.created"
-  | "organization.paused"
-  | "organization.resumed"
-  | "key.created"
-  | "key.revoked"
-  | "credits.granted";
-export const AUDIT_ACTIONS: readonly AuditAction[] = [
-  "organization.created",
-  "organization.paused",
-  "organization.resumed",
-  "key.created",
-  "key.revoked",
-  "credits.granted",
-];
-
-/** Who made a change: the `tds` CLI on the database, or the admin API (`client`: the caller's own label, such as "console" or "cli"). */
-export interface AuditActor {
-  source: "cli" | "http";
-  client: string | null;
-  remoteAddress: string | null;
-}
-
-export interface AuditEntry extends AuditActor {
-  /** Increasing: newer entries have larger ids. */
-  id: number;
-  atMs: number;
-  action: AuditAction;
-  orgId: string;
-  /** The organization's id, or the key's id for key actions. */
-  targetId: string;
-  /**
-   * Action-specific facts, never a secret: `{name}` of the organization or key (null for a key without one),
-   * `{amount_microusd, note}` of a grant (note null when none), nothing (`{}`) for a pause or resume.
-   */
-  details: Record<string, string | number | boolean | null>;
-}
+import type { AuditActor, AuditEntry } from "../domain/audit.ts";
+import type { Balance } from "../domain/credits.ts";
+import type { Organization } from "../domain/organizations.ts";
+import type { UsageTotals } from "../domain/usage-records.ts";
 
 export interface AuditQuery {
   orgId?: string;
@@ -57,24 +21,6 @@ export interface OrganizationPage {
   /** Oldest first (createdAtMs, then id). */
   organizations: Organization[];
   nextCursor: string | null;
-}
-
-/**
- * Totals of usage records created on the UTC days of [fromMs, toMs): per day (every organization, or one) and per
- * organization. Read from the daily roll-up: the cost is one row per organization and day, whatever the number of records.
- */
-export interface UsageTotals {
-  /** Days with at least one record, oldest first; `dayStartMs` is the UTC midnight that starts the day. */
-  days: Array<{ dayStartMs: number } & UsageSums>;
-  /** Organizations with at least one record, by cost then requests, largest first; `name` is null for an organization not found. */
-  organizations: Array<{ orgId: string; name: string | null } & UsageSums>;
-}
-
-export interface UsageSums {
-  requests: number;
-  inputTokens: number;
-  outputTokens: number;
-  costMicrousd: number;
 }
 
 export type GrantOnceResult =

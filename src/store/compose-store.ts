@@ -3,17 +3,17 @@ import type { AccountStore, BookkeepingStore, Store } from "./store.ts";
 
 /** What an adapter's accounts half serves: organizations and keys, their pages, and the audit log. */
 export type AccountsPart = AccountStore & Pick<AdministrationStore, "listOrganizationsPage" | "listAudit">;
-/** What an adapter's books half serves: the books, idempotent credit grants and usage totals. */
-export type BooksPart = BookkeepingStore & Pick<AdministrationStore, "grantCreditsOnce" | "usageTotals">;
+/** What an adapter's bookkeeping half serves: the books, idempotent credit grants and usage totals. */
+export type BookkeepingPart = BookkeepingStore & Pick<AdministrationStore, "grantCreditsOnce" | "usageTotals">;
 
 /**
  * One Store from an adapter's two capabilities (organizations and keys; the books) and its own lifecycle.
  * Every adapter composes itself here, so the method list is written once.
  */
-export function composeStore<B extends Pick<Store, "dialect" | "close" | "connectionStats">>(
+export function composeStore<B extends Pick<Store, "dialect" | "close" | "classifyFailure" | "connectionStats">>(
   base: B,
   accounts: AccountsPart,
-  books: BooksPart,
+  books: BookkeepingPart,
 ): B & Store {
   const composed: AccountStore & BookkeepingStore & AdministrationStore = {
     createOrganization: (input) => accounts.createOrganization(input),

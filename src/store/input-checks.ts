@@ -1,3 +1,4 @@
+import { MAX_PAGE_LIMIT } from "../domain/paging.ts";
 import { StoreInputError } from "./store-errors.ts";
 
 /**
@@ -51,5 +52,12 @@ export function checkPreviewOrg(orgId: string): void {
 export function checkHttpStatus(value: number, field: string): void {
   if (typeof value !== "number" || !Number.isInteger(value) || value < 100 || value > 599) {
     throw new StoreInputError(`${field} must be an HTTP status from 100 to 599`, field);
+  }
+}
+
+/** A page size: a whole number from 1 to MAX_PAGE_LIMIT (organizations, audit entries, usage records). */
+export function checkPageLimit(limit: number): void {
+  if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > MAX_PAGE_LIMIT) {
+    throw new StoreInputError(`limit must be a whole number from 1 to ${MAX_PAGE_LIMIT}`, "limit");
   }
 }

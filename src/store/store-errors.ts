@@ -1,8 +1,7 @@
 import { ServiceError } from "../domain/errors.ts";
 
 /**
- * Bad input from the caller of a Store (as opposed to a conflict with stored data, which is `StoreConflictError` in
- * store.ts): an `invalid_query` ServiceError naming the query field.
+ * Bad input from the caller of a Store: an `invalid_query` ServiceError (422) naming the query or record field.
  */
 export class StoreInputError extends ServiceError {
   constructor(
@@ -16,37 +15,22 @@ export class StoreInputError extends ServiceError {
 }
 
 /**
- * How a Store operation failed for reasons of the storage itself: `retryable` (others held what it needed; nothing
- * was committed and it can run again as it is), `unavailable` (busy, locked, disk full or failing, connection lost).
- * The API answers both with 503 and a retryable detail.
+ * A write that conflicts with stored data: a unique name or key is taken. The callers that can meet one map it to
+ * their own answer (the administrative operations: `name_taken`, 409). The ids the store is given are made by the
+ * service, so one that reaches the HTTP layer unmapped is the service's fault: `internal` (500, the catalogue's detail;
+ * the message, which may name stored values, is for the log and the CLI only).
  */
-export type StoreFailureKind = "retryable" | "unavailable";
-
-/** How one adapter reads its driver's errors: a kind for a storage failure of its own, else null. */
-export type DriverErrorClassifier = (err: unknown) => StoreFailureKind | null;
-
-const classifiers: DriverErrorClassifier[] = [];
-
-/** Called by each adapter when it is loaded: the port itself knows no driver's codes. */
-export function registerDriverErrors(classify: DriverErrorClassifier): void {
-  if (!classifiers.includes(classify)) classifiers.push(classify);
-}
-
-export function storeFailureKind(err: unknown): StoreFailureKind | null {
-  if (typeof err !== "object" || err === null) return null;
-  for (const classify of classifiers) {
-    const kind = classify(err);
-    if (kind !== null) return kind;
+export class StoreConflictError extends ServiceError {
+  constructor(message: string) {
+    super("internal", undefined, { message });
+    this.name = "StoreConflictError";
   }
-  return null;
 }
 
-/** True for failures of the storage itself, as opposed to bad input or a bug. */
-export function isStoreUnavailable(err: unknown): boolean {
-  return storeFailureKind(err) !== null;
-}
-
-/** True for a transaction that failed only because others held what it needed: it can be run again as it is. */
-export function isStoreRetryable(err: unknown): boolean {
-  return storeFailureKind(err) === "retryable";
-}
+/**
+ * How a Store call failed, as the store that made it reads its driver's error (`Store.classifyFailure`):
+ * `retryable` (others held what it needed; nothing was committed and it can run again as it is), `unavailable`
+ * (disk full or failing, read-only, connection lost), `other` (not a failure of the storage: bad input, a conflict,
+ * a bug). The API answers the first two with 503 `storage_unavailable`.
+ */
+export type StoreFailureKind = "retryable" | "unavailable" | "other";

@@ -1,69 +1,10 @@
-import type { ServiceMode } from "../contract/decision.ts";
-import type { AdministrationStore, AuditActor } from "./administration.ts";
-import type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult } from "./bookkeeping/commands.ts";
-
-export type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult } from "./bookkeeping/commands.ts";
-
-export interface Organization {
-  id: string;
-  name: string;
-  /** Paused pending billing review: every decision request gets 403. */
-  paused: boolean;
-  createdAtMs: number;
-}
-
-export interface ApiKeyRecord {
-  id: string;
-  orgId: string;
-  name: string | null;
-  /** sha256 of the whole raw key, lowercase hex. The raw key is never stored. */
-  hash: string;
-  createdAtMs: number;
-  revokedAtMs: number | null;
-}
-
-export type UsageSource = "api" | "playground";
-/** `in_flight` until the request's completion commits; every other outcome is final. */
-export type UsageOutcome = "in_flight" | "succeeded" | "model_error" | "context_rejected" | "reservation_expired" | "gateway_error";
-export type FinalOutcome = Exclude<UsageOutcome, "in_flight">;
-export const USAGE_OUTCOMES: readonly UsageOutcome[] = [
-  "in_flight",
-  "succeeded",
-  "model_error",
-  "context_rejected",
-  "reservation_expired",
-  "gateway_error",
-];
-
-/** One record per accepted decision request, written in flight at admission and made final at completion. */
-export interface UsageRecord {
-  requestId: string;
-  orgId: string;
-  keyId: string;
-  createdAtMs: number;
-  /** When the final outcome was written; null while in flight. */
-  completedAtMs: number | null;
-  source: UsageSource;
-  model: string;
-  mode: ServiceMode;
-  outcome: UsageOutcome;
-  /** The status the client was answered with; null while in flight and when no answer is known (completed by the sweep). */
-  httpStatus: number | null;
-  inputTokens: number;
-  outputTokens: number;
-  costMicrousd: number;
-  /** Model call time in ms, null when no model answer arrived. */
-  latencyMs: number | null;
-  gatewayLatencyMs: number;
-  /** Short error text for failed outcomes, null on success. */
-  errorDetail: string | null;
-  /** The model reported more tokens than the gateway reserved for (charged the reservation). */
-  overReservation: boolean;
-  /** The deployment (model service) that answered, or the last one tried; null while in flight or when none was. */
-  deployment: string | null;
-  /** Model service attempts made (more than 1 after a failover); 0 while in flight. */
-  attempts: number;
-}
+import type { AuditActor } from "../domain/audit.ts";
+import type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult, PurgeResult, SweepResult } from "../domain/bookkeeping.ts";
+import type { Balance, LedgerEntry, Reservation } from "../domain/credits.ts";
+import type { ApiKeyRecord, Organization } from "../domain/organizations.ts";
+import type { UsageOutcome, UsageRecord } from "../domain/usage-records.ts";
+import type { AdministrationStore } from "./administration.ts";
+import type { StoreFailureKind } from "./store-errors.ts";
 
 export interface UsageQuery {
   /** Inclusive lower bound of createdAtMs. */
@@ -81,75 +22,6 @@ export interface UsagePage {
   records: UsageRecord[];
   /** Present when more records follow (newest first). */
   nextCursor: string | null;
-}
-
-/** Credits of one organization in integer microUSD. Invariant: granted − spent = available + reserved. */
-export interface Balance {
-  available: number;
-  reserved: number;
-  /** Sum of settled costs. */
-  spent: number;
-  granted: number;
-}
-
-export type ReservationStatus = "pending" | "settled" | "released" | "expired";
-
-export interface Reservation {
-  id: string;
-  orgId: string;
-  requestId: string;
-  amountMicrousd: number;
-  status: ReservationStatus;
-  /** Charged amount once settled (≤ amountMicrousd); null otherwise. */
-  costMicrousd: number | null;
-  createdAtMs: number;
-  expiresAtMs: number;
-  resolvedAtMs: number | null;
-}
-
-export type LedgerKind = "grant" | "reserve" | "settle" | "release" | "expire";
-
-export interface LedgerEntry {
-  id: number;
-  orgId: string;
-  kind: LedgerKind;
-  reservationId: string | null;
-  availableDelta: number;
-  reservedDelta: number;
-  spentDelta: number;
-  grantedDelta: number;
-  createdAtMs: number;
-  note: string | null;
-}
-
-/** A response kept for an Idempotency-Key: replayed as is. */
-export interface StoredResponse {
-  status: number;
-  /** The JSON body text exactly as first sent. */
-  body: string;
-  requestId: string;
-}
-
-export class StoreConflictError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "StoreConflictError";
-  }
-}
-
-/** What one sweep pass did. */
-export interface SweepResult {
-  /** In-flight requests past their deadline, completed as `gateway_error` (their reservations expired). */
-  abandoned: number;
-  /** Pending reservations past their expiry that had no request in flight, expired. */
-  expired: number;
-}
-
-/** What one purge pass deleted. */
-export interface PurgeResult {
-  /** Idempotency entries of decision requests and of admin credit grants. */
-  idempotencyKeys: number;
-  previewCounters: number;
 }
 
 /** Organizations and their API keys: written by operators, read on every request. */
@@ -258,6 +130,12 @@ export interface WriteCheck {
 export interface Store extends AccountStore, BookkeepingStore, AdministrationStore {
   readonly dialect: "sqlite" | "postgres";
   close(): Promise<void>;
+  /**
+   * How an error thrown by one of this store's calls reads, from its own driver's codes: busy storage that can be run
+   * again, storage unavailable, or `other` (see StoreFailureKind). The group commit retries the first; the API
+   * answers both with 503.
+   */
+  classifyFailure(err: unknown): StoreFailureKind;
   /**
    * A cheap check that the database takes writes (nothing is committed), combined with what the latest writes met
    * (a full disk shows only there). A database found not writable is opened again when it can be (SQLite: a new

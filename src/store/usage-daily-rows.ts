@@ -1,4 +1,6 @@
-import type { UsageOutcome } from "./store.ts";
+import type { UsageOutcome } from "../domain/usage-records.ts";
+import { DAY_MS } from "../domain/utc-day.ts";
+import { USAGE_DAILY_COUNTS, type UsageDailyDelta, usageDaily } from "./schema/tables.ts";
 
 /**
  * The daily usage roll-up (table usage_daily, migration 007), the same in every dialect: one row per organization
@@ -7,43 +9,21 @@ import type { UsageOutcome } from "./store.ts";
  * these rows, never the records.
  */
 
-export const DAY_MS = 86_400_000;
+/** Re-exported for the store's modules that already import it from here. */
 
 /** The UTC midnight that starts the day of `ms` (created_at_ms is never negative). */
 export const dayStartOf = (ms: number): number => ms - (ms % DAY_MS);
 
-/** A change to one day's row; the counts are deltas (negative for the request that leaves in_flight). */
-export interface UsageDailyDelta {
-  orgId: string;
-  dayStartMs: number;
-  requests: number;
-  inFlight: number;
-  succeeded: number;
-  /** Every final outcome but succeeded. */
-  failed: number;
-  inputTokens: number;
-  outputTokens: number;
-  costMicrousd: number;
-}
-
-export const USAGE_DAILY_COLUMNS =
-  "org_id, day_start_ms, requests, in_flight, succeeded, failed, input_tokens, output_tokens, cost_microusd";
-export const USAGE_DAILY_PARAM_COUNT = 9;
+export type { UsageDailyDelta };
 
 /**
- * Adds deltas to their rows, creating a missing row at the delta: `rows` is a VALUES list or a SELECT of the nine
- * columns. On PostgreSQL the increments are applied to the row as it is when its lock is held, so concurrent
- * transactions of several instances add up.
+ * Adds deltas to their rows, creating a missing row at the delta: `rows` is a VALUES list or a SELECT of the
+ * description's columns (parameters from `usageDaily.params`). On PostgreSQL the increments are applied to the row as
+ * it is when its lock is held, so concurrent transactions of several instances add up.
  */
 export function addToUsageDaily(rows: string): string {
-  const add = ["requests", "in_flight", "succeeded", "failed", "input_tokens", "output_tokens", "cost_microusd"]
-    .map((c) => `${c} = usage_daily.${c} + excluded.${c}`)
-    .join(", ");
-  return `INSERT INTO usage_daily (${USAGE_DAILY_COLUMNS}) ${rows} ON CONFLICT (day_start_ms, org_id) DO UPDATE SET ${add}`;
-}
-
-export function usageDailyParams(d: UsageDailyDelta): unknown[] {
-  return [d.orgId, d.dayStartMs, d.requests, d.inFlight, d.succeeded, d.failed, d.inputTokens, d.outputTokens, d.costMicrousd];
+  const add = usageDaily.assign(USAGE_DAILY_COUNTS, (c) => `usage_daily.${c} + excluded.${c}`);
+  return `INSERT INTO usage_daily (${usageDaily.list()}) ${rows} ON CONFLICT (day_start_ms, org_id) DO UPDATE SET ${add}`;
 }
 
 /** Accumulates deltas, one per (organization, day). */

@@ -13,6 +13,7 @@ export const LAYERS: Layer[] = [
       "src/config-secret-files.ts",
       "src/database-url.ts",
       "src/private-files.ts",
+      "src/settings",
     ],
   },
   { name: "ports and adapters: storage, rate limits, model services", paths: ["src/store", "src/limits", "src/models"] },

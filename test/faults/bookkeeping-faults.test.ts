@@ -8,9 +8,9 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import type { AdmitCommand, CompleteCommand } from "../../src/domain/bookkeeping.ts";
 import type { ModelAnswerSet, ModelService } from "../../src/models/model-service.ts";
 import type { SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
-import type { AdmitCommand, CompleteCommand } from "../../src/store/store.ts";
 import { allUsage, assertLedgerMatches, eventually } from "../support/books.ts";
 import { errorBody, json } from "../support/contract-check.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";

@@ -1,6 +1,6 @@
 /**
  * The decision pipeline, admission and idempotency, imported directly and composed as src/app.ts composes them
- * (test/support/pipeline-harness.ts), on in-memory adapters: a SQLite :memory: store and its BatchedBooks, the
+ * (test/support/pipeline-harness.ts), on in-memory adapters: a SQLite :memory: store and its GroupCommit, the
  * in-process fake ModelService, a MemoryRateLimiter, and a FixedClock. No server, no socket, no real waiting.
  */
 import assert from "node:assert/strict";
@@ -8,10 +8,10 @@ import { createHash } from "node:crypto";
 import { afterEach, describe, test } from "node:test";
 import type { DecisionRequest, DecisionResponse } from "../../src/contract/decision.ts";
 import { ERROR_CATALOGUE, type ErrorCode, ServiceError } from "../../src/domain/errors.ts";
+import type { UsageOutcome } from "../../src/domain/usage-records.ts";
 import { utcDay } from "../../src/domain/utc-day.ts";
 import { IDEMPOTENCY_WINDOW_MS } from "../../src/gateway/admission.ts";
 import type { ModelErrorKind } from "../../src/models/model-service.ts";
-import type { UsageOutcome } from "../../src/store/store.ts";
 import { allUsage, assertLedgerMatches } from "../support/books.ts";
 import { ANSWER_MUTATIONS, MIXED_QUESTIONS } from "../support/fake-model-service.ts";
 import { openPipelineRig, type PipelineRig, type PipelineRigOptions } from "../support/pipeline-harness.ts";

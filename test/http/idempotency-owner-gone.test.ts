@@ -7,8 +7,8 @@
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import type { AdmitCommand } from "../../src/domain/bookkeeping.ts";
 import { ORPHANED_DETAIL } from "../../src/store/bookkeeping/programs.ts";
-import type { AdmitCommand } from "../../src/store/store.ts";
 import { assertLedgerMatches } from "../support/books.ts";
 import { sampleRequest, startGateway } from "../support/gateway-harness.ts";
 import { createTestDatabase } from "../support/postgres-db.ts";

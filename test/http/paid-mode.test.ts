@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
+import type { Balance } from "../../src/domain/credits.ts";
 import { formatUsd } from "../../src/domain/money.ts";
 import type { ModelService } from "../../src/models/model-service.ts";
 import { openSystemOneHttpService } from "../../src/models/systemone-http/systemone-http-service.ts";
-import type { Balance } from "../../src/store/store.ts";
 import { startFakeModelServer } from "../fixtures/fake-model-server.ts";
 import { assertLedgerMatches } from "../support/books.ts";
 import { assertShape, errorBody, json } from "../support/contract-check.ts";

@@ -5,16 +5,17 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
+import { StoreAdministration } from "../../src/admin/store-administration.ts";
 import { AdminUsageSummary } from "../../src/contract/admin.ts";
 import { type UsageDay, UsageSummaryResponse } from "../../src/contract/organization.ts";
 import { compileSchema } from "../../src/contract/validation.ts";
+import { DAY_MS } from "../../src/domain/utc-day.ts";
 import { json } from "../support/contract-check.ts";
 import { FixedClock } from "../support/fixed-clock.ts";
 import { type Gateway, sampleRequest, startGateway } from "../support/gateway-harness.ts";
 import { finalRecord, seedUsage } from "../support/usage-fixtures.ts";
 
 const ADMIN_TOKEN = "adm-Usage5ummary-9Lr4Tz8Kw1Nc6Hs3Bd5Fg0Jm";
-const DAY_MS = 86_400_000;
 const validSummary = compileSchema<UsageSummaryResponse>(UsageSummaryResponse);
 const validAdmin = compileSchema<AdminUsageSummary>(AdminUsageSummary);
 
@@ -187,6 +188,36 @@ describe("usage summaries: the organization's and the admin's agree", () => {
       fourteen.days.reduce((n: number, d: UsageDay) => n + d.requests, 0),
       4 + 1 + 2 + 1 + 1,
       "the 6th and the 21st of October are outside",
+    );
+  });
+
+  test("the administration on the database (the CLI's) gives the admin route's figures, the days with requests only", async () => {
+    const admin = await json(
+      await fetch(`${gw.url}/admin/v1/usage/summary?days=14`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }),
+    );
+    const operations = new StoreAdministration({
+      store: gw.store,
+      previewRequestLimit: 0,
+      nowMs: () => clock.nowMs(),
+      actor: { source: "cli", client: null, remoteAddress: null },
+    });
+    const summary = await operations.usageSummary(14);
+    assert.deepEqual([new Date(summary.fromMs).toISOString(), new Date(summary.toMs).toISOString()], [admin.from, admin.to]);
+    assert.deepEqual(
+      summary.days.map((d) => [
+        new Date(d.dayStartMs).toISOString().slice(0, 10),
+        d.requests,
+        d.inputTokens,
+        d.outputTokens,
+        d.costMicrousd,
+      ]),
+      (admin.days as (UsageDay & Sums)[])
+        .filter((d) => d.requests > 0)
+        .map((d) => [d.date, d.requests, d.input_tokens, d.output_tokens, d.cost_microusd]),
+    );
+    assert.deepEqual(
+      summary.organizations.map((o) => [o.orgId, o.name, o.requests, o.costMicrousd]),
+      (admin.organizations as (Sums & { id: string; name: string })[]).map((o) => [o.id, o.name, o.requests, o.cost_microusd]),
     );
   });
 });

@@ -5,7 +5,6 @@ import { loadConfig } from "../../src/config.ts";
 import { DEFAULT_EMBEDDED_MODEL } from "../../src/config-defaults.ts";
 import { engineKey } from "../../src/config-models.ts";
 import { ENGINE_NOT_INSTALLED, ENGINE_PACKAGE, isEnginePackageMissing } from "../../src/models/llama/engine-absent.ts";
-import { engineStatusOf } from "../../src/models/llama/engine-status.ts";
 import { type ModelService, ModelServiceError } from "../../src/models/model-service.ts";
 import { openEngines } from "../../src/models/open-model-service.ts";
 import { recordingLogger } from "../fixtures/gguf/tiny-model.ts";
@@ -51,7 +50,7 @@ describe("the embedded engine not installed", () => {
     const engines = await openEngines(loadConfig({}), logger, withoutEngine);
     const [[key, engine]] = [...engines] as [[string, ModelService]];
     assert.equal(key, engineKey(DEFAULT_EMBEDDED_MODEL.name, 0));
-    assert.deepEqual(engineStatusOf(engine), { state: "not_installed", detail: ENGINE_NOT_INSTALLED });
+    assert.deepEqual(engine.status?.(), { state: "not_installed", detail: ENGINE_NOT_INSTALLED });
     await assert.rejects(engine.decide({ model: "m", state: null, questions: {} }, { timeoutMs: 1000 }), (err: unknown) => {
       assert.ok(err instanceof ModelServiceError);
       assert.equal(err.kind, "not_ready");

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { ConfigError, loadConfig } from "../../src/config.ts";
-import type { EngineStatus } from "../../src/models/llama/engine-status.ts";
+import type { EngineStatus } from "../../src/models/model-service.ts";
 import { correctedUrlWarnings } from "../../src/startup/model-service-urls.ts";
 import { startupSummary } from "../../src/startup/summary.ts";
 import { type FakeModelServer, startFakeModelServer } from "../fixtures/fake-model-server.ts";

@@ -21,13 +21,15 @@ import pg from "pg";
 import { runCli } from "../../src/cli/cli.ts";
 import { isPostgresUrl } from "../../src/database-url.ts";
 import { hashApiKey } from "../../src/domain/api-keys.ts";
+import type { AdmitCommand, AdmitResult, CompleteResult } from "../../src/domain/bookkeeping.ts";
 import { migrationReportOf, openStore } from "../../src/store/open-store.ts";
+import { postgresUsageListQuery } from "../../src/store/postgres/postgres-bookkeeping.ts";
 import { connectionSettings, parseBigint } from "../../src/store/postgres/postgres-connection.ts";
+import { postgresFailureKind } from "../../src/store/postgres/postgres-errors.ts";
 import { MIGRATION_LOCK_KEY, POSTGRES_MIGRATIONS_DIR, readPostgresMigrations } from "../../src/store/postgres/postgres-migrations.ts";
 import { openPostgresStore, type PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres/postgres-store.ts";
-import { postgresUsageListQuery } from "../../src/store/postgres/postgres-usage.ts";
-import type { AdmitCommand, AdmitResult, CompleteResult, UsageQuery } from "../../src/store/store.ts";
-import { isStoreUnavailable, StoreInputError } from "../../src/store/store-errors.ts";
+import type { UsageQuery } from "../../src/store/store.ts";
+import { StoreInputError } from "../../src/store/store-errors.ts";
 import { encodeUsageCursor } from "../../src/store/usage-cursor.ts";
 import { admission, checkBalanceInvariants, completion, describeStoreContract, recordUsage, usageRecord } from "./store-contract.ts";
 
@@ -348,7 +350,7 @@ function definePostgresTests(): void {
             const code = (err as { code?: string }).code;
             seen.push(code ?? (err as Error).message);
             assert.ok(
-              isStoreUnavailable(err) || /Connection terminated/.test((err as Error).message),
+              store.classifyFailure(err) !== "other" || /Connection terminated/.test((err as Error).message),
               `a connection failure, not another error: ${String(err)}`,
             );
           }
@@ -377,7 +379,7 @@ function definePostgresTests(): void {
         const call = admitOne(store, paidAdmission("r1", "org_1", 10));
         const failed = assert.rejects(call, (err) => {
           assert.equal((err as { code?: string }).code, "57P01");
-          assert.equal(isStoreUnavailable(err), true);
+          assert.equal(store.classifyFailure(err), "unavailable");
           return true;
         });
         const pid = await waitFor(
@@ -473,12 +475,12 @@ function definePostgresTests(): void {
       }
     });
 
-    it("a server that refuses connections gives ECONNREFUSED, which isStoreUnavailable recognises", async () => {
+    it("a server that refuses connections gives ECONNREFUSED, which the adapter reads as storage unavailable", async () => {
       const url = new URL(BASE_URL);
       url.port = "1";
       await assert.rejects(openPostgresStore(url.toString()), (err) => {
         assert.equal((err as { code?: string }).code, "ECONNREFUSED");
-        assert.equal(isStoreUnavailable(err), true);
+        assert.equal(postgresFailureKind(err), "unavailable");
         return true;
       });
     });

@@ -87,10 +87,9 @@ const MODULE = (path: string) => JSON.stringify(fileURLToPath(new URL(`../../src
 async function admitInProcesses(count: number, path: string, waves: number, amount: number): Promise<number[]> {
   const code = (worker: number) => `
     const { openSqliteStore, SERVING_SQLITE } = await import(${MODULE("sqlite/sqlite-store.ts")});
-    const { BatchedBooks } = await import(${MODULE("batched-books.ts")});
-    const { isStoreRetryable, isStoreUnavailable } = await import(${MODULE("store-errors.ts")});
+    const { GroupCommit } = await import(${MODULE("group-commit.ts")});
     const store = openSqliteStore(${JSON.stringify(path)}, SERVING_SQLITE);
-    const books = new BatchedBooks(store, { retryable: isStoreRetryable, unavailable: isStoreUnavailable, waitMs: 30000 });
+    const books = new GroupCommit(store, { waitMs: 30000 });
     ${READY}
     let admitted = 0;
     for (let wave = 0; wave < ${waves}; wave++) {
@@ -507,7 +506,7 @@ describe("SQLite store", () => {
       const inFlight = queryPlan(store, only(/FROM usage_records WHERE outcome = 'in_flight' AND created_at_ms </), 1000, 10);
       assert.match(inFlight, /SEARCH usage_records USING INDEX usage_records_in_flight \(created_at_ms<\?\)/, inFlight);
       assert.doesNotMatch(inFlight, /TEMP B-TREE/, inFlight);
-      const due = queryPlan(store, only(/FROM reservations r WHERE status = 'pending' AND expires_at_ms <=/), 1000, 10);
+      const due = queryPlan(store, only(/FROM reservations r WHERE r.status = 'pending' AND r.expires_at_ms <=/), 1000, 10);
       assert.match(due, /SEARCH r USING INDEX reservations_by_status_expiry \(status=\? AND expires_at_ms<\?\)/, due);
       assert.match(due, /SEARCH u USING INDEX sqlite_autoindex_usage_records_1 \(request_id=\?\)/, due);
       assert.doesNotMatch(due, /TEMP B-TREE|SCAN/, due);
@@ -699,6 +698,7 @@ describe("SQLite migrations", () => {
         "administration",
         "usage_daily",
         "instance_leases",
+        "organization_name_keys",
       ],
     );
   });

@@ -12,29 +12,17 @@ import assert from "node:assert/strict";
 import { afterEach, beforeEach, describe, it } from "node:test";
 import fc from "fast-check";
 import { hashApiKey } from "../../src/domain/api-keys.ts";
-import { ADMIN_IDEMPOTENCY_TTL_MS, type AuditActor, type AuditEntry, type OrganizationPage } from "../../src/store/administration.ts";
-import { MAX_KEPT_RESPONSE_BYTES } from "../../src/store/bookkeeping/commands.ts";
+import type { AuditActor, AuditEntry } from "../../src/domain/audit.ts";
+import type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult, StoredResponse } from "../../src/domain/bookkeeping.ts";
+import { MAX_KEPT_RESPONSE_BYTES } from "../../src/domain/bookkeeping.ts";
+import type { Balance, LedgerEntry, Reservation, ReservationStatus } from "../../src/domain/credits.ts";
+import type { FinalOutcome, UsageOutcome, UsageRecord } from "../../src/domain/usage-records.ts";
+import { ADMIN_IDEMPOTENCY_TTL_MS, type OrganizationPage } from "../../src/store/administration.ts";
 import { ABANDONED_DETAIL, EXPIRED_DETAIL } from "../../src/store/bookkeeping/programs.ts";
 import type { PostgresStore } from "../../src/store/postgres/postgres-store.ts";
 import type { SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
-import {
-  type AdmitCommand,
-  type AdmitResult,
-  type Balance,
-  type CompleteCommand,
-  type CompleteResult,
-  type FinalOutcome,
-  type LedgerEntry,
-  type Reservation,
-  type ReservationStatus,
-  type Store,
-  StoreConflictError,
-  type StoredResponse,
-  type UsageOutcome,
-  type UsageQuery,
-  type UsageRecord,
-} from "../../src/store/store.ts";
-import { StoreInputError } from "../../src/store/store-errors.ts";
+import type { Store, UsageQuery } from "../../src/store/store.ts";
+import { StoreConflictError, StoreInputError } from "../../src/store/store-errors.ts";
 
 const OUTCOMES: UsageOutcome[] = ["in_flight", "succeeded", "model_error", "context_rejected", "reservation_expired", "gateway_error"];
 export const T0 = 1_767_225_600_000; // 2026-01-01T00:00:00Z

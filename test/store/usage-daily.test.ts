@@ -15,17 +15,22 @@ import { join } from "node:path";
 import { after, describe, it } from "node:test";
 import Database from "better-sqlite3";
 import pg from "pg";
-import { utcDay } from "../../src/domain/utc-day.ts";
+import type { AdmitCommand, CompleteCommand } from "../../src/domain/bookkeeping.ts";
+import type { FinalOutcome } from "../../src/domain/usage-records.ts";
+import { DAY_MS, utcDay } from "../../src/domain/utc-day.ts";
 import { readMigrations } from "../../src/store/migration-files.ts";
 import { applyPostgresMigrations, readPostgresMigrations } from "../../src/store/postgres/postgres-migrations.ts";
 import { openPostgresStore, type PostgresStore } from "../../src/store/postgres/postgres-store.ts";
 import { applyMigrations, SQLITE_MIGRATIONS_DIR } from "../../src/store/sqlite/migrations.ts";
 import { openSqliteStore, type SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
-import type { AdmitCommand, CompleteCommand, FinalOutcome, Store } from "../../src/store/store.ts";
-import { DAY_MS } from "../../src/store/usage-daily-rows.ts";
-import { USAGE_COLUMNS } from "../../src/store/usage-rows.ts";
+import type { Store } from "../../src/store/store.ts";
 import { mulberry32 } from "../support/seeded-random.ts";
 import { admission, completion, T0 } from "./store-contract.ts";
+
+/** The usage_records columns as migration 006 left them (the records of an older version). */
+const USAGE_COLUMNS_006 =
+  "request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens, output_tokens, " +
+  "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation, completed_at_ms, deployment, attempts";
 
 const BASE_URL = process.env.TDS_TEST_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SKIP_POSTGRES = process.env.TDS_SKIP_POSTGRES === "1";
@@ -296,7 +301,7 @@ describe("usage_daily: migration 007 on SQLite", () => {
         old,
         readMigrations(SQLITE_MIGRATIONS_DIR).filter((m) => m.version < 7),
       );
-      const insert = old.prepare(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${Array(19).fill("?").join(", ")})`);
+      const insert = old.prepare(`INSERT INTO usage_records (${USAGE_COLUMNS_006}) VALUES (${Array(19).fill("?").join(", ")})`);
       for (const r of OLD_RECORDS) insert.run(...oldRecordParams(r, 0));
     } finally {
       old.close();
@@ -452,7 +457,7 @@ function definePostgresTests(): void {
         for (const r of OLD_RECORDS) {
           const params = oldRecordParams(r, false);
           await client.query(
-            `INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${params.map((_, i) => `$${i + 1}`).join(", ")})`,
+            `INSERT INTO usage_records (${USAGE_COLUMNS_006}) VALUES (${params.map((_, i) => `$${i + 1}`).join(", ")})`,
             params,
           );
         }

@@ -2,7 +2,9 @@
  * Money and quota invariants checked after each injected fault (shared by the fault suite).
  */
 import assert from "node:assert/strict";
-import type { Balance, Store, UsageRecord } from "../../src/store/store.ts";
+import type { Balance } from "../../src/domain/credits.ts";
+import type { UsageRecord } from "../../src/domain/usage-records.ts";
+import type { Store } from "../../src/store/store.ts";
 
 /** The ledger sums to the balance; granted − spent = available + reserved; nothing negative. */
 export async function assertLedgerMatches(store: Store, orgId: string): Promise<Balance> {

@@ -1,15 +1,17 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
+import ts from "typescript";
 
 /** One relative import of a source file, as a path from the repository root. */
 export interface ImportEdge {
   from: string;
   to: string;
-  /** `import type` (erased at run time) still counts: a type from a higher layer is a dependency on it. */
   line: number;
+  /** How the file imports it: `import type` (erased at run time) still counts, a type from a higher layer is a dependency on it. */
+  form: ImportForm;
 }
 
-const IMPORT = /(?:^|\s)(?:import|export)\s[^;]*?from\s+["'](\.{1,2}\/[^"']+)["']|import\(\s*["'](\.{1,2}\/[^"']+)["']\s*\)/g;
+export type ImportForm = "import" | "import type" | "side effect" | "export from" | "dynamic import" | "import type()" | "require";
 
 function sourceFiles(dir: string): string[] {
   return readdirSync(dir, { withFileTypes: true }).flatMap((e) => {
@@ -18,15 +20,45 @@ function sourceFiles(dir: string): string[] {
   });
 }
 
+/**
+ * Every module a file names, in whatever form: `import … from`, `import type`, `import "x"` (for its side effects),
+ * `export … from`, `import("x")`, the type `import("x").T`, `import x = require("x")` and `require("x")`. Read from
+ * the syntax tree, so that a form spread over lines counts and a comment or a string that only looks like one does not.
+ */
+export function moduleReferences(fileName: string, text: string): Array<{ specifier: string; line: number; form: ImportForm }> {
+  const source = ts.createSourceFile(fileName, text, ts.ScriptTarget.Latest, true, ts.ScriptKind.TS);
+  const found: Array<{ specifier: string; line: number; form: ImportForm }> = [];
+  const add = (node: ts.Node, specifier: ts.Node | undefined, form: ImportForm) => {
+    if (specifier === undefined || !ts.isStringLiteralLike(specifier)) return;
+    found.push({ specifier: specifier.text, line: source.getLineAndCharacterOfPosition(node.getStart(source)).line + 1, form });
+  };
+  const visit = (node: ts.Node): void => {
+    if (ts.isImportDeclaration(node)) {
+      const clause = node.importClause;
+      add(node, node.moduleSpecifier, clause === undefined ? "side effect" : clause.isTypeOnly ? "import type" : "import");
+    } else if (ts.isExportDeclaration(node)) {
+      add(node, node.moduleSpecifier, "export from");
+    } else if (ts.isImportEqualsDeclaration(node) && ts.isExternalModuleReference(node.moduleReference)) {
+      add(node, node.moduleReference.expression, "require");
+    } else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument)) {
+      add(node, node.argument.literal, "import type()");
+    } else if (ts.isCallExpression(node)) {
+      if (node.expression.kind === ts.SyntaxKind.ImportKeyword) add(node, node.arguments[0], "dynamic import");
+      else if (ts.isIdentifier(node.expression) && node.expression.text === "require") add(node, node.arguments[0], "require");
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(source);
+  return found;
+}
+
 /** Every relative import between the TypeScript files under `root/src` (paths relative to `root`). */
 export function importGraph(root: string): ImportEdge[] {
   const edges: ImportEdge[] = [];
   for (const file of sourceFiles(join(root, "src"))) {
-    const text = readFileSync(file, "utf8");
-    for (const match of text.matchAll(IMPORT)) {
-      const target = match[1] ?? match[2]!;
-      const line = text.slice(0, match.index).split("\n").length;
-      edges.push({ from: relative(root, file), to: relative(root, resolve(dirname(file), target)), line });
+    for (const { specifier, line, form } of moduleReferences(file, readFileSync(file, "utf8"))) {
+      if (!specifier.startsWith("./") && !specifier.startsWith("../")) continue;
+      edges.push({ from: relative(root, file), to: relative(root, resolve(dirname(file), specifier)), line, form });
     }
   }
   return edges;

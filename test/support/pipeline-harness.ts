@@ -1,6 +1,6 @@
 /**
  * The decision pipeline without a server: composed as src/app.ts composes it (ModelRegistry over the model services,
- * BatchedBooks over the store, AdmissionPolicy, DecisionPipeline, the per-minute RateLimiter), on in-memory adapters —
+ * GroupCommit over the store, AdmissionPolicy, DecisionPipeline, the per-minute RateLimiter), on in-memory adapters —
  * a SQLite `:memory:` store, the in-process fake ModelService, a MemoryRateLimiter — and a FixedClock.
  */
 import { createHash } from "node:crypto";
@@ -8,6 +8,8 @@ import type { FastifyReply, FastifyRequest } from "fastify";
 import { type Config, loadConfig } from "../../src/config.ts";
 import type { DecisionRequest } from "../../src/contract/decision.ts";
 import { generateApiKey, newOrganizationId } from "../../src/domain/api-keys.ts";
+import type { Organization } from "../../src/domain/organizations.ts";
+import type { UsageSource } from "../../src/domain/usage-records.ts";
 import { AdmissionPolicy } from "../../src/gateway/admission.ts";
 import { DecisionPipeline, type DecisionReply } from "../../src/gateway/decision-pipeline.ts";
 import type { ModelFailureReport } from "../../src/gateway/model-failure-report.ts";
@@ -15,11 +17,10 @@ import { ModelRegistry } from "../../src/gateway/model-registry.ts";
 import type { DecisionObserver } from "../../src/gateway/observer.ts";
 import { rateLimit } from "../../src/http/rate-limit.ts";
 import { MemoryRateLimiter } from "../../src/limits/memory-rate-limiter.ts";
-import { BatchedBooks } from "../../src/store/batched-books.ts";
+import { GroupCommit } from "../../src/store/group-commit.ts";
 import { openStore } from "../../src/store/open-store.ts";
 import { SERVING_SQLITE } from "../../src/store/sqlite/sqlite-store.ts";
-import type { Organization, Store, UsageSource } from "../../src/store/store.ts";
-import { isStoreRetryable, isStoreUnavailable } from "../../src/store/store-errors.ts";
+import type { Store } from "../../src/store/store.ts";
 import { createFakeModelService, type FakeModelService, type FakeModelServiceOptions } from "./fake-model-service.ts";
 import { FixedClock } from "./fixed-clock.ts";
 
@@ -35,7 +36,7 @@ export interface PipelineRig {
   config: Config;
   clock: FixedClock;
   store: Store;
-  books: BatchedBooks;
+  books: GroupCommit;
   registry: ModelRegistry;
   admission: AdmissionPolicy;
   pipeline: DecisionPipeline;
@@ -111,7 +112,7 @@ export async function openPipelineRig(options: PipelineRigOptions = {}): Promise
     router: { failureThreshold: Number.MAX_SAFE_INTEGER, healthCheckIntervalMs: null },
   });
   registry.start();
-  const books = new BatchedBooks(store, { retryable: isStoreRetryable, unavailable: isStoreUnavailable });
+  const books = new GroupCommit(store);
   const admission = new AdmissionPolicy({ books, clock, config, observer });
   const limiter = new MemoryRateLimiter(clock);
   const decisionLimit = rateLimit({

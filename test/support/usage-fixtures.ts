@@ -1,8 +1,10 @@
+import type { UsageRecord } from "../../src/domain/usage-records.ts";
 import type { PostgresStore } from "../../src/store/postgres/postgres-store.ts";
+import { postgres, sqlite } from "../../src/store/schema/table.ts";
+import { USAGE_RECORD_FIELDS, usageDaily, usageRecords } from "../../src/store/schema/tables.ts";
 import type { SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
-import type { Store, UsageRecord } from "../../src/store/store.ts";
-import { addToUsageDaily, USAGE_DAILY_PARAM_COUNT, UsageDailyDeltas, usageDailyParams } from "../../src/store/usage-daily-rows.ts";
-import { USAGE_COLUMNS } from "../../src/store/usage-rows.ts";
+import type { Store } from "../../src/store/store.ts";
+import { addToUsageDaily, UsageDailyDeltas } from "../../src/store/usage-daily-rows.ts";
 
 /**
  * Writes usage records as they are (any outcome, cost and time) straight into the table, and counts them in the daily
@@ -17,36 +19,21 @@ export type SeedRecord = Omit<UsageRecord, "completedAtMs" | "deployment" | "att
 };
 
 export async function seedUsage(store: Store, records: SeedRecord[]): Promise<void> {
-  const values = (r: SeedRecord, flag: unknown) => [
-    r.requestId,
-    r.orgId,
-    r.keyId,
-    r.createdAtMs,
-    r.source,
-    r.model,
-    r.mode,
-    r.outcome,
-    r.httpStatus,
-    r.inputTokens,
-    r.outputTokens,
-    r.costMicrousd,
-    r.latencyMs,
-    r.gatewayLatencyMs,
-    r.errorDetail,
-    flag,
-    r.completedAtMs === undefined ? r.createdAtMs : r.completedAtMs,
-    r.deployment ?? null,
-    r.attempts ?? 0,
-  ];
+  const stored = (r: SeedRecord): UsageRecord => ({
+    ...r,
+    completedAtMs: r.completedAtMs === undefined ? r.createdAtMs : r.completedAtMs,
+    deployment: r.deployment ?? null,
+    attempts: r.attempts ?? 0,
+  });
   const daily = new UsageDailyDeltas();
   for (const r of records) daily.addRecord(r);
   if (store.dialect === "sqlite") {
     const db = (store as SqliteStore).db;
-    const insert = db.prepare(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${Array(19).fill("?").join(", ")})`);
-    const addDaily = db.prepare(addToUsageDaily(`VALUES (${Array(USAGE_DAILY_PARAM_COUNT).fill("?").join(", ")})`));
+    const insert = db.prepare(sqlite.insert(usageRecords, USAGE_RECORD_FIELDS));
+    const addDaily = db.prepare(addToUsageDaily(`VALUES (${sqlite.placeholders(usageDaily.fields.length)})`));
     const insertAll = db.transaction(() => {
-      for (const r of records) insert.run(...values(r, r.overReservation ? 1 : 0));
-      for (const d of daily.list()) addDaily.run(...usageDailyParams(d));
+      for (const r of records) insert.run(...usageRecords.params(sqlite, stored(r), USAGE_RECORD_FIELDS));
+      for (const d of daily.list()) addDaily.run(...usageDaily.params(sqlite, d));
     });
     // The serving connection does not wait for locks (busy_timeout 0), and the checkpoint thread may hold the write
     // lock for a moment (a RESTART checkpoint after many writes): wait as the gateway's own writes do.
@@ -60,14 +47,13 @@ export async function seedUsage(store: Store, records: SeedRecord[]): Promise<vo
     }
   }
   const pool = (store as PostgresStore).pool;
-  const placeholders = (n: number) => Array.from({ length: n }, (_, i) => `$${i + 1}`).join(", ");
   const client = await pool.connect();
   try {
     await client.query("BEGIN");
-    for (const r of records)
-      await client.query(`INSERT INTO usage_records (${USAGE_COLUMNS}) VALUES (${placeholders(19)})`, values(r, r.overReservation));
+    const insert = `INSERT INTO usage_records (${usageRecords.list(USAGE_RECORD_FIELDS)}) VALUES (${postgres.placeholders(USAGE_RECORD_FIELDS.length)})`;
+    for (const r of records) await client.query(insert, usageRecords.params(postgres, stored(r), USAGE_RECORD_FIELDS));
     for (const d of daily.list())
-      await client.query(addToUsageDaily(`VALUES (${placeholders(USAGE_DAILY_PARAM_COUNT)})`), usageDailyParams(d));
+      await client.query(addToUsageDaily(`VALUES (${postgres.placeholders(usageDaily.fields.length)})`), usageDaily.params(postgres, d));
     await client.query("COMMIT");
   } catch (err) {
     await client.query("ROLLBACK").catch(() => undefined);

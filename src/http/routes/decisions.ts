@@ -2,10 +2,12 @@ import { Type } from "@sinclair/typebox";
 import type { FastifyInstance, onRequestHookHandler } from "fastify";
 import { DecisionRequest, DecisionResponse } from "../../contract/decision.ts";
 import { boundDecisionRequest } from "../../contract/decision-bound.ts";
+import { IdempotencyKeyHeader } from "../../contract/headers.ts";
 import { compileBoundedSchema, compileSchema } from "../../contract/validation.ts";
 import type { ErrorCode } from "../../domain/errors.ts";
+import type { UsageSource } from "../../domain/usage-records.ts";
 import type { DecisionPipeline } from "../../gateway/decision-pipeline.ts";
-import type { Store, UsageSource } from "../../store/store.ts";
+import type { Store } from "../../store/store.ts";
 import { authenticate, authOf } from "../auth.ts";
 import { API_KEY_ERRORS, errorResponses } from "../error-responses.ts";
 import type { InFlight } from "../in-flight.ts";
@@ -36,14 +38,8 @@ const DECISION_ERRORS: ErrorCode[] = [
 ];
 
 const DecisionHeaders = Type.Object({
-  "idempotency-key": Type.Optional(
-    Type.String({
-      minLength: 1,
-      maxLength: 255,
-      pattern: "^[\\x21-\\x7E]+$",
-      description:
-        "Optional. The same key with the same body within 24 h replays the first 200 response (Idempotent-Replayed: true) without a second charge",
-    }),
+  "idempotency-key": IdempotencyKeyHeader(
+    "Optional. The same key with the same body within 24 h replays the first 200 response (Idempotent-Replayed: true) without a second charge",
   ),
   "x-tds-source": Type.Optional(
     Type.String({ description: '"playground" marks Playground requests; they share every quota with the API' }),

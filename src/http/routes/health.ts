@@ -1,10 +1,8 @@
 import type { FastifyBaseLogger, FastifyInstance } from "fastify";
-import { IN_PROCESS } from "../../config-models.ts";
 import { ERROR_CATALOGUE, ServiceError } from "../../domain/errors.ts";
 import { modelServiceFailure } from "../../gateway/model-failure.ts";
 import { ModelLookupFailed, type ModelRegistry } from "../../gateway/model-registry.ts";
-import { type EngineStatus, engineStatusOf } from "../../models/llama/engine-status.ts";
-import { type ModelService, ModelServiceError } from "../../models/model-service.ts";
+import { type EngineStatus, ModelServiceError } from "../../models/model-service.ts";
 import type { Store, Writability, WriteCheck } from "../../store/store.ts";
 
 const CHECK_TIMEOUT_MS = 2000;
@@ -133,26 +131,15 @@ function engineJson(s: EngineStatus): EngineJson {
   };
 }
 
-/** Each model's engine status, by model (a model has at most one in-process deployment). */
-function engineStatuses(engines: ReadonlyMap<string, ModelService>): Map<string, EngineStatus> {
-  const byModel = new Map<string, EngineStatus>();
-  for (const [key, service] of engines) {
-    const status = engineStatusOf(service);
-    if (status) byModel.set(key.replace(/#\d+$/, ""), status);
-  }
-  return byModel;
-}
-
 /**
  * Per model: "ok" (every deployment healthy), "degraded" (some), or "unavailable" (none takes calls). An in-process
- * deployment takes calls only once its engine is ready.
+ * deployment takes calls only once its engine is ready (a model has at most one).
  */
-function modelStates(registry: ModelRegistry, engines: ReadonlyMap<string, ModelService>): Record<string, ModelState> {
-  const statuses = engineStatuses(engines);
+function modelStates(registry: ModelRegistry): Record<string, ModelState> {
   const out: Record<string, ModelState> = {};
   for (const m of registry.health()) {
-    const engine = statuses.get(m.model);
-    const takesCalls = (d: { name: string }) => d.name !== IN_PROCESS || engine === undefined || engine.state === "ready";
+    const engine = m.deployments.find((d) => d.engine)?.engine;
+    const takesCalls = (d: { engine?: EngineStatus }) => d.engine === undefined || d.engine.state === "ready";
     const healthy = m.deployments.filter((d) => d.state === "healthy" && takesCalls(d)).length;
     const usable = m.usable && m.deployments.some((d) => d.state !== "cooling_down" && takesCalls(d));
     const state = !usable ? "unavailable" : healthy === m.deployments.length ? "ok" : "degraded";
@@ -167,10 +154,7 @@ function modelStates(registry: ModelRegistry, engines: ReadonlyMap<string, Model
  * every model has a deployment that takes calls (503 otherwise, naming the failing part in fixed words), with each
  * model's state (and its in-process engine's while that is not ready).
  */
-export function healthRoutes(
-  app: FastifyInstance,
-  deps: { store: Store; registry: ModelRegistry; engines?: ReadonlyMap<string, ModelService> | undefined },
-) {
+export function healthRoutes(app: FastifyInstance, deps: { store: Store; registry: ModelRegistry }) {
   const reportDatabase = reporter<Exclude<Writability, "ok">>(app.log, {
     failing: (state) => DATABASE_FAILING[state],
     recovered: "the database takes writes again",
@@ -193,7 +177,7 @@ export function healthRoutes(
     if (listed === null) reportList("ok", undefined);
     else reportList(isEngineState(listed) ? "engine_not_ready" : "failing", listReason(listed));
     const database = DATABASE_STATES[written.state];
-    const models = modelStates(deps.registry, deps.engines ?? new Map());
+    const models = modelStates(deps.registry);
     const down = Object.entries(models)
       .filter(([, m]) => m.state === "unavailable")
       .map(([name]) => name);

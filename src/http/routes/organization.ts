@@ -2,13 +2,14 @@ import type { FastifyInstance, onRequestHookHandler } from "fastify";
 import type { Config } from "../../config.ts";
 import { OrganizationResponse, UsageSummaryQuery, UsageSummaryResponse } from "../../contract/organization.ts";
 import type { Clock } from "../../domain/clock.ts";
-import { formatUsd } from "../../domain/money.ts";
-import { msUntilUtcMidnight, utcDay } from "../../domain/utc-day.ts";
-import { summaryDays, usageSummary } from "../../gateway/usage-summary.ts";
+import { previewUse } from "../../gateway/preview-use.ts";
+import { usageSummary } from "../../gateway/usage-summary.ts";
+import { creditsJson, previewQuotaJson } from "../../presentation/organization-json.ts";
 import { usageSummaryJson } from "../../presentation/usage-summary-json.ts";
 import type { Store } from "../../store/store.ts";
 import { authenticate, authOf } from "../auth.ts";
 import { API_KEY_ERRORS, errorResponses } from "../error-responses.ts";
+import { summaryDays } from "../query.ts";
 
 export interface OrganizationRouteDeps {
   config: Pick<Config, "serviceMode" | "limits">;
@@ -39,39 +40,16 @@ export function organizationRoutes(app: FastifyInstance, deps: OrganizationRoute
     },
     async (request): Promise<OrganizationResponse> => {
       const { org } = authOf(request);
-      const now = clock.nowMs();
       const paid = config.serviceMode === "paid";
-      let balance: OrganizationResponse["balance"] = null;
-      let preview: OrganizationResponse["preview"] = null;
-      if (paid) {
-        const b = await store.getBalance(org.id);
-        balance = {
-          available_microusd: b.available,
-          available_usd: formatUsd(b.available),
-          reserved_microusd: b.reserved,
-          reserved_usd: formatUsd(b.reserved),
-          spent_microusd: b.spent,
-          spent_usd: formatUsd(b.spent),
-        };
-      } else {
-        const day = utcDay(now);
-        const used = (await store.previewUsage(org.id, day)).org;
-        const limit = config.limits.previewRequestLimit;
-        preview = {
-          date: day,
-          used,
-          limit,
-          remaining: Math.max(0, limit - used),
-          resets_at: new Date(now + msUntilUtcMidnight(now)).toISOString(),
-        };
-      }
       return {
         id: org.id,
         name: org.name,
         service_mode: config.serviceMode,
         paused: org.paused,
-        balance,
-        preview,
+        balance: paid ? creditsJson(await store.getBalance(org.id)) : null,
+        preview: paid
+          ? null
+          : previewQuotaJson(await previewUse(store, { orgId: org.id, limit: config.limits.previewRequestLimit, nowMs: clock.nowMs() })),
         rate_limit: { requests_per_minute: config.limits.requestsPerMinute },
       };
     },

@@ -3,36 +3,10 @@ import type { FastifyInstance, onRequestHookHandler } from "fastify";
 import { UsageListQuery, UsagePageJson, UsageRecordJson } from "../../contract/usage.ts";
 import { ServiceError } from "../../domain/errors.ts";
 import { usageRecordJson } from "../../presentation/usage-json.ts";
-import type { Store, UsageQuery } from "../../store/store.ts";
+import type { Store } from "../../store/store.ts";
 import { authenticate, authOf } from "../auth.ts";
 import { API_KEY_ERRORS, errorResponses } from "../error-responses.ts";
-
-const DEFAULT_PAGE = 50;
-
-function parseTime(name: string, text: string | undefined): number | undefined {
-  if (text === undefined) return undefined;
-  const ms = Date.parse(text);
-  if (!Number.isFinite(ms))
-    throw new ServiceError("invalid_query", undefined, {
-      errors: [{ field: `query.${name}`, message: "must be an ISO-8601 time such as 2026-11-26T00:00:00Z" }],
-    });
-  return ms;
-}
-
-/** The store query of GET …/usage's query string (limit, from, to, outcome, cursor), or a 422 naming the field. */
-export function usageQuery(q: UsageListQuery): UsageQuery {
-  const limit = q.limit === undefined ? DEFAULT_PAGE : Number(q.limit);
-  if (limit < 1 || limit > 200)
-    throw new ServiceError("invalid_query", undefined, { errors: [{ field: "query.limit", message: "must be from 1 to 200" }] });
-  const query: UsageQuery = { limit };
-  const fromMs = parseTime("from", q.from);
-  const toMs = parseTime("to", q.to);
-  if (fromMs !== undefined) query.fromMs = fromMs;
-  if (toMs !== undefined) query.toMs = toMs;
-  if (q.outcome) query.outcome = q.outcome;
-  if (q.cursor) query.cursor = q.cursor;
-  return query;
-}
+import { usageListQuery } from "../query.ts";
 
 /** The organization's usage history; every lookup is scoped to the key's organization. */
 export function usageRoutes(app: FastifyInstance, deps: { store: Store; rateLimit: onRequestHookHandler }) {
@@ -72,7 +46,7 @@ export function usageRoutes(app: FastifyInstance, deps: { store: Store; rateLimi
       },
     },
     async (request) => {
-      const page = await deps.store.listUsage(authOf(request).org.id, usageQuery(request.query));
+      const page = await deps.store.listUsage(authOf(request).org.id, usageListQuery(request.query));
       return { data: page.records.map(usageRecordJson), next_cursor: page.nextCursor };
     },
   );

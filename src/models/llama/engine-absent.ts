@@ -1,5 +1,4 @@
-import { type ModelService, ModelServiceError } from "../model-service.ts";
-import type { EngineStatus } from "./engine-status.ts";
+import { type EngineStatus, type ModelService, ModelServiceError } from "../model-service.ts";
 
 /** The version package.json pins (optionalDependencies). */
 export const ENGINE_PACKAGE = "node-llama-cpp@3.21.1";

@@ -1,7 +1,6 @@
-import { ModelServiceError } from "../model-service.ts";
+import { type EngineStatus, ModelServiceError } from "../model-service.ts";
 import { onBackendLog } from "./backend.ts";
 import type { EngineSettings } from "./engine-settings.ts";
-import type { EngineStatus } from "./engine-status.ts";
 import { asLoadFailure, disposeEngine, type Engine, loadEngine } from "./load-engine.ts";
 import { offlineAdvice } from "./offline-advice.ts";
 import { pause, retryDelayMs } from "./retry.ts";

@@ -1,4 +1,5 @@
 import { availableParallelism } from "node:os";
+import { nonNegativeInteger, positiveInteger } from "../option-checks.ts";
 import type { GpuSetting } from "./backend.ts";
 import { DEFAULT_MODEL_CACHE_DIR, publicSourceName } from "./model-source.ts";
 import { DEFAULT_RETRY_BACKOFF, type RetryBackoff } from "./retry.ts";
@@ -93,7 +94,7 @@ export function engineSettings(options: LlamaServiceOptions): EngineSettings {
   const threads = options.threads ?? Math.max(1, Math.floor(availableParallelism() / poolSize));
   positiveInteger("poolSize", poolSize);
   positiveInteger("threads", threads);
-  if (!Number.isInteger(queueLimit) || queueLimit < 0) throw new TypeError("queueLimit must be an integer >= 0");
+  nonNegativeInteger("queueLimit", queueLimit);
   for (const key of ["contextSize", "batchSize", "maxState", "maxBranch"] as const) {
     if (options[key] !== undefined) positiveInteger(key, options[key] as number);
   }
@@ -116,8 +117,4 @@ export function engineSettings(options: LlamaServiceOptions): EngineSettings {
     retry: options.retry ?? DEFAULT_RETRY_BACKOFF,
     logger: options.logger ?? consoleLogger,
   };
-}
-
-function positiveInteger(name: string, value: number): void {
-  if (!Number.isInteger(value) || value < 1) throw new TypeError(`${name} must be an integer >= 1`);
 }

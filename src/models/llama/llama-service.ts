@@ -1,6 +1,7 @@
 import type { Token } from "node-llama-cpp";
 import {
   type CallOptions,
+  type EngineStatus,
   type ModelAnswerSet,
   type ModelCall,
   type ModelService,
@@ -12,7 +13,6 @@ import {
 import { callPrompts } from "./chat-prompt.ts";
 import { EngineLoader } from "./engine-loader.ts";
 import { engineSettings, type LlamaServiceOptions } from "./engine-settings.ts";
-import type { EngineStatus } from "./engine-status.ts";
 import { type EvaluationPlan, type PlannedQuestion, planCall, planTokenBound } from "./evaluation-plan.ts";
 import type { Engine } from "./load-engine.ts";
 import { Deadline } from "./pool.ts";
@@ -34,8 +34,6 @@ export {
 } from "./engine-settings.ts";
 export { ANSWER_RESERVE_TOKENS, QUESTION_RESERVE_TOKENS } from "./evaluation-plan.ts";
 
-export type LlamaServiceStatus = EngineStatus;
-
 /** The exact tokens the engine evaluates for a call (for tests and debugging). */
 export interface RenderedDecision extends EvaluationPlan<Token> {
   maxState: number;
@@ -46,7 +44,7 @@ export interface RenderedDecision extends EvaluationPlan<Token> {
 export type RenderedQuestion = PlannedQuestion<Token>;
 
 export interface LlamaService extends ModelService {
-  status(): LlamaServiceStatus;
+  status(): EngineStatus;
   /** Contexts in use, contexts in all, and requests waiting for one (zeros until the model is ready). */
   poolStats(): PoolStats;
   /** Resolves when the model is ready (after any retries); rejects with a `not_ready` ModelServiceError when loading failed for good or the service was closed. */

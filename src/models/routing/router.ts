@@ -7,6 +7,7 @@ import {
   type TokenBound,
   type UpstreamModel,
 } from "../model-service.ts";
+import { nonNegativeNumber, positiveInteger, positiveNumber } from "../option-checks.ts";
 import { pickPowerOfTwo } from "./balancer.ts";
 import { ActiveChecks, type ListResult, listDeployment } from "./checks.ts";
 import { smallestContext } from "./context.ts";
@@ -391,13 +392,17 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
       return {
         usable: !closed && all.some((d) => d.health.open(now)),
         waiting: queue.length,
-        deployments: all.map((d) => ({
-          name: d.name,
-          state: d.health.state(now),
-          outstanding: d.outstanding,
-          fallback: d.fallback,
-          retryInMs: d.health.retryInMs(now),
-        })),
+        deployments: all.map((d) => {
+          const engine = d.spec.service.status?.();
+          return {
+            name: d.name,
+            state: d.health.state(now),
+            outstanding: d.outstanding,
+            fallback: d.fallback,
+            retryInMs: d.health.retryInMs(now),
+            ...(engine ? { engine } : {}),
+          };
+        }),
       };
     },
 
@@ -439,19 +444,4 @@ function safeObserver(o: RouterObserver | undefined): Required<RouterObserver> {
       }
     };
   return { attempt: guard(o?.attempt), healthChanged: guard(o?.healthChanged), check: guard(o?.check) };
-}
-
-function positiveInteger(name: string, value: number): number {
-  if (!Number.isSafeInteger(value) || value < 1) throw new TypeError(`${name} must be an integer >= 1`);
-  return value;
-}
-
-function positiveNumber(name: string, value: number): number {
-  if (typeof value !== "number" || !Number.isFinite(value) || value <= 0) throw new TypeError(`${name} must be a finite number > 0`);
-  return value;
-}
-
-function nonNegativeNumber(name: string, value: number): number {
-  if (typeof value !== "number" || !Number.isFinite(value) || value < 0) throw new TypeError(`${name} must be a finite number >= 0`);
-  return value;
 }

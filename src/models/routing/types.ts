@@ -1,4 +1,4 @@
-import type { ModelErrorKind, ModelService, ModelServiceError } from "../model-service.ts";
+import type { EngineStatus, ModelErrorKind, ModelService, ModelServiceError } from "../model-service.ts";
 
 /** One way to get answers for a public model: a model service and the name that service knows the model by. */
 export interface Deployment {
@@ -98,6 +98,8 @@ export interface DeploymentHealth {
   fallback: boolean;
   /** Milliseconds until a cooling-down deployment may be probed again; null in the other states. */
   retryInMs: number | null;
+  /** What its service's in-process engine is doing (the service's `status()`), when it runs one. */
+  engine?: EngineStatus;
 }
 
 export interface RouterHealth {

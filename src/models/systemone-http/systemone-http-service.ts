@@ -8,6 +8,7 @@ import {
   ModelServiceError,
   type UpstreamModel,
 } from "../model-service.ts";
+import { positiveInteger } from "../option-checks.ts";
 import { saysContextExceeded } from "./context-rejection.ts";
 import { bodySnippet, parseDecideEnvelope, parseJsonBody, parseModelList, truncate, upstreamDetail } from "./parse-response.ts";
 
@@ -72,9 +73,9 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
     throw new TypeError("apiKey must be non-empty printable ASCII without spaces");
   }
   const connections = options.connections ?? DEFAULT_CONNECTIONS;
-  if (!Number.isInteger(connections) || connections < 1) throw new TypeError("connections must be an integer >= 1");
+  positiveInteger("connections", connections);
   const maxResponseBytes = options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
-  if (!Number.isInteger(maxResponseBytes) || maxResponseBytes < 1) throw new TypeError("maxResponseBytes must be an integer >= 1");
+  positiveInteger("maxResponseBytes", maxResponseBytes);
 
   const pool = new Pool(base.origin, {
     connections,

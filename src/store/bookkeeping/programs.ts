@@ -1,8 +1,15 @@
+import {
+  type AdmitCommand,
+  type AdmitResult,
+  type CompleteCommand,
+  type CompleteResult,
+  MAX_KEPT_RESPONSE_BYTES,
+} from "../../domain/bookkeeping.ts";
+import type { Balance, LedgerKind } from "../../domain/credits.ts";
+import { statusOf } from "../../domain/errors.ts";
 import { GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
-import type { Balance, LedgerKind } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
 import { finalChange, UsageDailyDeltas } from "../usage-daily-rows.ts";
-import { type AdmitCommand, type AdmitResult, type CompleteCommand, type CompleteResult, MAX_KEPT_RESPONSE_BYTES } from "./commands.ts";
 import {
   type BookProgram,
   type CounterKey,
@@ -35,7 +42,7 @@ export const ORPHANED_DETAIL =
   "the gateway process that accepted the request stopped before it completed (it crashed or was killed); nothing was charged";
 
 /** The working state of one transaction: rows as read, changed as commands are decided, then written once each. */
-class Books {
+class BatchState {
   readonly writes: WriteSet = emptyWriteSet();
   /** The roll-up's changes: every usage record written here is counted in its day, in this transaction. */
   readonly daily = new UsageDailyDeltas();
@@ -153,10 +160,10 @@ class Books {
   }
 }
 
-function resolve(books: Books, r: ReservationRow, status: "released" | "expired", nowMs: number): void {
+function resolve(batch: BatchState, r: ReservationRow, status: "released" | "expired", nowMs: number): void {
   const amount = r.amount_microusd;
-  books.writes.reservationResolutions.push({ id: r.id, status, costMicrousd: null, resolvedAtMs: nowMs });
-  books.move(
+  batch.writes.reservationResolutions.push({ id: r.id, status, costMicrousd: null, resolvedAtMs: nowMs });
+  batch.move(
     r.org_id,
     status === "released" ? "release" : "expire",
     r.id,
@@ -165,13 +172,13 @@ function resolve(books: Books, r: ReservationRow, status: "released" | "expired"
   );
 }
 
-function settle(books: Books, r: ReservationRow, cost: number, nowMs: number): void {
+function settle(batch: BatchState, r: ReservationRow, cost: number, nowMs: number): void {
   const amount = r.amount_microusd;
   if (!Number.isSafeInteger(cost) || cost < 0 || cost > amount) {
     throw new RangeError(`The cost ${cost} is not a whole amount from 0 to the reservation ${JSON.stringify(r.id)} of ${amount} microUSD`);
   }
-  books.writes.reservationResolutions.push({ id: r.id, status: "settled", costMicrousd: cost, resolvedAtMs: nowMs });
-  books.move(r.org_id, "settle", r.id, { available: amount - cost, reserved: -amount, spent: cost, granted: 0 }, nowMs);
+  batch.writes.reservationResolutions.push({ id: r.id, status: "settled", costMicrousd: cost, resolvedAtMs: nowMs });
+  batch.move(r.org_id, "settle", r.id, { available: amount - cost, reserved: -amount, spent: cost, granted: 0 }, nowMs);
 }
 
 /** The rows a batch needs, in the one order every transaction locks them: counters, usage, reservations, balances, idempotency. */
@@ -204,9 +211,9 @@ export function batchQuery(admissions: readonly AdmitCommand[], completions: rea
   };
 }
 
-function complete(books: Books, snapshot: Snapshot, c: CompleteCommand): CompleteResult {
+function complete(batch: BatchState, snapshot: Snapshot, c: CompleteCommand): CompleteResult {
   const state = snapshot.usage.get(c.requestId);
-  if (state?.outcome !== "in_flight" || state.orgId !== c.orgId || !books.completing(c.requestId)) return { kind: "not_in_flight" };
+  if (state?.outcome !== "in_flight" || state.orgId !== c.orgId || !batch.completing(c.requestId)) return { kind: "not_in_flight" };
   const final: UsageFinal = {
     requestId: c.requestId,
     completedAtMs: c.nowMs,
@@ -228,28 +235,28 @@ function complete(books: Books, snapshot: Snapshot, c: CompleteCommand): Complet
     const pending = r !== undefined && r.status === "pending" && r.org_id === c.orgId;
     const expired = !pending || r.expires_at_ms <= c.nowMs;
     if (c.outcome === "succeeded" && expired) {
-      if (pending) resolve(books, r, "expired", c.nowMs);
+      if (pending) resolve(batch, r, "expired", c.nowMs);
       Object.assign(final, {
         outcome: "reservation_expired",
-        httpStatus: 409,
+        httpStatus: statusOf("reservation_expired"),
         costMicrousd: 0,
         errorDetail: EXPIRED_DETAIL,
         overReservation: false,
       });
       result = { kind: "reservation_expired" };
     } else if (pending && c.outcome === "succeeded") {
-      settle(books, r, final.costMicrousd, c.nowMs);
+      settle(batch, r, final.costMicrousd, c.nowMs);
     } else if (pending) {
-      resolve(books, r, "released", c.nowMs);
+      resolve(batch, r, "released", c.nowMs);
     }
   }
-  books.writes.usageFinals.push(final);
-  books.daily.add(state.orgId, state.createdAtMs, { ...finalChange(final), inFlight: -1 });
+  batch.writes.usageFinals.push(final);
+  batch.daily.add(state.orgId, state.createdAtMs, { ...finalChange(final), inFlight: -1 });
   if (c.idempotency) {
-    const row = books.entry(c.orgId, c.idempotency.key);
+    const row = batch.entry(c.orgId, c.idempotency.key);
     if (row && row.requestId === c.requestId && row.state === "in_progress") {
       const response = final.outcome === "succeeded" ? c.idempotency.response : null;
-      books.setEntry(
+      batch.setEntry(
         c.orgId,
         c.idempotency.key,
         response
@@ -267,10 +274,10 @@ function complete(books: Books, snapshot: Snapshot, c: CompleteCommand): Complet
   return result;
 }
 
-function admit(books: Books, a: AdmitCommand): AdmitResult {
+function admit(batch: BatchState, a: AdmitCommand): AdmitResult {
   const idem = a.idempotency;
   if (idem) {
-    const row = books.entry(a.orgId, idem.key);
+    const row = batch.entry(a.orgId, idem.key);
     if (row && row.expiresAtMs > a.nowMs) {
       if (row.state === "completed") {
         if (row.requestHash !== idem.requestHash) return { kind: "idempotency_mismatch" };
@@ -292,15 +299,15 @@ function admit(books: Books, a: AdmitCommand): AdmitResult {
     // (its process died or hung): this request claims it.
   }
   if (a.quota) {
-    if (books.counter(a.orgId, a.quota.day) >= a.quota.orgLimit) return { kind: "quota_exhausted", scope: "org" };
-    if (books.counter(GLOBAL_PREVIEW_SCOPE, a.quota.day) >= a.quota.globalLimit) return { kind: "quota_exhausted", scope: "global" };
+    if (batch.counter(a.orgId, a.quota.day) >= a.quota.orgLimit) return { kind: "quota_exhausted", scope: "org" };
+    if (batch.counter(GLOBAL_PREVIEW_SCOPE, a.quota.day) >= a.quota.globalLimit) return { kind: "quota_exhausted", scope: "global" };
   }
   if (a.reservation) {
     const amount = a.reservation.amountMicrousd;
     // An unknown organization has nothing to reserve from, not even 0.
-    const available = books.knows(a.orgId) ? books.balance(a.orgId).available : -1;
+    const available = batch.knows(a.orgId) ? batch.balance(a.orgId).available : -1;
     if (available < amount) return { kind: "insufficient_credits", availableMicrousd: Math.max(0, available) };
-    books.writes.reservationInserts.push({
+    batch.writes.reservationInserts.push({
       id: a.requestId,
       org_id: a.orgId,
       request_id: a.requestId,
@@ -311,14 +318,14 @@ function admit(books: Books, a: AdmitCommand): AdmitResult {
       expires_at_ms: a.reservation.expiresAtMs,
       resolved_at_ms: null,
     });
-    books.move(a.orgId, "reserve", a.requestId, { available: -amount, reserved: amount, spent: 0, granted: 0 }, a.nowMs);
+    batch.move(a.orgId, "reserve", a.requestId, { available: -amount, reserved: amount, spent: 0, granted: 0 }, a.nowMs);
   }
   if (a.quota) {
-    books.count(a.orgId, a.quota.day);
-    books.count(GLOBAL_PREVIEW_SCOPE, a.quota.day);
+    batch.count(a.orgId, a.quota.day);
+    batch.count(GLOBAL_PREVIEW_SCOPE, a.quota.day);
   }
   if (idem) {
-    books.setEntry(a.orgId, idem.key, {
+    batch.setEntry(a.orgId, idem.key, {
       orgId: a.orgId,
       key: idem.key,
       requestHash: idem.requestHash,
@@ -332,8 +339,8 @@ function admit(books: Books, a: AdmitCommand): AdmitResult {
       holder: { abandoned: false, instanceId: a.instanceId ?? null, leaseUntilMs: null },
     });
   }
-  books.writes.usageInserts.push(inFlightRecord(a));
-  books.daily.add(a.orgId, a.nowMs, { requests: 1, inFlight: 1 });
+  batch.writes.usageInserts.push(inFlightRecord(a));
+  batch.daily.add(a.orgId, a.nowMs, { requests: 1, inFlight: 1 });
   return { kind: "admitted" };
 }
 
@@ -349,18 +356,23 @@ export function inFlightRecord(a: AdmitCommand): NewUsageRecord {
     model: a.model,
     mode: a.mode,
     outcome: "in_flight",
-    httpStatus: null,
-    inputTokens: 0,
-    outputTokens: 0,
-    costMicrousd: 0,
-    latencyMs: null,
-    gatewayLatencyMs: 0,
     errorDetail: null,
-    overReservation: false,
-    deployment: null,
-    attempts: 0,
+    ...NOTHING_SPENT,
   };
 }
+
+/** The figures of a request that got no answer: no status, no tokens, nothing charged, no deployment. */
+const NOTHING_SPENT = {
+  httpStatus: null,
+  inputTokens: 0,
+  outputTokens: 0,
+  costMicrousd: 0,
+  latencyMs: null,
+  gatewayLatencyMs: 0,
+  overReservation: false,
+  deployment: null,
+  attempts: 0,
+} as const;
 
 /** Decides a batch against its snapshot: completions first (they may return credits), then admissions in order. */
 export function planBatch(
@@ -368,10 +380,10 @@ export function planBatch(
   completions: readonly CompleteCommand[],
   snapshot: Snapshot,
 ): { writes: WriteSet; results: { admissions: AdmitResult[]; completions: CompleteResult[] } } {
-  const books = new Books(snapshot);
-  const completed = completions.map((c) => complete(books, snapshot, c));
-  const admitted = admissions.map((a) => admit(books, a));
-  return { writes: books.finish(), results: { admissions: admitted, completions: completed } };
+  const batch = new BatchState(snapshot);
+  const completed = completions.map((c) => complete(batch, snapshot, c));
+  const admitted = admissions.map((a) => admit(batch, a));
+  return { writes: batch.finish(), results: { admissions: admitted, completions: completed } };
 }
 
 export function* batchProgram(
@@ -405,29 +417,21 @@ function* completeUnanswered(
   const held = paid.length > 0 ? (yield { read: { reservations: paid } })!.reservations : new Map<string, ReservationRow>();
   const pending = [...held.values()].filter((r) => r.status === "pending");
   const locked = (yield { read: { balances: [...new Set([...pending, ...dueReservations].map((r) => r.org_id))] } })!;
-  const books = new Books(locked);
+  const batch = new BatchState(locked);
   for (const u of inFlight) {
     const final: UsageFinal = {
       requestId: u.requestId,
       completedAtMs: nowMs,
       outcome: "gateway_error",
-      httpStatus: null,
-      inputTokens: 0,
-      outputTokens: 0,
-      costMicrousd: 0,
-      latencyMs: null,
-      gatewayLatencyMs: 0,
+      ...NOTHING_SPENT,
       errorDetail: how.detail,
-      overReservation: false,
-      deployment: null,
-      attempts: 0,
     };
-    books.writes.usageFinals.push(final);
-    books.daily.add(u.orgId, u.createdAtMs, { ...finalChange(final), inFlight: -1 });
+    batch.writes.usageFinals.push(final);
+    batch.daily.add(u.orgId, u.createdAtMs, { ...finalChange(final), inFlight: -1 });
   }
-  for (const r of pending) resolve(books, r, how.status, nowMs);
-  for (const r of dueReservations) resolve(books, r, "expired", nowMs);
-  yield { write: books.finish() };
+  for (const r of pending) resolve(batch, r, how.status, nowMs);
+  for (const r of dueReservations) resolve(batch, r, "expired", nowMs);
+  yield { write: batch.finish() };
 }
 
 /**
@@ -468,13 +472,13 @@ export function* grantProgram(input: { orgId: string; amountMicrousd: number; no
   const snapshot = (yield { read: { balances: [input.orgId] } })!;
   if (!snapshot.organizations.has(input.orgId))
     throw new StoreInputError(`No organization with id ${JSON.stringify(input.orgId)}`, "orgId");
-  const books = new Books(snapshot);
-  if (!Number.isSafeInteger(books.balance(input.orgId).granted + input.amountMicrousd)) {
+  const batch = new BatchState(snapshot);
+  if (!Number.isSafeInteger(batch.balance(input.orgId).granted + input.amountMicrousd)) {
     throw new StoreInputError("The grant would take the organization's credits beyond the safe integer range", "amountMicrousd");
   }
   const amount = input.amountMicrousd;
-  books.move(input.orgId, "grant", null, { available: amount, reserved: 0, spent: 0, granted: amount }, input.nowMs, input.note);
-  yield { write: books.finish() };
+  batch.move(input.orgId, "grant", null, { available: amount, reserved: 0, spent: 0, granted: amount }, input.nowMs, input.note);
+  yield { write: batch.finish() };
   // Read again: a first grant racing another instance's first grant adds to the row that one created.
   return (yield { read: { balances: [input.orgId] } })!.balances.get(input.orgId)!;
 }

@@ -1,9 +1,19 @@
-import type { ServiceMode } from "../../contract/decision.ts";
-import type { ReservationRow } from "../credit-rows.ts";
-import type { Balance, FinalOutcome, LedgerEntry, ReservationStatus, UsageOutcome, UsageRecord } from "../store.ts";
-import type { UsageDailyDelta } from "../usage-daily-rows.ts";
-
-export type { ReservationRow };
+import type { Balance, LedgerEntry, ReservationStatus } from "../../domain/credits.ts";
+import type { FinalOutcome } from "../../domain/usage-records.ts";
+import type { DbRow } from "../schema/table.ts";
+import {
+  BALANCE_FIELDS,
+  type IdempotencyEntry,
+  idempotencyKeys,
+  type OrgBalance,
+  orgBalances,
+  type PreviewCounter,
+  previewCounters,
+  reservations,
+  type StoredUsageRecord,
+  type UsageDailyDelta,
+  usageRecords,
+} from "../schema/tables.ts";
 
 /**
  * The language between the bookkeeping logic (programs.ts, dialect-neutral) and a database adapter: a program
@@ -44,6 +54,19 @@ export interface SnapshotQuery {
   orphanedInFlight?: OrphanQuery;
 }
 
+/** A reservations row as read, by column name (PostgreSQL bigints are parsed to numbers by the adapter). */
+export interface ReservationRow {
+  id: string;
+  org_id: string;
+  request_id: string;
+  amount_microusd: number;
+  status: ReservationStatus;
+  cost_microusd: number | null;
+  created_at_ms: number;
+  expires_at_ms: number;
+  resolved_at_ms: number | null;
+}
+
 export interface OrphanQuery {
   /** The instance asking: its own work is never orphaned. */
   instanceId: string;
@@ -52,32 +75,15 @@ export interface OrphanQuery {
   limit: number;
 }
 
-export interface UsageState {
-  requestId: string;
-  orgId: string;
-  /** The day of creation is the day the record counts in (usage_daily). */
-  createdAtMs: number;
-  mode: ServiceMode;
-  outcome: UsageOutcome;
-}
+/** What a program reads of a usage record; the day of creation is the day the record counts in (usage_daily). */
+export const USAGE_STATE_FIELDS = ["requestId", "orgId", "createdAtMs", "mode", "outcome"] as const;
+export type UsageState = Pick<StoredUsageRecord, (typeof USAGE_STATE_FIELDS)[number]>;
+export const toUsageState = (row: DbRow): UsageState => usageRecords.fromRow(row, USAGE_STATE_FIELDS);
 
-export interface IdempotencyRow {
-  orgId: string;
-  key: string;
-  requestHash: string;
-  /** The request that holds the claim, or produced the kept response. */
-  requestId: string;
-  state: "in_progress" | "completed";
-  /** Set once completed. */
-  responseStatus: number | null;
-  /** The kept body; null while in progress, and when the response was too large to keep. */
-  responseBody: string | null;
-  responseRequestId: string | null;
-  lockUntilMs: number;
-  expiresAtMs: number;
+export type IdempotencyRow = IdempotencyEntry & {
   /** Of a claim in progress: its request, as read with the claim (never written). */
   holder?: ClaimHolder;
-}
+};
 
 /** The request holding a claim in progress, for the admission that finds the claim. */
 export interface ClaimHolder {
@@ -92,78 +98,55 @@ export interface ClaimHolder {
   leaseUntilMs: number | null;
 }
 
-/** The columns of an idempotency_keys row as both adapters read them. */
-export const IDEMPOTENCY_COLUMNS =
-  "org_id, key, request_hash, request_id, state, response_status, response_body, response_request_id, lock_until_ms, expires_at_ms";
-
-export interface IdempotencyDbRow {
-  org_id: string;
-  key: string;
-  request_hash: string;
-  request_id: string;
-  state: IdempotencyRow["state"];
-  response_status: number | null;
-  response_body: string | null;
-  response_request_id: string | null;
-  lock_until_ms: number;
-  expires_at_ms: number;
-  /** Read with CLAIM_HOLDER_COLUMNS: the holder's usage record and its instance's lease (null where none). */
-  holder_outcome?: UsageOutcome | null;
-  holder_http_status?: number | null;
-  holder_instance_id?: string | null;
-  holder_lease_until_ms?: number | null;
+/**
+ * The claims `i` (joined first to `keys`, when given) with their holders: the holder's usage record `u` and the lease
+ * `g` of the instance that admitted it. Locks nothing but the claim.
+ */
+export function selectClaims(keys = ""): string {
+  return (
+    `SELECT ${idempotencyKeys.list(idempotencyKeys.fields, "i.")}, u.outcome AS holder_outcome, u.http_status AS holder_http_status, ` +
+    "u.instance_id AS holder_instance_id, g.lease_until_ms AS holder_lease_until_ms " +
+    `FROM idempotency_keys i ${keys}${keys && " "}LEFT JOIN usage_records u ON i.state = 'in_progress' AND u.request_id = i.request_id ` +
+    "LEFT JOIN gateway_instances g ON g.id = u.instance_id"
+  );
 }
 
-/**
- * The claim's holder, read with an idempotency_keys row `i` through CLAIM_HOLDER_JOINS (its usage record `u`, the
- * lease `g` of the instance that admitted it); locks nothing but the claim.
- */
-export const CLAIM_HOLDER_COLUMNS =
-  "u.outcome AS holder_outcome, u.http_status AS holder_http_status, u.instance_id AS holder_instance_id, g.lease_until_ms AS holder_lease_until_ms";
-export const CLAIM_HOLDER_JOINS =
-  "LEFT JOIN usage_records u ON i.state = 'in_progress' AND u.request_id = i.request_id LEFT JOIN gateway_instances g ON g.id = u.instance_id";
-
-export function toIdempotencyRow(r: IdempotencyDbRow): IdempotencyRow {
-  const row: IdempotencyRow = {
-    orgId: r.org_id,
-    key: r.key,
-    requestHash: r.request_hash,
-    requestId: r.request_id,
-    state: r.state,
-    responseStatus: r.response_status,
-    responseBody: r.response_body,
-    responseRequestId: r.response_request_id,
-    lockUntilMs: r.lock_until_ms,
-    expiresAtMs: r.expires_at_ms,
-  };
-  if (r.state === "in_progress" && r.holder_outcome != null) {
+/** An entry read with selectClaims. */
+export function toIdempotencyRow(r: DbRow): IdempotencyRow {
+  const row: IdempotencyRow = idempotencyKeys.fromRow(r);
+  if (row.state === "in_progress" && r.holder_outcome != null) {
     row.holder = {
       abandoned: r.holder_outcome !== "in_flight" && r.holder_http_status == null,
-      instanceId: r.holder_instance_id ?? null,
-      leaseUntilMs: r.holder_lease_until_ms ?? null,
+      instanceId: (r.holder_instance_id as string | null | undefined) ?? null,
+      leaseUntilMs: (r.holder_lease_until_ms as number | null | undefined) ?? null,
     };
   }
   return row;
 }
 
-/** The columns of a usage record's state as both adapters read them. */
-export const USAGE_STATE_COLUMNS = "request_id, org_id, created_at_ms, mode, outcome";
-
-export interface UsageStateRow {
-  request_id: string;
-  org_id: string;
-  created_at_ms: number;
-  mode: UsageState["mode"];
-  outcome: UsageState["outcome"];
+/**
+ * The sweep's reads, the same in both dialects but for the lock a dialect adds after each (`lock(alias)`: PostgreSQL
+ * locks the rows read, of the table with that alias, and skips those another transaction holds). Parameters are `?`.
+ */
+export function sweepReads(lock: (alias: string) => string) {
+  const state = usageRecords.list(USAGE_STATE_FIELDS);
+  return {
+    dueInFlight:
+      `SELECT ${state} FROM usage_records WHERE outcome = 'in_flight' AND created_at_ms < ? ` +
+      `ORDER BY created_at_ms LIMIT ?${lock("usage_records")}`,
+    dueReservations:
+      `SELECT ${reservations.list(reservations.fields, "r.")} FROM reservations r WHERE r.status = 'pending' AND r.expires_at_ms <= ? ` +
+      "AND NOT EXISTS (SELECT 1 FROM usage_records u WHERE u.request_id = r.request_id AND u.outcome = 'in_flight') " +
+      `ORDER BY r.expires_at_ms LIMIT ?${lock("r")}`,
+    orphanedInFlight:
+      `SELECT ${state} FROM usage_records u WHERE u.outcome = 'in_flight' AND u.instance_id IS DISTINCT FROM ? ` +
+      "AND (u.created_at_ms < ? OR EXISTS (SELECT 1 FROM gateway_instances g WHERE g.id = u.instance_id AND g.lease_until_ms <= ?)) " +
+      `ORDER BY u.created_at_ms LIMIT ?${lock("u")}`,
+  };
 }
 
-export const toUsageState = (r: UsageStateRow): UsageState => ({
-  requestId: r.request_id,
-  orgId: r.org_id,
-  createdAtMs: r.created_at_ms,
-  mode: r.mode,
-  outcome: r.outcome,
-});
+/** The instance `g` admitted no request still in flight: its lease may be deleted. */
+export const NO_WORK_IN_FLIGHT = "NOT EXISTS (SELECT 1 FROM usage_records u WHERE u.outcome = 'in_flight' AND u.instance_id = g.id)";
 
 export interface Snapshot {
   /** The organizations of `balances` that exist. */
@@ -182,39 +165,74 @@ export interface Snapshot {
 export const counterKey = (scope: string, day: string): string => JSON.stringify([scope, day]);
 export const idempotencyKey = (orgId: string, key: string): string => JSON.stringify([orgId, key]);
 
-export function emptySnapshot(): Snapshot {
-  return {
+/** The rows a snapshot query read, by part, by column name (a part not asked for is left out). */
+export interface SnapshotRows {
+  counters?: DbRow[];
+  usage?: DbRow[];
+  reservations?: ReservationRow[];
+  /** One per organization that exists: `org_id`, with its balance's columns (null where it has no balance row). */
+  balances?: DbRow[];
+  /** Read with selectClaims. */
+  idempotency?: DbRow[];
+  dueInFlight?: DbRow[];
+  dueReservations?: ReservationRow[];
+  orphanedInFlight?: DbRow[];
+}
+
+export function snapshotOf(rows: SnapshotRows): Snapshot {
+  const s: Snapshot = {
     organizations: new Set(),
     counters: new Map(),
     usage: new Map(),
     reservations: new Map(),
     balances: new Map(),
     idempotency: new Map(),
-    dueInFlight: [],
-    dueReservations: [],
-    orphanedInFlight: [],
+    dueInFlight: (rows.dueInFlight ?? []).map(toUsageState),
+    dueReservations: rows.dueReservations ?? [],
+    orphanedInFlight: (rows.orphanedInFlight ?? []).map(toUsageState),
   };
+  for (const { scope, day, count } of (rows.counters ?? []).map((r) => previewCounters.fromRow(r)))
+    s.counters.set(counterKey(scope, day), count);
+  for (const u of (rows.usage ?? []).map(toUsageState)) s.usage.set(u.requestId, u);
+  for (const r of rows.reservations ?? []) s.reservations.set(r.id, r);
+  for (const b of rows.balances ?? []) {
+    const orgId = b.org_id as string;
+    s.organizations.add(orgId);
+    if (b.available != null) s.balances.set(orgId, orgBalances.fromRow(b, BALANCE_FIELDS));
+  }
+  for (const i of (rows.idempotency ?? []).map(toIdempotencyRow)) s.idempotency.set(idempotencyKey(i.orgId, i.key), i);
+  return s;
 }
 
-/** The final fields of a usage record, written once at completion. */
-export type UsageFinal = Pick<
-  UsageRecord,
-  | "requestId"
-  | "inputTokens"
-  | "outputTokens"
-  | "costMicrousd"
-  | "latencyMs"
-  | "gatewayLatencyMs"
-  | "errorDetail"
-  | "overReservation"
-  | "deployment"
-  | "attempts"
-> & { completedAtMs: number; outcome: FinalOutcome; httpStatus: number | null };
+/** The fields a completion writes, once, to a usage record in flight (its request id finds it). */
+export const USAGE_FINAL_FIELDS = [
+  "completedAtMs",
+  "outcome",
+  "httpStatus",
+  "inputTokens",
+  "outputTokens",
+  "costMicrousd",
+  "latencyMs",
+  "gatewayLatencyMs",
+  "errorDetail",
+  "overReservation",
+  "deployment",
+  "attempts",
+] as const satisfies readonly (keyof StoredUsageRecord)[];
+
+export type UsageFinal = Pick<StoredUsageRecord, "requestId" | (typeof USAGE_FINAL_FIELDS)[number]> & {
+  completedAtMs: number;
+  outcome: FinalOutcome;
+  httpStatus: number | null;
+};
 
 export type NewLedgerEntry = Omit<LedgerEntry, "id">;
 
 /** A usage record as admitted: with the instance (gateway process) that admitted it, null when none is known. */
-export type NewUsageRecord = UsageRecord & { instanceId: string | null };
+export type NewUsageRecord = StoredUsageRecord;
+
+/** The fields a resolution writes to a pending reservation (its id finds it). */
+export const RESOLUTION_FIELDS = ["status", "costMicrousd", "resolvedAtMs"] as const;
 
 export interface ReservationResolution {
   id: string;
@@ -237,11 +255,11 @@ export interface WriteSet {
    * New balance rows (the organization had none), with their values, never negative. Added to the row instead
    * when another transaction created it meanwhile (a first grant racing another instance's first grant).
    */
-  balanceInserts: (Balance & { orgId: string })[];
+  balanceInserts: OrgBalance[];
   /** Changes to existing (locked) balance rows, one summed delta per organization. */
-  balanceDeltas: (Balance & { orgId: string })[];
+  balanceDeltas: OrgBalance[];
   /** Counter values to set (the rows exist or are created). */
-  counters: (CounterKey & { count: number })[];
+  counters: PreviewCounter[];
   idempotencyPuts: IdempotencyRow[];
   idempotencyDeletes: IdempotencyKeyRef[];
   /** Additions to the daily usage roll-up, one per (organization, day): the changes of this write set's usage records. */

@@ -1,9 +1,10 @@
-import { AUDIT_INSERT, AUDIT_PARAM_COUNT, type AuditRecord, auditParams } from "../admin-rows.ts";
+import { type AuditRecord, auditParams, INSERT_AUDIT } from "../admin-rows.ts";
+import { postgres } from "../schema/table.ts";
 import type { Client } from "./postgres-connection.ts";
 
-const INSERT_AUDIT = `${AUDIT_INSERT} VALUES (${Array.from({ length: AUDIT_PARAM_COUNT }, (_, i) => `$${i + 1}`).join(", ")})`;
+const INSERT = postgres.numbered(INSERT_AUDIT);
 
 /** Appends one audit entry, in the transaction of the change it records. */
 export async function insertAudit(c: Client, entry: AuditRecord): Promise<void> {
-  await c.query(INSERT_AUDIT, auditParams(entry));
+  await c.query(INSERT, auditParams(entry));
 }

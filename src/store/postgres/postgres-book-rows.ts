@@ -1,22 +1,29 @@
 import {
-  CLAIM_HOLDER_COLUMNS,
-  CLAIM_HOLDER_JOINS,
-  counterKey,
-  emptySnapshot,
-  IDEMPOTENCY_COLUMNS,
-  type IdempotencyDbRow,
-  idempotencyKey,
+  RESOLUTION_FIELDS,
   type ReservationRow,
   type Snapshot,
   type SnapshotQuery,
-  toIdempotencyRow,
-  toUsageState,
-  USAGE_STATE_COLUMNS,
-  type UsageStateRow,
+  type SnapshotRows,
+  selectClaims,
+  snapshotOf,
+  sweepReads,
+  USAGE_FINAL_FIELDS,
+  USAGE_STATE_FIELDS,
   type WriteSet,
 } from "../bookkeeping/rows.ts";
-import { RESERVATION_COLUMNS } from "../credit-rows.ts";
-import { StoreConflictError } from "../store.ts";
+import { type DbRow, postgres, type Table } from "../schema/table.ts";
+import {
+  BALANCE_FIELDS,
+  idempotencyKeys,
+  ledgerEntries,
+  NEW_LEDGER_FIELDS,
+  orgBalances,
+  previewCounters,
+  reservations,
+  usageDaily,
+  usageRecords,
+} from "../schema/tables.ts";
+import { StoreConflictError } from "../store-errors.ts";
 import { addToUsageDaily } from "../usage-daily-rows.ts";
 import { type Client, isUniqueViolation } from "./postgres-connection.ts";
 
@@ -30,18 +37,23 @@ import { type Client, isUniqueViolation } from "./postgres-connection.ts";
  * transaction holds.
  */
 
+const KEY = { counter: ["scope", "day"], idempotency: ["orgId", "key"] } as const;
+const FINAL = ["requestId", ...USAGE_FINAL_FIELDS] as const;
+const RESOLUTION = ["id", ...RESOLUTION_FIELDS] as const;
+const SWEEP = sweepReads((alias) => ` FOR UPDATE OF ${alias} SKIP LOCKED`);
+
 const SQL = {
   // Creates missing counters at 0 so that every counter of the batch is locked; the no-op update locks existing ones.
   counters:
-    "INSERT INTO preview_counters (scope, day, count) " +
-    'SELECT scope, day, 0 FROM unnest($1::text[], $2::text[]) AS k(scope, day) ORDER BY scope COLLATE "C", day COLLATE "C" ' +
-    "ON CONFLICT (scope, day) DO UPDATE SET count = preview_counters.count RETURNING scope, day, count",
-  usage: `SELECT ${USAGE_STATE_COLUMNS} FROM usage_records WHERE request_id = ANY($1::text[]) ORDER BY request_id FOR UPDATE`,
-  reservations: `SELECT ${RESERVATION_COLUMNS} FROM reservations WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`,
+    `INSERT INTO preview_counters (${previewCounters.list()}) SELECT scope, day, 0 FROM ${postgres.unnestAs(previewCounters, KEY.counter, "k")} ` +
+    'ORDER BY scope COLLATE "C", day COLLATE "C" ' +
+    `ON CONFLICT (scope, day) DO UPDATE SET count = preview_counters.count RETURNING ${previewCounters.list()}`,
+  usage: `SELECT ${usageRecords.list(USAGE_STATE_FIELDS)} FROM usage_records WHERE request_id = ANY($1::text[]) ORDER BY request_id FOR UPDATE`,
+  reservations: `SELECT ${reservations.list()} FROM reservations WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`,
   // The organizations that exist, each with its balance row (locked) when it has one.
   balances:
-    "SELECT o.id AS org_id, b.available, b.reserved, b.spent, b.granted FROM organizations o LEFT JOIN LATERAL " +
-    "(SELECT available, reserved, spent, granted FROM org_balances WHERE org_id = o.id FOR UPDATE) b ON true " +
+    `SELECT o.id AS org_id, ${orgBalances.list(BALANCE_FIELDS, "b.")} FROM organizations o LEFT JOIN LATERAL ` +
+    `(SELECT ${orgBalances.list(BALANCE_FIELDS)} FROM org_balances WHERE org_id = o.id FOR UPDATE) b ON true ` +
     "WHERE o.id = ANY($1::text[]) ORDER BY o.id",
   // Entries that do not exist yet cannot be locked: a transaction-level advisory lock per (organization, key), taken in
   // one order, serializes two claims of one new key (the two-key space does not overlap the migration lock's bigint key).
@@ -50,83 +62,42 @@ const SQL = {
     "FROM unnest($1::text[], $2::text[]) AS k(o, k) ORDER BY h) AS keys",
   // Each claim with its holder (not locked: a final outcome and an ended lease stay so).
   idempotency:
-    `SELECT ${IDEMPOTENCY_COLUMNS.replace(/(\w+)/g, "i.$1")}, ${CLAIM_HOLDER_COLUMNS} FROM idempotency_keys i ` +
-    `JOIN unnest($1::text[], $2::text[]) AS k(org_id, key) ON i.org_id = k.org_id AND i.key = k.key ${CLAIM_HOLDER_JOINS} ` +
+    `${selectClaims(`JOIN ${postgres.unnestAs(idempotencyKeys, KEY.idempotency, "k")} ON i.org_id = k.org_id AND i.key = k.key`)} ` +
     "ORDER BY i.org_id, i.key FOR UPDATE OF i",
-  dueInFlight:
-    `SELECT ${USAGE_STATE_COLUMNS} FROM usage_records WHERE outcome = 'in_flight' AND created_at_ms < $1 ` +
-    "ORDER BY created_at_ms LIMIT $2 FOR UPDATE SKIP LOCKED",
-  dueReservations:
-    `SELECT ${RESERVATION_COLUMNS.replace(/(\w+)/g, "r.$1")} FROM reservations r WHERE r.status = 'pending' AND r.expires_at_ms <= $1 ` +
-    "AND NOT EXISTS (SELECT 1 FROM usage_records u WHERE u.request_id = r.request_id AND u.outcome = 'in_flight') " +
-    "ORDER BY r.expires_at_ms LIMIT $2 FOR UPDATE OF r SKIP LOCKED",
-  orphanedInFlight:
-    `SELECT ${USAGE_STATE_COLUMNS} FROM usage_records u WHERE u.outcome = 'in_flight' AND u.instance_id IS DISTINCT FROM $1 ` +
-    "AND (u.created_at_ms < $2 OR EXISTS (SELECT 1 FROM gateway_instances g WHERE g.id = u.instance_id AND g.lease_until_ms <= $3)) " +
-    "ORDER BY u.created_at_ms LIMIT $4 FOR UPDATE OF u SKIP LOCKED",
+  dueInFlight: postgres.numbered(SWEEP.dueInFlight),
+  dueReservations: postgres.numbered(SWEEP.dueReservations),
+  orphanedInFlight: postgres.numbered(SWEEP.orphanedInFlight),
 
-  insertUsage:
-    "INSERT INTO usage_records (request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens, output_tokens, " +
-    "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation, completed_at_ms, deployment, attempts, instance_id) " +
-    "SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], " +
-    "$10::bigint[], $11::bigint[], $12::bigint[], $13::float8[], $14::float8[], $15::text[], $16::bool[], $17::bigint[], $18::text[], $19::int[], " +
-    "$20::text[])",
+  insertUsage: postgres.insert(usageRecords),
   finalUsage:
-    "UPDATE usage_records u SET completed_at_ms = f.completed_at_ms, outcome = f.outcome, http_status = f.http_status, " +
-    "input_tokens = f.input_tokens, output_tokens = f.output_tokens, cost_microusd = f.cost_microusd, latency_ms = f.latency_ms, " +
-    "gateway_latency_ms = f.gateway_latency_ms, error_detail = f.error_detail, over_reservation = f.over_reservation, " +
-    "deployment = f.deployment, attempts = f.attempts " +
-    "FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[], $6::bigint[], $7::bigint[], $8::float8[], $9::float8[], " +
-    "$10::text[], $11::bool[], $12::text[], $13::int[]) AS f(request_id, completed_at_ms, outcome, http_status, input_tokens, output_tokens, " +
-    "cost_microusd, latency_ms, gateway_latency_ms, error_detail, over_reservation, deployment, attempts) " +
+    `UPDATE usage_records u SET ${usageRecords.assign(USAGE_FINAL_FIELDS, (c) => `f.${c}`)} FROM ${postgres.unnestAs(usageRecords, FINAL, "f")} ` +
     "WHERE u.request_id = f.request_id AND u.outcome = 'in_flight'",
-  insertReservations:
-    `INSERT INTO reservations (${RESERVATION_COLUMNS}) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::text[], ` +
-    "$6::bigint[], $7::bigint[], $8::bigint[], $9::bigint[])",
+  insertReservations: postgres.insert(reservations),
   resolveReservations:
-    "UPDATE reservations r SET status = f.status, cost_microusd = f.cost_microusd, resolved_at_ms = f.resolved_at_ms " +
-    "FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[]) AS f(id, status, cost_microusd, resolved_at_ms) " +
+    `UPDATE reservations r SET ${reservations.assign(RESOLUTION_FIELDS, (c) => `f.${c}`)} FROM ${postgres.unnestAs(reservations, RESOLUTION, "f")} ` +
     "WHERE r.id = f.id AND r.status = 'pending'",
   // A row another transaction created since the snapshot (it could not be locked) is added to instead.
-  insertBalances:
-    "INSERT INTO org_balances AS b (org_id, available, reserved, spent, granted) " +
-    "SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) ON CONFLICT (org_id) DO UPDATE SET " +
-    "available = b.available + excluded.available, reserved = b.reserved + excluded.reserved, spent = b.spent + excluded.spent, " +
-    "granted = b.granted + excluded.granted",
+  insertBalances: `${postgres.insert(orgBalances, orgBalances.fields, "b")} ON CONFLICT (org_id) DO UPDATE SET ${orgBalances.assign(
+    BALANCE_FIELDS,
+    (c) => `b.${c} + excluded.${c}`,
+  )}`,
   moveBalances:
-    "UPDATE org_balances b SET available = b.available + d.available, reserved = b.reserved + d.reserved, spent = b.spent + d.spent, " +
-    "granted = b.granted + d.granted FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[]) " +
-    "AS d(org_id, available, reserved, spent, granted) WHERE b.org_id = d.org_id",
+    `UPDATE org_balances b SET ${orgBalances.assign(BALANCE_FIELDS, (c) => `b.${c} + d.${c}`)} ` +
+    `FROM ${postgres.unnestAs(orgBalances, orgBalances.fields, "d")} WHERE b.org_id = d.org_id`,
   insertLedger:
-    "INSERT INTO ledger_entries (org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms, note) " +
-    "SELECT org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms, note " +
-    "FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], $9::text[]) " +
-    "WITH ORDINALITY AS e(org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms, note, n) ORDER BY n",
-  putCounters:
-    "INSERT INTO preview_counters (scope, day, count) SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]) " +
-    "ON CONFLICT (scope, day) DO UPDATE SET count = excluded.count",
-  putIdempotency:
-    `INSERT INTO idempotency_keys (${IDEMPOTENCY_COLUMNS}) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], ` +
-    "$6::int[], $7::text[], $8::text[], $9::bigint[], $10::bigint[]) ON CONFLICT (org_id, key) DO UPDATE SET request_hash = excluded.request_hash, " +
-    "request_id = excluded.request_id, state = excluded.state, response_status = excluded.response_status, response_body = excluded.response_body, " +
-    "response_request_id = excluded.response_request_id, lock_until_ms = excluded.lock_until_ms, expires_at_ms = excluded.expires_at_ms",
-  deleteIdempotency:
-    "DELETE FROM idempotency_keys i USING unnest($1::text[], $2::text[]) AS k(org_id, key) WHERE i.org_id = k.org_id AND i.key = k.key",
+    `INSERT INTO ledger_entries (${ledgerEntries.list(NEW_LEDGER_FIELDS)}) SELECT ${ledgerEntries.list(NEW_LEDGER_FIELDS)} ` +
+    `FROM ${postgres.unnest(ledgerEntries, NEW_LEDGER_FIELDS)} WITH ORDINALITY AS e(${ledgerEntries.list(NEW_LEDGER_FIELDS)}, n) ORDER BY n`,
+  putCounters: postgres.insert(previewCounters) + previewCounters.onConflictReplace(KEY.counter),
+  putIdempotency: postgres.insert(idempotencyKeys) + idempotencyKeys.onConflictReplace(KEY.idempotency),
+  deleteIdempotency: `DELETE FROM idempotency_keys i USING ${postgres.unnestAs(idempotencyKeys, KEY.idempotency, "k")} WHERE i.org_id = k.org_id AND i.key = k.key`,
   // Increments, in one order shared by every transaction (a day's row is locked from here until commit).
   addUsageDaily: addToUsageDaily(
-    "SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::bigint[], " +
-      "$9::bigint[]) AS d(org_id, day_start_ms, requests, in_flight, succeeded, failed, input_tokens, output_tokens, cost_microusd) " +
-      'ORDER BY org_id COLLATE "C", day_start_ms',
+    `SELECT * FROM ${postgres.unnestAs(usageDaily, usageDaily.fields, "d")} ORDER BY org_id COLLATE "C", day_start_ms`,
   ),
 } as const;
 
 type Name = keyof typeof SQL;
 const NAMES = Object.keys(SQL) as Name[];
-
-/** Columns of a list of rows, as the arrays `unnest` takes. */
-function columns<T>(rows: readonly T[], ...pick: ((row: T) => unknown)[]): unknown[][] {
-  return pick.map((f) => rows.map(f));
-}
 
 /** One part of a combined statement: a statement of SQL and the values of its $1…$n. */
 interface Part {
@@ -154,9 +125,6 @@ async function runCombined<R extends Record<string, unknown>>(c: Client, parts: 
   return (await c.query<R>({ name, text: sql(texts), values })).rows[0]!;
 }
 
-/** A read part's rows as JSON (json_agg keeps the rows' order); null → []. */
-const rowsOf = <T>(value: unknown): T[] => (value as T[] | null) ?? [];
-
 /**
  * The snapshot of a batch in one statement (after the idempotency keys' advisory locks, when there are keys): each
  * part is a scalar subquery, evaluated in the order written — the counters (created at 0 where missing, in a CTE),
@@ -164,31 +132,19 @@ const rowsOf = <T>(value: unknown): T[] => (value as T[] | null) ?? [];
  * keys first), so none waits for another in a cycle. The sweep's reads stay separate.
  */
 export async function readSnapshot(c: Client, q: SnapshotQuery): Promise<Snapshot> {
-  const s = emptySnapshot();
   const parts: Part[] = [];
-  if (q.counters?.length)
-    parts.push({
-      name: "counters",
-      values: columns(
-        q.counters,
-        (k) => k.scope,
-        (k) => k.day,
-      ),
-    });
+  if (q.counters?.length) parts.push({ name: "counters", values: postgres.arrays(previewCounters, q.counters, KEY.counter) });
   if (q.usage?.length) parts.push({ name: "usage", values: [q.usage] });
   if (q.reservations?.length) parts.push({ name: "reservations", values: [q.reservations] });
   if (q.balances?.length) parts.push({ name: "balances", values: [q.balances] });
   if (q.idempotency?.length) {
-    const keys = columns(
-      q.idempotency,
-      (k) => k.orgId,
-      (k) => k.key,
-    );
+    const keys = postgres.arrays(idempotencyKeys, q.idempotency, KEY.idempotency);
     // First and on its own: the read below must take its snapshot after the locks are held, to see a claim
     // committed by the transaction it waited for.
     await c.query({ name: "tds_lockIdempotency", text: SQL.lockIdempotency, values: keys });
     parts.push({ name: "idempotency", values: keys });
   }
+  const rows: SnapshotRows = {};
   if (parts.length > 0) {
     const row = await runCombined<Record<string, unknown>>(c, parts, (texts) => {
       const counters = parts[0]!.name === "counters" ? `WITH counters AS (${texts[0]}) ` : "";
@@ -197,43 +153,19 @@ export async function readSnapshot(c: Client, q: SnapshotQuery): Promise<Snapsho
       );
       return `${counters}SELECT ${selects.map((sel, i) => `${sel} AS "${parts[i]!.name}"`).join(", ")}`;
     });
-    for (const r of rowsOf<{ scope: string; day: string; count: number }>(row.counters))
-      s.counters.set(counterKey(r.scope, r.day), r.count);
-    for (const r of rowsOf<UsageStateRow>(row.usage)) s.usage.set(r.request_id, toUsageState(r));
-    for (const r of rowsOf<ReservationRow>(row.reservations)) s.reservations.set(r.id, r);
-    for (const r of rowsOf<{ org_id: string; available: number | null; reserved: number; spent: number; granted: number }>(row.balances)) {
-      s.organizations.add(r.org_id);
-      if (r.available !== null)
-        s.balances.set(r.org_id, { available: r.available, reserved: r.reserved, spent: r.spent, granted: r.granted });
-    }
-    for (const r of rowsOf<IdempotencyDbRow>(row.idempotency)) s.idempotency.set(idempotencyKey(r.org_id, r.key), toIdempotencyRow(r));
+    // json_agg keeps the rows' order; a part without rows is null.
+    for (const { name } of parts) Object.assign(rows, { [name]: row[name] ?? [] });
   }
-  if (q.dueInFlight) {
-    const { rows } = await c.query<UsageStateRow>({
-      name: "tds_dueInFlight",
-      text: SQL.dueInFlight,
-      values: [q.dueInFlight.createdBeforeMs, q.dueInFlight.limit],
-    });
-    s.dueInFlight = rows.map(toUsageState);
-  }
-  if (q.dueReservations) {
-    const { rows } = await c.query<ReservationRow>({
-      name: "tds_dueReservations",
-      text: SQL.dueReservations,
-      values: [q.dueReservations.nowMs, q.dueReservations.limit],
-    });
-    s.dueReservations = rows;
-  }
+  const sweep = async <R>(name: "dueInFlight" | "dueReservations" | "orphanedInFlight", values: unknown[]) =>
+    (await c.query<R & DbRow>({ name: `tds_${name}`, text: SQL[name], values })).rows;
+  if (q.dueInFlight) rows.dueInFlight = await sweep("dueInFlight", [q.dueInFlight.createdBeforeMs, q.dueInFlight.limit]);
+  if (q.dueReservations)
+    rows.dueReservations = await sweep<ReservationRow>("dueReservations", [q.dueReservations.nowMs, q.dueReservations.limit]);
   if (q.orphanedInFlight) {
     const { instanceId, createdBeforeMs, nowMs, limit } = q.orphanedInFlight;
-    const { rows } = await c.query<UsageStateRow>({
-      name: "tds_orphanedInFlight",
-      text: SQL.orphanedInFlight,
-      values: [instanceId, createdBeforeMs, nowMs, limit],
-    });
-    s.orphanedInFlight = rows.map(toUsageState);
+    rows.orphanedInFlight = await sweep("orphanedInFlight", [instanceId, createdBeforeMs, nowMs, limit]);
   }
-  return s;
+  return snapshotOf(rows);
 }
 
 /** Writes the rows in one statement; a duplicate key (a request id, a reservation id) fails with StoreConflictError. */
@@ -264,142 +196,24 @@ export async function writeRows(c: Client, w: WriteSet): Promise<void> {
 /** The parts of a write set, each list one statement; the rows of one table are never in two parts. */
 function writeParts(w: WriteSet): Part[] {
   const parts: Part[] = [];
-  const add = <T>(name: Name, rows: readonly T[], ...pick: ((row: T) => unknown)[]) => {
-    if (rows.length > 0) parts.push({ name, values: columns(rows, ...pick) });
+  const add = <T>(name: Name, table: Table<T>, rows: readonly Partial<T>[], fields: readonly (keyof T)[] = table.fields) => {
+    if (rows.length > 0) parts.push({ name, values: postgres.arrays(table, rows, fields) });
   };
-  add(
-    "insertUsage",
-    w.usageInserts,
-    (u) => u.requestId,
-    (u) => u.orgId,
-    (u) => u.keyId,
-    (u) => u.createdAtMs,
-    (u) => u.source,
-    (u) => u.model,
-    (u) => u.mode,
-    (u) => u.outcome,
-    (u) => u.httpStatus,
-    (u) => u.inputTokens,
-    (u) => u.outputTokens,
-    (u) => u.costMicrousd,
-    (u) => u.latencyMs,
-    (u) => u.gatewayLatencyMs,
-    (u) => u.errorDetail,
-    (u) => u.overReservation,
-    (u) => u.completedAtMs,
-    (u) => u.deployment,
-    (u) => u.attempts,
-    (u) => u.instanceId,
-  );
-  add(
-    "finalUsage",
-    w.usageFinals,
-    (f) => f.requestId,
-    (f) => f.completedAtMs,
-    (f) => f.outcome,
-    (f) => f.httpStatus,
-    (f) => f.inputTokens,
-    (f) => f.outputTokens,
-    (f) => f.costMicrousd,
-    (f) => f.latencyMs,
-    (f) => f.gatewayLatencyMs,
-    (f) => f.errorDetail,
-    (f) => f.overReservation,
-    (f) => f.deployment,
-    (f) => f.attempts,
-  );
+  add("insertUsage", usageRecords, w.usageInserts);
+  add("finalUsage", usageRecords, w.usageFinals, FINAL);
   add(
     "insertReservations",
-    w.reservationInserts,
-    (r) => r.id,
-    (r) => r.org_id,
-    (r) => r.request_id,
-    (r) => r.amount_microusd,
-    (r) => r.status,
-    (r) => r.cost_microusd,
-    (r) => r.created_at_ms,
-    (r) => r.expires_at_ms,
-    (r) => r.resolved_at_ms,
+    reservations,
+    w.reservationInserts.map((r) => reservations.fromRow(r)),
   );
-  add(
-    "resolveReservations",
-    w.reservationResolutions,
-    (r) => r.id,
-    (r) => r.status,
-    (r) => r.costMicrousd,
-    (r) => r.resolvedAtMs,
-  );
-  add(
-    "insertBalances",
-    w.balanceInserts,
-    (b) => b.orgId,
-    (b) => b.available,
-    (b) => b.reserved,
-    (b) => b.spent,
-    (b) => b.granted,
-  );
-  add(
-    "moveBalances",
-    w.balanceDeltas,
-    (b) => b.orgId,
-    (b) => b.available,
-    (b) => b.reserved,
-    (b) => b.spent,
-    (b) => b.granted,
-  );
-  add(
-    "insertLedger",
-    w.ledger,
-    (e) => e.orgId,
-    (e) => e.kind,
-    (e) => e.reservationId,
-    (e) => e.availableDelta,
-    (e) => e.reservedDelta,
-    (e) => e.spentDelta,
-    (e) => e.grantedDelta,
-    (e) => e.createdAtMs,
-    (e) => e.note,
-  );
-  add(
-    "putCounters",
-    w.counters,
-    (k) => k.scope,
-    (k) => k.day,
-    (k) => k.count,
-  );
-  add(
-    "putIdempotency",
-    w.idempotencyPuts,
-    (i) => i.orgId,
-    (i) => i.key,
-    (i) => i.requestHash,
-    (i) => i.requestId,
-    (i) => i.state,
-    (i) => i.responseStatus,
-    (i) => i.responseBody,
-    (i) => i.responseRequestId,
-    (i) => i.lockUntilMs,
-    (i) => i.expiresAtMs,
-  );
-  add(
-    "deleteIdempotency",
-    w.idempotencyDeletes,
-    (k) => k.orgId,
-    (k) => k.key,
-  );
+  add("resolveReservations", reservations, w.reservationResolutions, RESOLUTION);
+  add("insertBalances", orgBalances, w.balanceInserts);
+  add("moveBalances", orgBalances, w.balanceDeltas);
+  add("insertLedger", ledgerEntries, w.ledger, NEW_LEDGER_FIELDS);
+  add("putCounters", previewCounters, w.counters);
+  add("putIdempotency", idempotencyKeys, w.idempotencyPuts);
+  add("deleteIdempotency", idempotencyKeys, w.idempotencyDeletes, KEY.idempotency);
   // Last: the roll-up rows are the hottest (one per organization and day), so they are held for the shortest time.
-  add(
-    "addUsageDaily",
-    w.usageDaily,
-    (d) => d.orgId,
-    (d) => d.dayStartMs,
-    (d) => d.requests,
-    (d) => d.inFlight,
-    (d) => d.succeeded,
-    (d) => d.failed,
-    (d) => d.inputTokens,
-    (d) => d.outputTokens,
-    (d) => d.costMicrousd,
-  );
+  add("addUsageDaily", usageDaily, w.usageDaily);
   return parts;
 }

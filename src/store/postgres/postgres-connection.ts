@@ -1,6 +1,5 @@
 import pg from "pg";
-import { StoreConflictError } from "../store.ts";
-import { StoreInputError } from "../store-errors.ts";
+import { StoreConflictError, StoreInputError } from "../store-errors.ts";
 
 /**
  * Connections for the PostgreSQL adapter: the pool settings every connection gets, the adapter's own URL
@@ -252,7 +251,7 @@ export type Client = pg.PoolClient;
 /**
  * The error to surface for a failed call: when the connection failed between two statements, pg reports the
  * next statement as "Client has encountered a connection error and is not queryable" (no code); the failure
- * itself (often with a code such as 57P01, which isStoreUnavailable recognises) says more.
+ * itself (often with a code such as 57P01, which postgresFailureKind reads as unavailable) says more.
  */
 function surfaced(err: unknown, broken: Error | undefined): unknown {
   const notQueryable = err instanceof Error && !(err instanceof pg.DatabaseError) && /not queryable/.test(err.message);

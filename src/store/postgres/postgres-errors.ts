@@ -1,4 +1,4 @@
-import { registerDriverErrors, type StoreFailureKind } from "../store-errors.ts";
+import type { StoreFailureKind } from "../store-errors.ts";
 
 /** Deadlock, serialization failure, lock not available: the transaction was rolled back and may simply be run again. */
 const RETRYABLE = new Set(["40P01", "40001", "55P03"]);
@@ -12,11 +12,10 @@ const NETWORK = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "EH
 const CONNECTION_LOST = /Connection terminated|connection error and is not queryable|timeout exceeded when trying to connect/;
 
 /** PostgreSQL's and the network's storage failures as the port's kinds. */
-export function postgresFailureKind(err: unknown): StoreFailureKind | null {
+export function postgresFailureKind(err: unknown): StoreFailureKind {
+  if (typeof err !== "object" || err === null) return "other";
   const code = (err as { code?: unknown }).code;
-  if (typeof code !== "string") return err instanceof Error && CONNECTION_LOST.test(err.message) ? "unavailable" : null;
+  if (typeof code !== "string") return err instanceof Error && CONNECTION_LOST.test(err.message) ? "unavailable" : "other";
   if (RETRYABLE.has(code)) return "retryable";
-  return UNAVAILABLE.test(code) || NETWORK.has(code) ? "unavailable" : null;
+  return UNAVAILABLE.test(code) || NETWORK.has(code) ? "unavailable" : "other";
 }
-
-registerDriverErrors(postgresFailureKind);

@@ -1,6 +1,7 @@
 import { fileURLToPath } from "node:url";
 import type pg from "pg";
 import { type Migration, readMigrations } from "../migration-files.ts";
+import { runPostgresDataStep } from "./postgres-accounts.ts";
 
 /** The PostgreSQL migration files shipped with the service (src/store/migrations/postgres/), named NNN_name.sql. */
 export const POSTGRES_MIGRATIONS_DIR = fileURLToPath(new URL("../migrations/postgres/", import.meta.url));
@@ -84,6 +85,7 @@ export async function applyPostgresMigrations(
         try {
           // No parameters: the simple query protocol runs every statement of the file.
           await client.query(migration.sql);
+          await runPostgresDataStep(client, migration.file);
         } catch (err) {
           throw new Error(`Migration ${migration.file} failed: ${(err as Error).message}`, { cause: err });
         }

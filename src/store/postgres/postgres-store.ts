@@ -1,10 +1,11 @@
 import pg from "pg";
-import "./postgres-errors.ts";
 import { composeStore } from "../compose-store.ts";
 import type { Store, WriteCheck } from "../store.ts";
+import type { StoreFailureKind } from "../store-errors.ts";
 import { PostgresAccounts } from "./postgres-accounts.ts";
-import { PostgresBooks } from "./postgres-books.ts";
+import { PostgresBookkeeping } from "./postgres-bookkeeping.ts";
 import { type ConnectionSettings, clientConfig, connectionSettings, openPool } from "./postgres-connection.ts";
+import { postgresFailureKind } from "./postgres-errors.ts";
 import { applyPostgresMigrations, type MigrationResult, readPostgresMigrations } from "./postgres-migrations.ts";
 import { postgresWriteCheck } from "./postgres-writability.ts";
 
@@ -58,10 +59,10 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     await client.end().catch(() => undefined);
   }
   const pool = openPool(settings, options.onIdleError);
-  return composeStore(new PostgresHandle(pool, migrations, settings), new PostgresAccounts(pool), new PostgresBooks(pool));
+  return composeStore(new PostgresHandle(pool, migrations, settings), new PostgresAccounts(pool), new PostgresBookkeeping(pool));
 }
 
-/** The pool and what opening did; the methods come from postgres-accounts.ts and postgres-books.ts. */
+/** The pool and what opening did; the methods come from postgres-accounts.ts and postgres-bookkeeping.ts. */
 class PostgresHandle {
   readonly dialect = "postgres" as const;
   readonly settings: Omit<ConnectionSettings, "connectionString">;
@@ -79,6 +80,10 @@ class PostgresHandle {
       applicationName: settings.applicationName,
     };
     this.checkWritable = postgresWriteCheck(pool);
+  }
+
+  classifyFailure(err: unknown): StoreFailureKind {
+    return postgresFailureKind(err);
   }
 
   connectionStats(): { total: number; idle: number; waiting: number } {

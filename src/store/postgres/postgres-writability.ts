@@ -14,7 +14,7 @@ export function postgresWritability(err: unknown): Writability | null {
     case "58030":
       return "cannot_write";
   }
-  return typeof err === "object" && err !== null && postgresFailureKind(err) === "unavailable" ? "unavailable" : null;
+  return postgresFailureKind(err) === "unavailable" ? "unavailable" : null;
 }
 
 function describe(err: unknown): string {

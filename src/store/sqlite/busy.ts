@@ -1,9 +1,10 @@
 import { setTimeout as sleep } from "node:timers/promises";
 import Database from "better-sqlite3";
+import { sqliteFailureKind } from "./sqlite-errors.ts";
 
 /** SQLITE_BUSY or SQLITE_LOCKED (any extended code): another connection holds a lock this statement needs. */
 export function isSqliteBusy(err: unknown): boolean {
-  return err instanceof Database.SqliteError && /^SQLITE_(BUSY|LOCKED)/.test(err.code);
+  return err instanceof Database.SqliteError && sqliteFailureKind(err) === "retryable";
 }
 
 /**

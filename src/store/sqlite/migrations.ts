@@ -1,6 +1,7 @@
 import { fileURLToPath } from "node:url";
 import type Database from "better-sqlite3";
 import type { Migration } from "../migration-files.ts";
+import { runSqliteDataStep } from "./sqlite-accounts.ts";
 
 /** The SQLite migration files shipped with the service (src/store/migrations/sqlite/). */
 export const SQLITE_MIGRATIONS_DIR = fileURLToPath(new URL("../migrations/sqlite/", import.meta.url));
@@ -31,6 +32,7 @@ export function applyMigrations(db: Database.Database, migrations: Migration[], 
       if (applied.has(migration.version)) continue;
       try {
         db.exec(migration.sql);
+        runSqliteDataStep(db, migration.file);
       } catch (err) {
         throw new Error(`Migration ${migration.file} failed: ${(err as Error).message}`, { cause: err });
       }

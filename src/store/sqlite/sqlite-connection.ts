@@ -1,10 +1,10 @@
 import Database from "better-sqlite3";
-import type { AccountsPart, BooksPart } from "../compose-store.ts";
+import type { AccountsPart, BookkeepingPart } from "../compose-store.ts";
 import type { WriteCheck } from "../store.ts";
 import { SharedCheck, WriteOutcomes } from "../write-outcomes.ts";
 import type { Checkpointer } from "./checkpointer.ts";
 import { SqliteAccounts } from "./sqlite-accounts.ts";
-import { SqliteBooks } from "./sqlite-books.ts";
+import { SqliteBookkeeping } from "./sqlite-bookkeeping.ts";
 import { curedByReopening, probeWrite, restoreSideFileModes, sqliteWritability } from "./sqlite-writability.ts";
 
 /** The first attempt to open the database again waits this long after the previous one; then doubling up to the max. */
@@ -35,7 +35,7 @@ export interface ConnectionHooks {
 interface Parts {
   db: Database.Database;
   accounts: SqliteAccounts;
-  books: SqliteBooks;
+  books: SqliteBookkeeping;
 }
 
 /** What every connection of the store is set to (journal_mode = WAL is kept in the file itself). */
@@ -99,7 +99,7 @@ export class SqliteConnection {
     () => this.#parts.accounts,
     (method, result) => this.#observed(method, result),
   );
-  readonly books: BooksPart = forwarding(
+  readonly books: BookkeepingPart = forwarding(
     () => this.#parts.books,
     (method, result) => this.#observed(method, result),
   );
@@ -155,7 +155,7 @@ export class SqliteConnection {
       this.#outcomes.succeeded();
       return value;
     };
-    return { db, accounts: new SqliteAccounts(db, write), books: new SqliteBooks(db, write) };
+    return { db, accounts: new SqliteAccounts(db, write), books: new SqliteBookkeeping(db, write) };
   }
 
   /**

@@ -1,5 +1,5 @@
 import Database from "better-sqlite3";
-import { registerDriverErrors, type StoreFailureKind } from "../store-errors.ts";
+import type { StoreFailureKind } from "../store-errors.ts";
 
 export type SqliteError = InstanceType<typeof Database.SqliteError>;
 
@@ -16,10 +16,9 @@ const UNAVAILABLE = /^SQLITE_(IOERR|FULL|CANTOPEN|READONLY|PROTOCOL)/;
 const CLOSED = "The database connection is not open";
 
 /** SQLite's storage failures as the port's kinds: busy or locked can run again; I/O, full disk, read-only are outages. */
-export function sqliteFailureKind(err: unknown): StoreFailureKind | null {
+export function sqliteFailureKind(err: unknown): StoreFailureKind {
+  if (typeof err !== "object" || err === null) return "other";
   const code = (err as { code?: unknown }).code;
-  if (typeof code !== "string") return err instanceof TypeError && err.message === CLOSED ? "unavailable" : null;
-  return RETRYABLE.test(code) ? "retryable" : UNAVAILABLE.test(code) ? "unavailable" : null;
+  if (typeof code !== "string") return err instanceof TypeError && err.message === CLOSED ? "unavailable" : "other";
+  return RETRYABLE.test(code) ? "retryable" : UNAVAILABLE.test(code) ? "unavailable" : "other";
 }
-
-registerDriverErrors(sqliteFailureKind);

@@ -1,17 +1,18 @@
 import { chmodSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import Database from "better-sqlite3";
-import "./sqlite-errors.ts";
 import { createPrivateFile, makePrivateDir, octal, PRIVATE_FILE_MODE, readableByOthers, symbolicLinkAt } from "../../private-files.ts";
 import { composeStore } from "../compose-store.ts";
 import { readMigrations } from "../migration-files.ts";
 import type { Store, WriteCheck } from "../store.ts";
+import type { StoreFailureKind } from "../store-errors.ts";
 import { whileBusy } from "./busy.ts";
 import { type Checkpointer, DEFAULT_WAL_LIMIT_BYTES, startCheckpointer } from "./checkpointer.ts";
 import { applyMigrations, SQLITE_MIGRATIONS_DIR } from "./migrations.ts";
 import { type ConnectionSettings, SqliteConnection } from "./sqlite-connection.ts";
+import { sqliteFailureKind } from "./sqlite-errors.ts";
 
-export { usageListQuery } from "./sqlite-books.ts";
+export { usageListQuery } from "./sqlite-bookkeeping.ts";
 
 export interface SqliteStore extends Store {
   readonly dialect: "sqlite";
@@ -177,7 +178,7 @@ function enableWal(db: Database.Database): void {
   }
 }
 
-/** The store's lifecycle over its connection; the methods come from sqlite-accounts.ts and sqlite-books.ts. */
+/** The store's lifecycle over its connection; the methods come from sqlite-accounts.ts and sqlite-bookkeeping.ts. */
 class SqliteHandle {
   readonly dialect = "sqlite" as const;
 
@@ -194,6 +195,10 @@ class SqliteHandle {
 
   checkWritable(): Promise<WriteCheck> {
     return this.connection.checkWritable();
+  }
+
+  classifyFailure(err: unknown): StoreFailureKind {
+    return sqliteFailureKind(err);
   }
 
   close(): Promise<void> {

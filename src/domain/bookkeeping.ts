@@ -1,5 +1,27 @@
-import type { ServiceMode } from "../../contract/decision.ts";
-import type { FinalOutcome, StoredResponse, UsageRecord, UsageSource } from "../store.ts";
+import type { FinalOutcome, ServiceMode, UsageRecord, UsageSource } from "./usage-records.ts";
+
+/** A response kept for an Idempotency-Key: replayed as is. */
+export interface StoredResponse {
+  status: number;
+  /** The JSON body text exactly as first sent. */
+  body: string;
+  requestId: string;
+}
+
+/** What one sweep pass did. */
+export interface SweepResult {
+  /** In-flight requests past their deadline, completed as `gateway_error` (their reservations expired). */
+  abandoned: number;
+  /** Pending reservations past their expiry that had no request in flight, expired. */
+  expired: number;
+}
+
+/** What one purge pass deleted. */
+export interface PurgeResult {
+  /** Idempotency entries of decision requests and of admin credit grants. */
+  idempotencyKeys: number;
+  previewCounters: number;
+}
 
 /**
  * The two durable steps of an accepted request, as commands to the books. Both are committed in batches

@@ -1,40 +1,46 @@
 import type pg from "pg";
+import type { AuditActor } from "../../domain/audit.ts";
+import type { PurgeResult } from "../../domain/bookkeeping.ts";
+import type { Balance } from "../../domain/credits.ts";
 import {
   type AdminIdempotencyRow,
   audits,
   checkAudit,
   checkGrantOnce,
-  checkUsageTotalsQuery,
   type GrantOnceInput,
   idempotencyParams,
   type SumsRow,
   storedAnswer,
-  toSums,
   type UsageTotalsQuery,
 } from "../admin-rows.ts";
-import type { AuditActor, GrantOnceResult, UsageTotals } from "../administration.ts";
-import { bookkeepingWrites, checkGrant, checkUsageQuery, type GrantInput, grantOf } from "../bookkeeping/books.ts";
+import type { GrantOnceResult } from "../administration.ts";
+import { bookkeepingWrites, checkGrant, type GrantInput, grantOf } from "../bookkeeping/checked-writes.ts";
 import { checkLease, ENDED_LEASES_KEPT_MS, type LeaseInput } from "../bookkeeping/leases.ts";
-import { type BookProgram, runAsync } from "../bookkeeping/rows.ts";
-import type { BooksPart } from "../compose-store.ts";
-import {
-  LEDGER_COLUMNS,
-  type LedgerRow,
-  RESERVATION_COLUMNS,
-  type ReservationRow,
-  toLedgerEntry,
-  toReservation,
-  ZERO_BALANCE,
-} from "../credit-rows.ts";
-import { checkCount, checkDay, checkEpochMs, checkPreviewOrg, GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
-import type { Balance, BookkeepingStore, LedgerEntry, PurgeResult, Reservation, UsagePage, UsageQuery, UsageRecord } from "../store.ts";
-import { encodeUsageCursor } from "../usage-cursor.ts";
+import { BookkeepingReads, type TotalsRows, type UsageListDialect, usagePageStatement } from "../bookkeeping/reads.ts";
+import { type BookProgram, NO_WORK_IN_FLIGHT, runAsync } from "../bookkeeping/rows.ts";
+import type { BookkeepingPart } from "../compose-store.ts";
+import { checkCount, checkDay, checkEpochMs } from "../input-checks.ts";
+import { postgres } from "../schema/table.ts";
+import type { BookkeepingStore, UsageQuery } from "../store.ts";
 import { dailySumColumns } from "../usage-daily-rows.ts";
-import { toUsage, USAGE_COLUMNS, type UsageRow } from "../usage-rows.ts";
 import { insertAudit } from "./postgres-audit.ts";
 import { readSnapshot, writeRows } from "./postgres-book-rows.ts";
 import { type Client, hasNul, transaction, withClient } from "./postgres-connection.ts";
-import { postgresUsageListQuery } from "./postgres-usage.ts";
+
+/**
+ * Usage pages in PostgreSQL. A time bound is a bigint parameter: created_at_ms is a whole number, so `>= x` and `< x`
+ * mean the same with ceil(x); beyond the safe range every stored value is on one side of it.
+ */
+const USAGE_LIST: UsageListDialect = {
+  timeBound: (ms) => Math.min(2 ** 53, Math.max(-(2 ** 53), Math.ceil(ms))),
+  byOutcome: "usage_records",
+};
+
+/** The SQL and parameters of one usage page in PostgreSQL; exported for the query-plan test. */
+export function postgresUsageListQuery(orgId: string, query: UsageQuery): { sql: string; params: unknown[] } {
+  const { sql, params } = usagePageStatement(orgId, query, USAGE_LIST);
+  return { sql: postgres.numbered(sql), params };
+}
 
 /**
  * Usage totals per day and per organization (with its name) in one statement (one snapshot, one pass over the daily
@@ -58,13 +64,15 @@ const ADMIN_IDEMPOTENCY_LOCK = "SELECT pg_advisory_xact_lock(hashtext('admin-ide
  * The books in PostgreSQL. Every write is one READ COMMITTED transaction of a bookkeeping program, whose rows are
  * read and locked in one shared order (see postgres-book-rows.ts); reads are single statements.
  */
-export class PostgresBooks implements BooksPart {
+export class PostgresBookkeeping extends BookkeepingReads implements BookkeepingPart {
   readonly commitBatch: BookkeepingStore["commitBatch"];
   readonly sweep: BookkeepingStore["sweep"];
   readonly releaseOrphans: BookkeepingStore["releaseOrphans"];
   readonly #grantCredits: BookkeepingStore["grantCredits"];
+  protected readonly usageList = USAGE_LIST;
 
   constructor(private readonly pool: pg.Pool) {
+    super();
     const writes = bookkeepingWrites((program) => transaction(pool, (c) => run(c, program())));
     this.commitBatch = writes.commitBatch;
     this.sweep = writes.sweep;
@@ -72,8 +80,23 @@ export class PostgresBooks implements BooksPart {
     this.#grantCredits = writes.grantCredits;
   }
 
-  #query<R extends pg.QueryResultRow>(sql: string, params: unknown[]): Promise<pg.QueryResult<R>> {
-    return withClient(this.pool, (c) => c.query<R>(sql, params));
+  #query<R extends pg.QueryResultRow>(sql: string, params: readonly unknown[]): Promise<pg.QueryResult<R>> {
+    return withClient(this.pool, (c) => c.query<R>(sql, params as unknown[]));
+  }
+
+  protected override holds(...texts: string[]): boolean {
+    return !hasNul(...texts);
+  }
+
+  protected async rows<R>(sql: string, params: readonly unknown[]): Promise<R[]> {
+    return (await this.#query<R & pg.QueryResultRow>(postgres.numbered(sql), params)).rows;
+  }
+
+  protected async totalsRows(query: UsageTotalsQuery): Promise<TotalsRows> {
+    const params = query.orgId === undefined ? [query.fromMs, query.toMs] : [query.fromMs, query.toMs, query.orgId];
+    type Row = SumsRow & { day_start_ms: number; org_id: string; name: string | null; by_day: number };
+    const { rows } = await this.#query<Row>(totalsQuery(params.length === 3), params);
+    return { days: rows.filter((r) => r.by_day === 1), organizations: rows.filter((r) => r.by_day !== 1) };
   }
 
   /** One statement: the lease upserted, leases ended long ago without work in flight deleted. */
@@ -82,8 +105,7 @@ export class PostgresBooks implements BooksPart {
     await this.#query(
       "WITH lease AS (INSERT INTO gateway_instances (id, started_at_ms, lease_until_ms) VALUES ($1, $2, $3) " +
         "ON CONFLICT (id) DO UPDATE SET lease_until_ms = EXCLUDED.lease_until_ms RETURNING 1) " +
-        "DELETE FROM gateway_instances g WHERE g.lease_until_ms < $4 AND g.id <> $1 " +
-        "AND NOT EXISTS (SELECT 1 FROM usage_records u WHERE u.outcome = 'in_flight' AND u.instance_id = g.id)",
+        `DELETE FROM gateway_instances g WHERE g.lease_until_ms < $4 AND g.id <> $1 AND ${NO_WORK_IN_FLIGHT}`,
       [input.instanceId, input.startedAtMs, input.leaseUntilMs, input.nowMs - ENDED_LEASES_KEPT_MS],
     );
   }
@@ -122,24 +144,6 @@ export class PostgresBooks implements BooksPart {
     });
   }
 
-  async usageTotals(query: UsageTotalsQuery): Promise<UsageTotals> {
-    checkUsageTotalsQuery(query);
-    if (query.orgId !== undefined && hasNul(query.orgId)) return { days: [], organizations: [] };
-    const params = query.orgId === undefined ? [query.fromMs, query.toMs] : [query.fromMs, query.toMs, query.orgId];
-    const rows = (
-      await this.#query<SumsRow & { day_start_ms: number | null; org_id: string | null; name: string | null; by_day: number }>(
-        totalsQuery(params.length === 3),
-        params,
-      )
-    ).rows;
-    const totals: UsageTotals = { days: [], organizations: [] };
-    for (const row of rows) {
-      if (row.by_day === 1) totals.days.push({ dayStartMs: row.day_start_ms!, ...toSums(row) });
-      else totals.organizations.push({ orgId: row.org_id!, name: row.name, ...toSums(row) });
-    }
-    return totals;
-  }
-
   /** Deletes in bounded chunks, skipping rows another transaction holds. */
   async purge(input: { nowMs: number; keepFromDay: string; limit: number }): Promise<PurgeResult> {
     checkEpochMs(input.nowMs, "nowMs");
@@ -158,62 +162,6 @@ export class PostgresBooks implements BooksPart {
       [input.keepFromDay, input.limit],
     );
     return { idempotencyKeys: (keys.rowCount ?? 0) + (adminKeys.rowCount ?? 0), previewCounters: counters.rowCount ?? 0 };
-  }
-
-  async getBalance(orgId: string): Promise<Balance> {
-    if (hasNul(orgId)) return { ...ZERO_BALANCE };
-    const row = (await this.#query<Balance>("SELECT available, reserved, spent, granted FROM org_balances WHERE org_id = $1", [orgId]))
-      .rows[0];
-    return row ? { available: row.available, reserved: row.reserved, spent: row.spent, granted: row.granted } : { ...ZERO_BALANCE };
-  }
-
-  async getReservation(reservationId: string): Promise<Reservation | null> {
-    if (hasNul(reservationId)) return null;
-    const row = (await this.#query<ReservationRow>(`SELECT ${RESERVATION_COLUMNS} FROM reservations WHERE id = $1`, [reservationId]))
-      .rows[0];
-    return row ? toReservation(row) : null;
-  }
-
-  async listLedger(orgId: string): Promise<LedgerEntry[]> {
-    if (hasNul(orgId)) return [];
-    return (await this.#query<LedgerRow>(`SELECT ${LEDGER_COLUMNS} FROM ledger_entries WHERE org_id = $1 ORDER BY id`, [orgId])).rows.map(
-      toLedgerEntry,
-    );
-  }
-
-  async previewUsage(orgId: string, day: string): Promise<{ org: number; global: number }> {
-    checkPreviewOrg(orgId);
-    checkDay(day);
-    // Both counters from one statement, so from one snapshot.
-    const rows = (
-      await this.#query<{ scope: string; count: number }>(
-        "SELECT scope, count FROM preview_counters WHERE day = $1 AND scope = ANY($2::text[])",
-        [day, hasNul(orgId) ? [GLOBAL_PREVIEW_SCOPE] : [orgId, GLOBAL_PREVIEW_SCOPE]],
-      )
-    ).rows;
-    return {
-      org: rows.find((r) => r.scope === orgId)?.count ?? 0,
-      global: rows.find((r) => r.scope === GLOBAL_PREVIEW_SCOPE)?.count ?? 0,
-    };
-  }
-
-  async getUsage(orgId: string, requestId: string): Promise<UsageRecord | null> {
-    if (hasNul(orgId, requestId)) return null;
-    const row = (
-      await this.#query<UsageRow>(`SELECT ${USAGE_COLUMNS} FROM usage_records WHERE org_id = $1 AND request_id = $2`, [orgId, requestId])
-    ).rows[0];
-    return row ? toUsage(row) : null;
-  }
-
-  async listUsage(orgId: string, query: UsageQuery): Promise<UsagePage> {
-    checkUsageQuery(query);
-    const { sql, params } = postgresUsageListQuery(orgId, query);
-    if (hasNul(orgId)) return { records: [], nextCursor: null };
-    const rows = (await this.#query<UsageRow>(sql, params)).rows;
-    const more = rows.length > query.limit;
-    const records = (more ? rows.slice(0, query.limit) : rows).map(toUsage);
-    const last = records[records.length - 1];
-    return { records, nextCursor: more && last ? encodeUsageCursor({ createdAtMs: last.createdAtMs, requestId: last.requestId }) : null };
   }
 }
 

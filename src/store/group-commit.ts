@@ -1,16 +1,16 @@
-import type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult } from "./bookkeeping/commands.ts";
-import type { BookkeepingStore } from "./store.ts";
+import type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult } from "../domain/bookkeeping.ts";
+import type { BookkeepingStore, Store } from "./store.ts";
+import type { StoreFailureKind } from "./store-errors.ts";
 
 /** How long a step waits for storage (a busy SQLite database) before it fails, by default. */
 export const DEFAULT_STORAGE_WAIT_MS = 2000;
 /** Most steps committed in one transaction. */
 export const MAX_BATCH = 256;
 
-export interface BatchedBooksOptions {
-  /** Errors after which the batch is tried again, unchanged, after a pause (the database was busy). */
-  retryable: (err: unknown) => boolean;
-  /** Errors of the storage itself (connection lost, disk full): every step of the batch fails, none is tried alone. */
-  unavailable: (err: unknown) => boolean;
+/** What the group commit needs of a store: the batch and the reading of its failures. */
+export type GroupCommitStore = Pick<Store, "commitBatch" | "classifyFailure">;
+
+export interface GroupCommitOptions {
   /** How long a step waits while the batch is retried before it fails with the last error. */
   waitMs?: number;
   maxBatch?: number;
@@ -28,19 +28,21 @@ type Step =
  * Group commit of the two durable steps of every request. Steps submitted while no transaction is running are
  * committed together at the end of the event-loop turn; steps submitted while one runs wait for it and go
  * together into the next. Each step is decided on its own inside the transaction; if the transaction fails as a
- * whole for a reason that is neither "busy" nor "unavailable" (a constraint, a bug), every step of it is committed
- * again alone, so one step's failure fails only that step. A busy database is waited for asynchronously, up to each step's deadline.
- * A step's promise settles only after its transaction committed (or failed).
+ * whole for a reason that is neither "busy" nor "unavailable" as the store reads it (`classifyFailure`; a constraint, a
+ * bug), every step of it is committed again alone, so one step's failure fails only that step. A busy database is
+ * waited for asynchronously, up to each step's deadline: the batch is tried again, unchanged, after a pause. Unavailable
+ * storage (connection lost, disk full) fails every step of the batch at once, none tried alone. A step's promise
+ * settles only after its transaction committed (or failed).
  */
-export class BatchedBooks {
-  readonly #store: Pick<BookkeepingStore, "commitBatch">;
-  readonly #options: Required<Omit<BatchedBooksOptions, "onCommit">> & Pick<BatchedBooksOptions, "onCommit">;
+export class GroupCommit {
+  readonly #store: GroupCommitStore;
+  readonly #options: Required<Omit<GroupCommitOptions, "onCommit">> & Pick<GroupCommitOptions, "onCommit">;
   #queue: Step[] = [];
   #running = false;
   #timer: NodeJS.Immediate | NodeJS.Timeout | null = null;
   #pause = 0;
 
-  constructor(store: Pick<BookkeepingStore, "commitBatch">, options: BatchedBooksOptions) {
+  constructor(store: GroupCommitStore, options: GroupCommitOptions = {}) {
     this.#store = store;
     this.#options = {
       waitMs: DEFAULT_STORAGE_WAIT_MS,
@@ -48,6 +50,11 @@ export class BatchedBooks {
       nowMs: () => performance.now(),
       ...options,
     };
+  }
+
+  /** How the store reads a failure of admit or complete (the pipeline answers busy or unavailable storage with 503). */
+  classifyFailure(err: unknown): StoreFailureKind {
+    return this.#store.classifyFailure(err);
   }
 
   /** Steps waiting for a transaction (for metrics and tests). */
@@ -97,9 +104,10 @@ export class BatchedBooks {
       await this.#transaction(batch);
       this.#pause = 0;
     } catch (err) {
-      if (this.#options.retryable(err)) return this.#retryLater(batch, err);
+      const kind = this.#store.classifyFailure(err);
+      if (kind === "retryable") return this.#retryLater(batch, err);
       this.#pause = 0;
-      if (batch.length === 1 || this.#options.unavailable(err)) {
+      if (batch.length === 1 || kind === "unavailable") {
         for (const step of batch) step.reject(err);
         return;
       }
@@ -107,7 +115,7 @@ export class BatchedBooks {
         try {
           await this.#transaction([step]);
         } catch (alone) {
-          if (this.#options.retryable(alone)) this.#retryLater([step], alone);
+          if (this.#store.classifyFailure(alone) === "retryable") this.#retryLater([step], alone);
           else step.reject(alone);
         }
       }

@@ -1,7 +1,9 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
-import { BatchedBooks } from "../../src/store/batched-books.ts";
-import type { AdmitCommand, AdmitResult, BookkeepingStore, CompleteCommand, CompleteResult } from "../../src/store/store.ts";
+import type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult } from "../../src/domain/bookkeeping.ts";
+import { GroupCommit } from "../../src/store/group-commit.ts";
+import type { BookkeepingStore } from "../../src/store/store.ts";
+import type { StoreFailureKind } from "../../src/store/store-errors.ts";
 import { settlesBefore } from "../support/timer-race.ts";
 
 type Batch = Parameters<BookkeepingStore["commitBatch"]>[0];
@@ -45,6 +47,9 @@ class Down extends Error {
   readonly code = "ECONNREFUSED";
 }
 
+/** As a store reads its failures: Busy can run again, Down is the storage unavailable, anything else is other. */
+const classifyFailure = (e: unknown): StoreFailureKind => (e instanceof Busy ? "retryable" : e instanceof Down ? "unavailable" : "other");
+
 /**
  * A store whose commitBatch records each transaction and answers every admission with `admitted` and every
  * completion with `completed`, unless `fail` throws for the batch.
@@ -53,6 +58,7 @@ function fakeStore(fail: (batch: Batch, attempt: number) => void = () => {}, del
   const transactions: string[][] = [];
   let attempt = 0;
   const store = {
+    classifyFailure,
     async commitBatch(batch: Batch) {
       attempt++;
       if (delayMs) await new Promise((r) => setTimeout(r, delayMs));
@@ -69,12 +75,10 @@ function fakeStore(fail: (batch: Batch, attempt: number) => void = () => {}, del
   return { store, transactions };
 }
 
-const options = { retryable: (e: unknown) => e instanceof Busy, unavailable: (e: unknown) => e instanceof Down };
-
-describe("BatchedBooks: group commit of durable steps", () => {
+describe("GroupCommit: group commit of durable steps", () => {
   test("steps submitted in one event-loop turn share one transaction; each gets its own result, in order", async () => {
     const { store, transactions } = fakeStore();
-    const books = new BatchedBooks(store, options);
+    const books = new GroupCommit(store);
     const results = await Promise.all([
       books.admit(admit("r1")),
       books.complete(complete("r0")),
@@ -97,6 +101,7 @@ describe("BatchedBooks: group commit of durable steps", () => {
     const held = new Promise<void>((resolve) => (finish = resolve));
     const { store, transactions } = fakeStore();
     const gated = {
+      classifyFailure,
       async commitBatch(batch: Batch) {
         if (transactions.length === 0) {
           started();
@@ -105,7 +110,7 @@ describe("BatchedBooks: group commit of durable steps", () => {
         return store.commitBatch(batch);
       },
     };
-    const books = new BatchedBooks(gated, options);
+    const books = new GroupCommit(gated);
     const first = books.admit(admit("r1"));
     await running;
     const later = [books.admit(admit("r2")), books.complete(complete("r1")), books.admit(admit("r3"))];
@@ -118,7 +123,7 @@ describe("BatchedBooks: group commit of durable steps", () => {
 
   test("never more than maxBatch steps in one transaction", async () => {
     const { store, transactions } = fakeStore();
-    const books = new BatchedBooks(store, { ...options, maxBatch: 3 });
+    const books = new GroupCommit(store, { maxBatch: 3 });
     await Promise.all(Array.from({ length: 7 }, (_, i) => books.admit(admit(`r${i}`))));
     assert.deepEqual(
       transactions.map((t) => t.length),
@@ -130,7 +135,7 @@ describe("BatchedBooks: group commit of durable steps", () => {
     const { store, transactions } = fakeStore((batch) => {
       if (batch.admissions.some((a) => a.requestId === "bad")) throw new Error("CHECK constraint failed");
     });
-    const books = new BatchedBooks(store, options);
+    const books = new GroupCommit(store);
     const results = await Promise.allSettled([books.admit(admit("r1")), books.admit(admit("bad")), books.complete(complete("r0"))]);
     assert.deepEqual(
       results.map((r) => r.status),
@@ -144,7 +149,7 @@ describe("BatchedBooks: group commit of durable steps", () => {
     const { store, transactions } = fakeStore((_batch, attempt) => {
       if (attempt <= 3) throw new Busy("database is locked");
     });
-    const books = new BatchedBooks(store, options);
+    const books = new GroupCommit(store);
     let ticks = 0;
     const timer = setInterval(() => ticks++, 1);
     const results = await Promise.all([books.admit(admit("r1")), books.admit(admit("r2"))]);
@@ -159,7 +164,7 @@ describe("BatchedBooks: group commit of durable steps", () => {
     const { store } = fakeStore(() => {
       if (busy) throw new Busy("database is locked");
     });
-    const books = new BatchedBooks(store, { ...options, waitMs: 60 });
+    const books = new GroupCommit(store, { waitMs: 60 });
     const started = performance.now();
     const early = books.admit(admit("r1"));
     // Its wait and the pauses between tries are timers due long before this one: an order no load changes.
@@ -178,12 +183,13 @@ describe("BatchedBooks: group commit of durable steps", () => {
     });
     let calls = 0;
     const counting = {
+      classifyFailure,
       commitBatch: (b: Batch) => {
         calls++;
         return store.commitBatch(b);
       },
     };
-    const books = new BatchedBooks(counting, options);
+    const books = new GroupCommit(counting);
     const results = await Promise.allSettled([books.admit(admit("r1")), books.admit(admit("r2")), books.complete(complete("r0"))]);
     assert.deepEqual(
       results.map((r) => r.status),
@@ -197,8 +203,7 @@ describe("BatchedBooks: group commit of durable steps", () => {
     const { store } = fakeStore((batch) => {
       if (batch.admissions.some((a) => a.requestId === "bad")) throw new Error("boom");
     });
-    const books = new BatchedBooks(store, {
-      ...options,
+    const books = new GroupCommit(store, {
       onCommit: (steps, seconds, ok) => {
         assert.ok(seconds >= 0);
         seen.push([steps, ok]);

@@ -1,7 +1,8 @@
+import type { AdmitCommand, CompleteCommand } from "../../domain/bookkeeping.ts";
+import type { Balance } from "../../domain/credits.ts";
 import { checkAmount, checkCount, checkDay, checkEpochMs, checkHttpStatus, checkPreviewOrg, checkText } from "../input-checks.ts";
-import { type Balance, type BookkeepingStore, USAGE_OUTCOMES, type UsageQuery } from "../store.ts";
+import type { BookkeepingStore } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
-import type { AdmitCommand, CompleteCommand } from "./commands.ts";
 import { batchProgram, grantProgram, orphanProgram, sweepProgram } from "./programs.ts";
 import type { BookProgram, RunProgram } from "./rows.ts";
 
@@ -94,25 +95,5 @@ function checkComplete(c: CompleteCommand): void {
     if (typeof c.idempotency.response.body !== "string")
       throw new StoreInputError("idempotency.response.body must be a string", "idempotency.response.body");
     checkText(c.idempotency.response.requestId, "idempotency.response.requestId");
-  }
-}
-
-export const MAX_USAGE_PAGE = 200;
-
-/** The checks of a usage page query, the same for every adapter. */
-export function checkUsageQuery(query: UsageQuery): void {
-  const { limit } = query;
-  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_USAGE_PAGE) {
-    throw new StoreInputError(`limit must be a whole number from 1 to ${MAX_USAGE_PAGE}`, "limit");
-  }
-  for (const [value, field] of [
-    [query.fromMs, "fromMs"],
-    [query.toMs, "toMs"],
-  ] as const) {
-    if (value !== undefined && !Number.isFinite(value))
-      throw new StoreInputError(`${field} must be a finite number of epoch milliseconds`, field);
-  }
-  if (query.outcome !== undefined && !USAGE_OUTCOMES.includes(query.outcome)) {
-    throw new StoreInputError(`outcome must be one of ${USAGE_OUTCOMES.join(", ")}`, "outcome");
   }
 }

@@ -1,0 +1,81 @@
+import type { CompleteCommand, StoredResponse } from "../domain/bookkeeping.ts";
+import { ServiceError, statusOf } from "../domain/errors.ts";
+import type { ModelAnswerSet } from "../models/model-service.ts";
+import type { Charge } from "./charging.ts";
+
+/** The usage record keeps this much of an error's detail. */
+const MAX_ERROR_DETAIL_CHARS = 500;
+
+/** Milliseconds to three decimals, never negative. */
+export const round3 = (ms: number) => Math.max(0, Math.round(ms * 1000) / 1000);
+
+/** What every completion of one request names: the request, when, how it was routed and charged, and its Idempotency-Key. */
+export interface CompletionBase
+  extends Pick<CompleteCommand, "requestId" | "orgId" | "nowMs" | "reserved" | "deployment" | "attempts" | "gatewayLatencyMs"> {
+  idempotencyKey: string | null;
+}
+
+/** A success: its charge settled from the reservation, its response kept for its Idempotency-Key. */
+export function succeededCompletion(base: CompletionBase, charge: Charge, latencyMs: number, response: StoredResponse): CompleteCommand {
+  const { idempotencyKey, ...named } = base;
+  const { input_tokens, output_tokens, cost_microusd } = charge.usage;
+  return {
+    ...named,
+    outcome: "succeeded",
+    httpStatus: 200,
+    inputTokens: input_tokens,
+    outputTokens: output_tokens,
+    costMicrousd: cost_microusd,
+    latencyMs,
+    errorDetail: charge.capped
+      ? `model reported ${input_tokens} input and ${output_tokens} output tokens, more than reserved; charged the reservation`
+      : null,
+    overReservation: charge.capped,
+    idempotency: idempotencyKey === null ? null : { key: idempotencyKey, response },
+  };
+}
+
+/**
+ * A failure: nothing charged, the reservation released, the Idempotency-Key claim dropped. `error`: a ServiceError
+ * (its status and detail recorded; context_rejected, else model_error), anything else is gateway_error (500).
+ * `answerSet`: answers that failed the checks (their tokens and latency are recorded).
+ */
+export function failedCompletion(base: CompletionBase, error: unknown, answerSet?: ModelAnswerSet): CompleteCommand {
+  const { idempotencyKey, ...named } = base;
+  const known = error instanceof ServiceError;
+  return {
+    ...named,
+    outcome: !known ? "gateway_error" : error.code === "context_rejected" ? "context_rejected" : "model_error",
+    httpStatus: statusOf(known ? error.code : "internal"),
+    inputTokens: answerSet?.usage.input_tokens ?? 0,
+    outputTokens: answerSet?.usage.output_tokens ?? 0,
+    costMicrousd: 0,
+    latencyMs: answerSet ? round3(answerSet.latencyMs) : null,
+    errorDetail: (known ? (error.detail ?? error.code) : "internal error after admission; nothing was charged").slice(
+      0,
+      MAX_ERROR_DETAIL_CHARS,
+    ),
+    overReservation: false,
+    idempotency: idempotencyKey === null ? null : { key: idempotencyKey, response: null },
+  };
+}
+
+/**
+ * The second completion of a request whose first did not commit (its outcome may be unknown, e.g. a lost connection
+ * during COMMIT): gateway_error, nothing charged, its Idempotency-Key released.
+ */
+export function storageFailedCompletion(first: CompleteCommand, nowMs: number): CompleteCommand {
+  return {
+    ...first,
+    nowMs,
+    outcome: "gateway_error",
+    httpStatus: statusOf("storage_unavailable"),
+    inputTokens: 0,
+    outputTokens: 0,
+    costMicrousd: 0,
+    latencyMs: null,
+    errorDetail: "the outcome could not be stored (storage unavailable); nothing was charged",
+    overReservation: false,
+    idempotency: first.idempotency && { key: first.idempotency.key, response: null },
+  };
+}

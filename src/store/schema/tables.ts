@@ -1,0 +1,150 @@
+import type { Balance, LedgerEntry, Reservation } from "../../domain/credits.ts";
+import type { UsageRecord } from "../../domain/usage-records.ts";
+import { bigint, boolean, float, int, Table, text } from "./table.ts";
+
+/**
+ * The tables of the books, described once for both dialects (the migrations create them). A column added to a table
+ * is added here, to the two migrations, and to the code that sets its value.
+ */
+
+/** A usage record as stored: with the instance (gateway process) that admitted it, null when none is known. */
+export type StoredUsageRecord = UsageRecord & { instanceId: string | null };
+
+export const usageRecords = new Table<StoredUsageRecord>("usage_records", {
+  requestId: text("request_id"),
+  orgId: text("org_id"),
+  keyId: text("key_id"),
+  createdAtMs: bigint("created_at_ms"),
+  source: text("source"),
+  model: text("model"),
+  mode: text("mode"),
+  outcome: text("outcome"),
+  httpStatus: int("http_status"),
+  inputTokens: bigint("input_tokens"),
+  outputTokens: bigint("output_tokens"),
+  costMicrousd: bigint("cost_microusd"),
+  latencyMs: float("latency_ms"),
+  gatewayLatencyMs: float("gateway_latency_ms"),
+  errorDetail: text("error_detail"),
+  overReservation: boolean("over_reservation"),
+  completedAtMs: bigint("completed_at_ms"),
+  deployment: text("deployment"),
+  attempts: int("attempts"),
+  instanceId: text("instance_id"),
+});
+
+/** The fields of a UsageRecord (read back): every column but the admitting instance. */
+export const USAGE_RECORD_FIELDS = usageRecords.fieldsExcept("instanceId");
+
+export const reservations = new Table<Reservation>("reservations", {
+  id: text("id"),
+  orgId: text("org_id"),
+  requestId: text("request_id"),
+  amountMicrousd: bigint("amount_microusd"),
+  status: text("status"),
+  costMicrousd: bigint("cost_microusd"),
+  createdAtMs: bigint("created_at_ms"),
+  expiresAtMs: bigint("expires_at_ms"),
+  resolvedAtMs: bigint("resolved_at_ms"),
+});
+
+export const ledgerEntries = new Table<LedgerEntry>("ledger_entries", {
+  id: bigint("id"),
+  orgId: text("org_id"),
+  kind: text("kind"),
+  reservationId: text("reservation_id"),
+  availableDelta: bigint("available_delta"),
+  reservedDelta: bigint("reserved_delta"),
+  spentDelta: bigint("spent_delta"),
+  grantedDelta: bigint("granted_delta"),
+  createdAtMs: bigint("created_at_ms"),
+  note: text("note"),
+});
+
+/** The fields an appended entry is written with (the id is generated). */
+export const NEW_LEDGER_FIELDS = ledgerEntries.fieldsExcept("id");
+
+export type OrgBalance = Balance & { orgId: string };
+
+export const orgBalances = new Table<OrgBalance>("org_balances", {
+  orgId: text("org_id"),
+  available: bigint("available"),
+  reserved: bigint("reserved"),
+  spent: bigint("spent"),
+  granted: bigint("granted"),
+});
+
+/** The amounts of a balance row. */
+export const BALANCE_FIELDS = orgBalances.fieldsExcept("orgId");
+
+/** Preview requests counted per UTC day ("YYYY-MM-DD"); the scope is an organization id or the whole service's. */
+export interface PreviewCounter {
+  scope: string;
+  day: string;
+  count: number;
+}
+
+export const previewCounters = new Table<PreviewCounter>("preview_counters", {
+  scope: text("scope"),
+  day: text("day"),
+  count: bigint("count"),
+});
+
+/** An idempotency_keys row. */
+export interface IdempotencyEntry {
+  orgId: string;
+  key: string;
+  requestHash: string;
+  /** The request that holds the claim, or produced the kept response. */
+  requestId: string;
+  state: "in_progress" | "completed";
+  /** Set once completed. */
+  responseStatus: number | null;
+  /** The kept body; null while in progress, and when the response was too large to keep. */
+  responseBody: string | null;
+  responseRequestId: string | null;
+  lockUntilMs: number;
+  expiresAtMs: number;
+}
+
+export const idempotencyKeys = new Table<IdempotencyEntry>("idempotency_keys", {
+  orgId: text("org_id"),
+  key: text("key"),
+  requestHash: text("request_hash"),
+  requestId: text("request_id"),
+  state: text("state"),
+  responseStatus: int("response_status"),
+  responseBody: text("response_body"),
+  responseRequestId: text("response_request_id"),
+  lockUntilMs: bigint("lock_until_ms"),
+  expiresAtMs: bigint("expires_at_ms"),
+});
+
+/** A change to one day's usage_daily row; the counts are deltas (negative for the request that leaves in_flight). */
+export interface UsageDailyDelta {
+  orgId: string;
+  dayStartMs: number;
+  requests: number;
+  inFlight: number;
+  succeeded: number;
+  /** Every final outcome but succeeded. */
+  failed: number;
+  inputTokens: number;
+  outputTokens: number;
+  costMicrousd: number;
+}
+
+export const usageDaily = new Table<UsageDailyDelta>("usage_daily", {
+  orgId: text("org_id"),
+  dayStartMs: bigint("day_start_ms"),
+  requests: bigint("requests"),
+  inFlight: bigint("in_flight"),
+  succeeded: bigint("succeeded"),
+  failed: bigint("failed"),
+  inputTokens: bigint("input_tokens"),
+  outputTokens: bigint("output_tokens"),
+  costMicrousd: bigint("cost_microusd"),
+});
+
+/** The counts of a day's row (what a change adds). */
+export const USAGE_DAILY_COUNTS = usageDaily.fieldsExcept("orgId", "dayStartMs");
