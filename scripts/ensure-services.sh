@@ -8,8 +8,9 @@ set -euo pipefail
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 apt_updated=0
 apt_install() {
-  if [ "$apt_updated" -eq 0 ]; then as_root apt-get update -qq; apt_updated=1; fi
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
+  # Waits for another package manager run (unattended upgrades, a second install) instead of failing at once.
+  if [ "$apt_updated" -eq 0 ]; then as_root apt-get -o DPkg::Lock::Timeout=300 update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive as_root apt-get -o DPkg::Lock::Timeout=300 install -y -qq "$@" >/dev/null
 }
 
 wait_for() { # command, what
