@@ -1,93 +1,84 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
 import type { RouterObserver } from "../models/routing/types.ts";
 
+/** Seconds of one model call or attempt. */
+const MODEL_CALL_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
 /** The service's Prometheus metrics, one registry per app (tests build several apps in one process). */
 export class Metrics {
   readonly registry = new Registry();
 
-  readonly httpRequests = new Counter({
-    name: "tds_http_requests_total",
-    help: "HTTP requests by route and status",
-    labelNames: ["method", "route", "status"] as const,
-    registers: [this.registry],
-  });
+  #counter<L extends string = never>(name: string, help: string, labelNames: readonly L[] = []): Counter<L> {
+    return new Counter({ name, help, labelNames, registers: [this.registry] });
+  }
 
-  readonly gatewayLatency = new Histogram({
-    name: "tds_gateway_latency_seconds",
-    help: "Time spent in the gateway itself per decision (excluding the model call)",
-    buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
-    registers: [this.registry],
-  });
+  #gauge<L extends string = never>(name: string, help: string, labelNames: readonly L[] = [], collect?: () => void): Gauge<L> {
+    return new Gauge({ name, help, labelNames, registers: [this.registry], ...(collect ? { collect } : {}) });
+  }
 
-  readonly modelLatency = new Histogram({
-    name: "tds_model_latency_seconds",
-    help: "Model call time per decision",
-    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
-    registers: [this.registry],
-  });
+  #histogram<L extends string = never>(name: string, help: string, buckets: number[], labelNames: readonly L[] = []): Histogram<L> {
+    return new Histogram({ name, help, buckets, labelNames, registers: [this.registry] });
+  }
 
-  readonly modelErrors = new Counter({
-    name: "tds_model_errors_total",
-    help: "Failed model calls by kind",
-    labelNames: ["kind"] as const,
-    registers: [this.registry],
-  });
+  readonly httpRequests = this.#counter("tds_http_requests_total", "HTTP requests by route and status", ["method", "route", "status"]);
 
-  readonly reservations = new Counter({
-    name: "tds_reservations_total",
-    help: "Credit reservations by outcome (reserved, insufficient, settled, released, expired)",
-    labelNames: ["outcome"] as const,
-    registers: [this.registry],
-  });
+  readonly gatewayLatency = this.#histogram(
+    "tds_gateway_latency_seconds",
+    "Time spent in the gateway itself per decision (excluding the model call)",
+    [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1],
+  );
 
-  readonly rejections = new Counter({
-    name: "tds_admission_rejections_total",
-    help: "Requests refused at admission by reason (rate_limited, preview_quota_org, preview_quota_global, insufficient_credits, token_bound_over_reserve)",
-    labelNames: ["reason"] as const,
-    registers: [this.registry],
-  });
+  readonly modelLatency = this.#histogram("tds_model_latency_seconds", "Model call time per decision", MODEL_CALL_BUCKETS);
 
-  readonly rateLimiterFallback = new Gauge({
-    name: "tds_rate_limiter_fallback",
-    help: "1 while the shared (Redis) rate limiter is unreachable and the local fallback limit applies",
-    registers: [this.registry],
-  });
+  readonly modelErrors = this.#counter("tds_model_errors_total", "Failed model calls by kind", ["kind"]);
 
-  readonly rateLimiterFallbackEvents = new Counter({
-    name: "tds_rate_limiter_fallback_events_total",
-    help: "Times the rate limiter switched to its local fallback",
-    registers: [this.registry],
-  });
+  readonly reservations = this.#counter(
+    "tds_reservations_total",
+    "Credit reservations by outcome (reserved, insufficient, settled, released, expired)",
+    ["outcome"],
+  );
 
-  readonly storeBatchSteps = new Histogram({
-    name: "tds_store_batch_steps",
-    help: "Durable steps (admissions and completions) committed per storage transaction",
-    buckets: [1, 2, 4, 8, 16, 32, 64, 128, 256],
-    registers: [this.registry],
-  });
+  readonly rejections = this.#counter(
+    "tds_admission_rejections_total",
+    "Requests refused at admission by reason (rate_limited, preview_quota_org, preview_quota_global, insufficient_credits, token_bound_over_reserve)",
+    ["reason"],
+  );
 
-  readonly storeCommitSeconds = new Histogram({
-    name: "tds_store_commit_seconds",
-    help: "Duration of one storage transaction of grouped steps, by result (ok, failed)",
-    labelNames: ["result"] as const,
-    buckets: [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5],
-    registers: [this.registry],
-  });
+  readonly rateLimiterFallback = this.#gauge(
+    "tds_rate_limiter_fallback",
+    "1 while the shared (Redis) rate limiter is unreachable and the local fallback limit applies",
+  );
 
-  readonly deploymentAttempts = new Counter({
-    name: "tds_deployment_attempts_total",
-    help: "Model service attempts per model and deployment, by outcome (ok, or the failure's kind)",
-    labelNames: ["model", "deployment", "outcome"] as const,
-    registers: [this.registry],
-  });
+  readonly rateLimiterFallbackEvents = this.#counter(
+    "tds_rate_limiter_fallback_events_total",
+    "Times the rate limiter switched to its local fallback",
+  );
 
-  readonly deploymentLatency = new Histogram({
-    name: "tds_deployment_latency_seconds",
-    help: "Duration of one model service attempt per model and deployment",
-    labelNames: ["model", "deployment"] as const,
-    buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
-    registers: [this.registry],
-  });
+  readonly storeBatchSteps = this.#histogram(
+    "tds_store_batch_steps",
+    "Durable steps (admissions and completions) committed per storage transaction",
+    [1, 2, 4, 8, 16, 32, 64, 128, 256],
+  );
+
+  readonly storeCommitSeconds = this.#histogram(
+    "tds_store_commit_seconds",
+    "Duration of one storage transaction of grouped steps, by result (ok, failed)",
+    [0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5],
+    ["result"],
+  );
+
+  readonly deploymentAttempts = this.#counter(
+    "tds_deployment_attempts_total",
+    "Model service attempts per model and deployment, by outcome (ok, or the failure's kind)",
+    ["model", "deployment", "outcome"],
+  );
+
+  readonly deploymentLatency = this.#histogram(
+    "tds_deployment_latency_seconds",
+    "Duration of one model service attempt per model and deployment",
+    MODEL_CALL_BUCKETS,
+    ["model", "deployment"],
+  );
 
   private deployments: () => Array<{
     model: string;
@@ -95,65 +86,45 @@ export class Metrics {
     deployments: Array<{ name: string; state: string; outstanding: number }>;
   }> = () => [];
 
-  readonly deploymentOutstanding = new Gauge({
-    name: "tds_deployment_outstanding",
-    help: "Model service calls running per model and deployment",
-    labelNames: ["model", "deployment"] as const,
-    registers: [this.registry],
-    collect: () => this.collectDeployments(),
-  });
+  readonly deploymentOutstanding = this.#gauge(
+    "tds_deployment_outstanding",
+    "Model service calls running per model and deployment",
+    ["model", "deployment"],
+    () => this.collectDeployments(),
+  );
 
-  readonly deploymentHealthy = new Gauge({
-    name: "tds_deployment_healthy",
-    help: "1 while a deployment takes calls (healthy), 0 while it cools down after failures or waits for its probe",
-    labelNames: ["model", "deployment", "state"] as const,
-    registers: [this.registry],
-  });
+  readonly deploymentHealthy = this.#gauge(
+    "tds_deployment_healthy",
+    "1 while a deployment takes calls (healthy), 0 while it cools down after failures or waits for its probe",
+    ["model", "deployment", "state"],
+  );
 
-  readonly modelWaiting = new Gauge({
-    name: "tds_model_waiting",
-    help: "Calls waiting for a deployment below its max_concurrency, per model",
-    labelNames: ["model"] as const,
-    registers: [this.registry],
-  });
+  readonly modelWaiting = this.#gauge("tds_model_waiting", "Calls waiting for a deployment below its max_concurrency, per model", [
+    "model",
+  ]);
 
   /** Sources of the pool and queue gauges, read at each scrape. */
   private modelPools: () => Array<{ model: string; busy: number; size: number; waiting: number }> = () => [];
   private dbPool: () => { total: number; idle: number; waiting: number } | null = () => null;
 
-  readonly modelPoolBusy = new Gauge({
-    name: "tds_model_pool_busy",
-    help: "In-process engine contexts evaluating a request",
-    labelNames: ["model"] as const,
-    registers: [this.registry],
-    collect: () => this.collectModelPools(),
-  });
+  readonly modelPoolBusy = this.#gauge("tds_model_pool_busy", "In-process engine contexts evaluating a request", ["model"], () =>
+    this.collectModelPools(),
+  );
 
-  readonly modelPoolSize = new Gauge({
-    name: "tds_model_pool_size",
-    help: "In-process engine contexts",
-    labelNames: ["model"] as const,
-    registers: [this.registry],
-  });
+  readonly modelPoolSize = this.#gauge("tds_model_pool_size", "In-process engine contexts", ["model"]);
 
-  readonly modelQueueWaiting = new Gauge({
-    name: "tds_model_queue_waiting",
-    help: "Requests waiting for an in-process engine context",
-    labelNames: ["model"] as const,
-    registers: [this.registry],
-  });
+  readonly modelQueueWaiting = this.#gauge("tds_model_queue_waiting", "Requests waiting for an in-process engine context", ["model"]);
 
-  readonly dbConnections = new Gauge({
-    name: "tds_db_pool_connections",
-    help: "Database pool connections by state (total, idle, waiting clients)",
-    labelNames: ["state"] as const,
-    registers: [this.registry],
-    collect: () => {
+  readonly dbConnections = this.#gauge(
+    "tds_db_pool_connections",
+    "Database pool connections by state (total, idle, waiting clients)",
+    ["state"],
+    () => {
       const stats = this.dbPool();
       if (!stats) return;
       for (const [state, value] of Object.entries(stats)) this.dbConnections.set({ state }, value);
     },
-  });
+  );
 
   watchModelPools(source: () => Array<{ model: string; busy: number; size: number; waiting: number }>): void {
     this.modelPools = source;

@@ -403,7 +403,7 @@ interface Unanswered {
 }
 
 /**
- * Completes requests left in flight as gateway_error with nothing charged (no answer is known: http_status null),
+ * Completes requests left in flight as gateway_error with nothing charged (no answer is known, so no HTTP status),
  * resolving their pending reservations as `how` says, and expires `dueReservations`. Usage rows (already locked by
  * the caller's read) before reservations, then balances, as a completion locks them.
  */
