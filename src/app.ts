@@ -164,11 +164,8 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   registry.start();
   metrics.watchDbPool(() => store.connectionStats?.() ?? null);
   metrics.watchDeployments(() => registry.health());
-  metrics.watchModelPools(() =>
-    engineEntries(config.models, deps.engines ?? new Map()).flatMap(({ id, service }) =>
-      service.poolStats ? [{ model: id.model, ...service.poolStats() }] : [],
-    ),
-  );
+  const pooled = engineEntries(config.models, deps.engines ?? new Map()).filter(({ service }) => service.poolStats);
+  metrics.watchModelPools(() => pooled.map(({ id, service }) => ({ model: id.model, ...service.poolStats!() })));
   const books = new GroupCommit(store, {
     ...(deps.storageWaitMs !== undefined ? { waitMs: deps.storageWaitMs } : {}),
     onCommit: (steps, seconds, ok) => metrics.storeCommitted(steps, seconds, ok),

@@ -91,20 +91,6 @@ describe("the settings table", () => {
     }
   });
 
-  test("the README's table names every setting with its default and file key", () => {
-    const table = readmeTable();
-    for (const [key, row] of ROWS) {
-      const name = row.env === null ? "—" : `\`${row.env}\``;
-      const file = row.fileDocs ?? (row.file === null ? "—" : `\`${row.file}\``);
-      const shownDefault = row.defaultText ?? `\`${String(row.default)}\``;
-      assert.ok(
-        table.includes(`| ${name} | ${file} | ${shownDefault} |`),
-        `${key}: no README row "| ${name} | ${file} | ${shownDefault} |"`,
-      );
-    }
-    assert.equal(table.split("\n").length, ROWS.length + 2, "the README's table has rows the settings table does not");
-  });
-
   test("without any setting, every value is the table's default", () => {
     const problems: string[] = [];
     const { values, sources } = readSettings({}, {}, problems);

@@ -41,7 +41,7 @@ export const ConfigFile = Type.Object(
         { description: "Model services by name; models[].deployments refer to them" },
       ),
     ),
-    default_model: Type.Optional(Type.String({ minLength: 1, maxLength: 100 })),
+    default_model: Type.Optional(Text),
     aliases: Type.Optional(Type.Record(Type.String(), Text)),
     models: Type.Optional(
       Type.Array(

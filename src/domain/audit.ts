@@ -6,14 +6,6 @@ export type AuditAction =
   | "key.created"
   | "key.revoked"
   | "credits.granted";
-export const AUDIT_ACTIONS: readonly AuditAction[] = [
-  "organization.created",
-  "organization.paused",
-  "organization.resumed",
-  "key.created",
-  "key.revoked",
-  "credits.granted",
-];
 
 /** Who made a change: the `tds` CLI on the database, or the admin API (`client`: the caller's own label, such as "console" or "cli"). */
 export interface AuditActor {

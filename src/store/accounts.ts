@@ -17,7 +17,7 @@ import type { AccountsPart } from "./compose-store.ts";
 import { checkPageLimit } from "./input-checks.ts";
 import { NAME_CANDIDATES, nameHolder, nameKey, nameTakenMessage } from "./organization-names.ts";
 import { perTurnLookup } from "./per-turn-lookup.ts";
-import { bigint, boolean, type DbRow, Table, text } from "./schema/table.ts";
+import { bigint, boolean, type DbRow, sqlite, Table, text } from "./schema/table.ts";
 import { execute, query, type SqlProgram, type SqlRunner } from "./sql-program.ts";
 import type { AccountStore } from "./store.ts";
 import { StoreConflictError, StoreInputError } from "./store-errors.ts";
@@ -53,11 +53,8 @@ const SELECT_KEYS_WITH_ORGANIZATION = `SELECT ${apiKeys.list(apiKeys.fields, "k.
 const organizationOfKey = (row: DbRow): Organization =>
   toOrganization(Object.fromEntries(ORGANIZATION_COLUMNS.map((c) => [c, row[`o_${c}`]])));
 
-const marks = (count: number) => Array(count).fill("?").join(", ");
-const insertInto = <T>(table: Table<T>) => `INSERT INTO ${table.name} (${table.list()}) VALUES (${marks(table.fields.length)})`;
-
 const SQL = {
-  insertOrganization: insertInto(organizations),
+  insertOrganization: sqlite.insert(organizations),
   // An id match first, then a name match (a name may equal another organization's id).
   findOrganization: `${SELECT_ORGANIZATIONS} WHERE id = ? OR name = ? ORDER BY (id = ?) DESC LIMIT 1`,
   listOrganizations: `${SELECT_ORGANIZATIONS} ORDER BY created_at_ms, id`,
@@ -65,7 +62,7 @@ const SQL = {
   // Only a change of state counts (and is audited).
   setPaused: "UPDATE organizations SET paused = ? WHERE id = ? AND paused <> ?",
   organizationExists: "SELECT 1 AS found FROM organizations WHERE id = ?",
-  insertKey: insertInto(apiKeys),
+  insertKey: sqlite.insert(apiKeys),
   listKeys: `SELECT ${apiKeys.list()} FROM api_keys WHERE org_id = ? ORDER BY created_at_ms, id`,
   revokeKey: "UPDATE api_keys SET revoked_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL RETURNING org_id, name",
 };
@@ -75,7 +72,7 @@ const ORGANIZATIONS_AFTER = `${SELECT_ORGANIZATIONS} WHERE (created_at_ms, id) >
 
 /** The key lookups of one event-loop turn, by at most 256 ids, padded to a power of two: 9 statement texts. */
 const LOOKUP_BATCH = 256;
-const KEY_LOOKUPS = Array.from({ length: 9 }, (_, i) => `${SELECT_KEYS_WITH_ORGANIZATION} WHERE k.id IN (${marks(2 ** i)})`);
+const KEY_LOOKUPS = Array.from({ length: 9 }, (_, i) => `${SELECT_KEYS_WITH_ORGANIZATION} WHERE k.id IN (${sqlite.placeholders(2 ** i)})`);
 
 /** Every statement of the accounts (a store may prepare them on opening). */
 export const ACCOUNT_STATEMENTS: readonly string[] = [

@@ -5,7 +5,7 @@ import { DAY_MS } from "../domain/utc-day.ts";
 import { ADMIN_IDEMPOTENCY_TTL_MS } from "./administration.ts";
 import { checkGrant, type GrantInput } from "./bookkeeping/checked-writes.ts";
 import { checkEpochMs, checkText } from "./input-checks.ts";
-import { bigint, type DbRow, Table, text } from "./schema/table.ts";
+import { bigint, type DbRow, sqlite, Table, text } from "./schema/table.ts";
 import { execute, query, type SqlProgram } from "./sql-program.ts";
 import { StoreInputError } from "./store-errors.ts";
 import { badCursor, decodeCursorText, encodeCursorText } from "./usage-cursor.ts";
@@ -44,10 +44,8 @@ const auditLog = new Table<AuditRow>("admin_audit", {
 const WRITTEN = auditLog.fieldsExcept("id");
 
 /** The INSERT of one entry, without its VALUES clause; parameters from `auditParams`. */
-export const AUDIT_INSERT = `INSERT INTO ${auditLog.name} (${auditLog.list(WRITTEN)})`;
-export const AUDIT_PARAM_COUNT = WRITTEN.length;
 /** The whole INSERT of one entry, with `?` placeholders. */
-export const INSERT_AUDIT = `${AUDIT_INSERT} VALUES (${WRITTEN.map(() => "?").join(", ")})`;
+export const INSERT_AUDIT = `INSERT INTO ${auditLog.name} (${auditLog.list(WRITTEN)}) VALUES (${sqlite.placeholders(WRITTEN.length)})`;
 
 export function auditParams(r: AuditRecord): unknown[] {
   const row: Omit<AuditRow, "id"> = {

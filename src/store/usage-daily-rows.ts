@@ -9,12 +9,8 @@ import { USAGE_DAILY_COUNTS, type UsageDailyDelta, usageDaily } from "./schema/t
  * these rows, never the records.
  */
 
-/** Re-exported for the store's modules that already import it from here. */
-
 /** The UTC midnight that starts the day of `ms` (created_at_ms is never negative). */
 export const dayStartOf = (ms: number): number => ms - (ms % DAY_MS);
-
-export type { UsageDailyDelta };
 
 /**
  * Adds deltas to their rows, creating a missing row at the delta: `rows` is a VALUES list or a SELECT of the

@@ -8,6 +8,7 @@ import {
 import type { Balance, LedgerKind } from "../../domain/credits.ts";
 import { statusOf } from "../../domain/errors.ts";
 import { GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
+import type { StoredUsageRecord } from "../schema/tables.ts";
 import { StoreInputError } from "../store-errors.ts";
 import { finalChange, UsageDailyDeltas } from "../usage-daily-rows.ts";
 import {
@@ -18,7 +19,6 @@ import {
   type IdempotencyKeyRef,
   type IdempotencyRow,
   idempotencyKey,
-  type NewUsageRecord,
   type OrphanQuery,
   type ReservationRow,
   type Snapshot,
@@ -309,14 +309,14 @@ function admit(batch: BatchState, a: AdmitCommand): AdmitResult {
     if (available < amount) return { kind: "insufficient_credits", availableMicrousd: Math.max(0, available) };
     batch.writes.reservationInserts.push({
       id: a.requestId,
-      org_id: a.orgId,
-      request_id: a.requestId,
-      amount_microusd: amount,
+      orgId: a.orgId,
+      requestId: a.requestId,
+      amountMicrousd: amount,
       status: "pending",
-      cost_microusd: null,
-      created_at_ms: a.nowMs,
-      expires_at_ms: a.reservation.expiresAtMs,
-      resolved_at_ms: null,
+      costMicrousd: null,
+      createdAtMs: a.nowMs,
+      expiresAtMs: a.reservation.expiresAtMs,
+      resolvedAtMs: null,
     });
     batch.move(a.orgId, "reserve", a.requestId, { available: -amount, reserved: amount, spent: 0, granted: 0 }, a.nowMs);
   }
@@ -344,7 +344,7 @@ function admit(batch: BatchState, a: AdmitCommand): AdmitResult {
   return { kind: "admitted" };
 }
 
-export function inFlightRecord(a: AdmitCommand): NewUsageRecord {
+export function inFlightRecord(a: AdmitCommand): StoredUsageRecord {
   return {
     instanceId: a.instanceId ?? null,
     requestId: a.requestId,

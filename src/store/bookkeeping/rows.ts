@@ -1,4 +1,4 @@
-import type { Balance, LedgerEntry, ReservationStatus } from "../../domain/credits.ts";
+import type { Balance, LedgerEntry, Reservation, ReservationStatus } from "../../domain/credits.ts";
 import type { FinalOutcome } from "../../domain/usage-records.ts";
 import type { DbRow } from "../schema/table.ts";
 import {
@@ -229,7 +229,6 @@ export type UsageFinal = Pick<StoredUsageRecord, "requestId" | (typeof USAGE_FIN
 export type NewLedgerEntry = Omit<LedgerEntry, "id">;
 
 /** A usage record as admitted: with the instance (gateway process) that admitted it, null when none is known. */
-export type NewUsageRecord = StoredUsageRecord;
 
 /** The fields a resolution writes to a pending reservation (its id finds it). */
 export const RESOLUTION_FIELDS = ["status", "costMicrousd", "resolvedAtMs"] as const;
@@ -246,9 +245,9 @@ export interface ReservationResolution {
  * summed delta per row, so that an adapter may write each list with one set-based statement.
  */
 export interface WriteSet {
-  usageInserts: NewUsageRecord[];
+  usageInserts: StoredUsageRecord[];
   usageFinals: UsageFinal[];
-  reservationInserts: ReservationRow[];
+  reservationInserts: Reservation[];
   reservationResolutions: ReservationResolution[];
   ledger: NewLedgerEntry[];
   /**

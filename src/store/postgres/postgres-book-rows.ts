@@ -201,11 +201,7 @@ function writeParts(w: WriteSet): Part[] {
   };
   add("insertUsage", usageRecords, w.usageInserts);
   add("finalUsage", usageRecords, w.usageFinals, FINAL);
-  add(
-    "insertReservations",
-    reservations,
-    w.reservationInserts.map((r) => reservations.fromRow(r)),
-  );
+  add("insertReservations", reservations, w.reservationInserts);
   add("resolveReservations", reservations, w.reservationResolutions, RESOLUTION);
   add("insertBalances", orgBalances, w.balanceInserts);
   add("moveBalances", orgBalances, w.balanceDeltas);

@@ -12,7 +12,6 @@ export interface Column {
   readonly type: ColumnType;
 }
 
-const SQLITE_TYPES: Record<ColumnType, string> = { text: "TEXT", bigint: "INTEGER", int: "INTEGER", float: "REAL", boolean: "INTEGER" };
 const POSTGRES_TYPES: Record<ColumnType, string> = { text: "text", bigint: "bigint", int: "int", float: "float8", boolean: "bool" };
 
 export const text = (name: string): Column => ({ name, type: "text" });
@@ -82,14 +81,11 @@ export class Table<T> {
 
 export interface Dialect {
   readonly name: "sqlite" | "postgres";
-  /** The SQL type of a column type (documentation for SQLite; PostgreSQL's array casts). */
-  sqlType(type: ColumnType): string;
   encode(type: ColumnType, value: unknown): unknown;
 }
 
 export const sqlite = {
   name: "sqlite",
-  sqlType: (type: ColumnType) => SQLITE_TYPES[type],
   encode: (type: ColumnType, value: unknown) =>
     value === undefined || value === null ? null : type === "boolean" ? (value ? 1 : 0) : value,
 
@@ -102,9 +98,11 @@ export const sqlite = {
   },
 } as const satisfies Dialect & Record<string, unknown>;
 
+/** Statements numbered so far: the texts are the program's own, a fixed set. */
+const numberedTexts = new Map<string, string>();
+
 export const postgres = {
   name: "postgres",
-  sqlType: (type: ColumnType) => POSTGRES_TYPES[type],
   encode: (_type: ColumnType, value: unknown) => value ?? null,
 
   /** `$1, $2, $3`. */
@@ -112,8 +110,13 @@ export const postgres = {
 
   /** A statement written with `?` placeholders (none inside its literals), numbered `$1…$n`. */
   numbered(sql: string): string {
-    let n = 0;
-    return sql.replace(/\?/g, () => `$${++n}`);
+    let done = numberedTexts.get(sql);
+    if (done === undefined) {
+      let n = 0;
+      done = sql.replace(/\?/g, () => `$${++n}`);
+      numberedTexts.set(sql, done);
+    }
+    return done;
   },
 
   /** `unnest($1::text[], $2::bigint[])`: one array parameter per field, from `arrays`. */

@@ -118,7 +118,7 @@ export class SqliteBookRows {
         throw new Error(`The usage record ${JSON.stringify(f.requestId)} was not in flight`);
       }
     }
-    for (const r of w.reservationInserts) this.#insertReservation.run(...reservations.params(sqlite, reservations.fromRow(r)));
+    for (const r of w.reservationInserts) this.#insertReservation.run(...reservations.params(sqlite, r));
     for (const r of w.reservationResolutions) {
       if (this.#resolveReservation.run(...reservations.params(sqlite, r, RESOLUTION_FIELDS), r.id).changes !== 1) {
         throw new Error(`The reservation ${JSON.stringify(r.id)} was not pending`);

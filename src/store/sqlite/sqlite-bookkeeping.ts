@@ -5,13 +5,12 @@ import type { PurgeResult, SweepResult } from "../../domain/bookkeeping.ts";
 import type { Balance } from "../../domain/credits.ts";
 import {
   type AdminIdempotencyRow,
-  AUDIT_INSERT,
-  AUDIT_PARAM_COUNT,
   auditParams,
   audits,
   checkAudit,
   checkGrantOnce,
   type GrantOnceInput,
+  INSERT_AUDIT,
   idempotencyParams,
   storedAnswer,
   type UsageTotalsQuery,
@@ -91,7 +90,7 @@ export class SqliteBookkeeping extends BookkeepingReads implements BookkeepingPa
     this.#purgeAdminIdempotency = db.prepare(
       "DELETE FROM admin_idempotency WHERE key IN (SELECT key FROM admin_idempotency WHERE expires_at_ms <= ? LIMIT ?)",
     );
-    this.#insertAudit = db.prepare(`${AUDIT_INSERT} VALUES (${Array(AUDIT_PARAM_COUNT).fill("?").join(", ")})`);
+    this.#insertAudit = db.prepare(INSERT_AUDIT);
     this.#adminIdempotency = db.prepare("SELECT request_hash, response, expires_at_ms FROM admin_idempotency WHERE key = ?");
     // An expired entry is replaced.
     this.#putAdminIdempotency = db.prepare(
