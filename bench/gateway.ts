@@ -3,6 +3,7 @@
  *
  *   npx tsx bench/gateway.ts [--runs 3] [--seconds 5] [--connections 32] [--rate 300] [--paced-seconds 5] [--no-postgres]
  *       [--memory [--memory-seconds 180]] [--profile] [--perf] [--profile-seconds 10] [--store-costs] [--no-comparison]
+ *       [--vacuum] [--lanes N]
  *
  * Processes, each its own and all up for the whole comparison: bench/precomputed-model.ts, a System One server that
  * answers every request with the same precomputed bytes, so that the model server's cost does not mask the gateway's
@@ -36,6 +37,9 @@
  *                 need root or kernel.perf_event_paranoid ≤ 1.
  * --store-costs   store.commitBatch timed directly, batches of 1, 8 and 32 requests (bench/store-costs.ts).
  * --no-comparison skips the comparison, to run only the parts above.
+ * --vacuum        VACUUM (ANALYZE) the PostgreSQL database before each run and profile. Off by default: the local server
+ *                 runs with autovacuum off, as some operators do, and the gateway's plans must not depend on statistics.
+ * --lanes N       TDS_BOOKKEEPING_LANES for the gateways (their default when absent).
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
@@ -68,6 +72,8 @@ const { values } = parseArgs({
     "store-costs": { type: "boolean", default: false },
     "no-postgres": { type: "boolean", default: false },
     "no-comparison": { type: "boolean", default: false },
+    vacuum: { type: "boolean", default: false },
+    lanes: { type: "string" },
   },
 });
 const RUNS = Number(values.runs);
@@ -330,7 +336,11 @@ async function gatewaySetups(
   cleanups: Array<() => Promise<void>>,
   notes: string[],
 ): Promise<GatewaySetup[]> {
-  const base = { TDS_MODEL_SERVICE_URL: modelUrl, ...OPEN_LIMITS };
+  const base = {
+    TDS_MODEL_SERVICE_URL: modelUrl,
+    ...OPEN_LIMITS,
+    ...(values.lanes !== undefined ? { TDS_BOOKKEEPING_LANES: values.lanes } : {}),
+  };
   const sqlite = async (id: string, name: string, mode: "preview" | "paid", extra: Record<string, string> = {}): Promise<GatewaySetup> => {
     const url = `sqlite:${join(dir, `${id.replace("'", "-info")}.sqlite`)}`;
     const key = await provisionOrg(url, mode === "paid" ? PAID_GRANT : 0);
@@ -344,7 +354,11 @@ async function gatewaySetups(
       const db = await createTestDatabase("tds_bench_gw");
       cleanups.push(() => db.drop());
       notes.push(
-        `PostgreSQL: ${await postgresSettings(db.url)}; the bench runs VACUUM (ANALYZE) on its database before each run and each profile.`,
+        `PostgreSQL: ${await postgresSettings(db.url)}; ${
+          values.vacuum
+            ? "the bench runs VACUUM (ANALYZE) on its database before each run and each profile"
+            : "never vacuumed nor analyzed (no --vacuum)"
+        }${values.lanes !== undefined ? `; TDS_BOOKKEEPING_LANES=${values.lanes}` : ""}.`,
       );
       const env = (mode: string) => ({ ...base, TDS_DATABASE_URL: db.url, TDS_SERVICE_MODE: mode });
       setups.push({
@@ -412,12 +426,13 @@ async function walPosition(monitor: pg.Client | null): Promise<number> {
 }
 
 /**
- * VACUUM (ANALYZE) of a setup's PostgreSQL database, between measured slices. A server with autovacuum off (as the
- * local test server is) never analyzes the tables, so the gateway's prepared statements keep the generic plans made
- * while the tables were empty: sequential scans of usage_records, whose cost grows with the table. ANALYZE
- * invalidates those plans, as a production server's autovacuum would.
+ * VACUUM (ANALYZE) of a setup's PostgreSQL database, between measured slices, with --vacuum: what a server's
+ * autovacuum would do. Without it the tables are never analyzed (the local server runs with autovacuum off), as on a
+ * server whose operator turned autovacuum off; the gateway plans every statement for its parameters and its shapes
+ * do not depend on statistics, which the default run shows.
  */
 async function vacuumAnalyze(setups: GatewaySetup[]): Promise<void> {
+  if (!values.vacuum) return;
   for (const url of new Set(setups.filter((s) => s.database).map((s) => s.env.TDS_DATABASE_URL!))) {
     const client = new pg.Client({ connectionString: url });
     await client.connect();

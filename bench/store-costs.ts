@@ -18,13 +18,12 @@ import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
-import type { AdmitCommand, CompleteCommand } from "../src/domain/bookkeeping.ts";
-import { utcDay } from "../src/domain/utc-day.ts";
 import { openStore } from "../src/store/open-store.ts";
 import type { PostgresStore } from "../src/store/postgres/postgres-store.ts";
 import { openSqliteStore, type SqliteStore } from "../src/store/sqlite/sqlite-store.ts";
 import type { Store } from "../src/store/store.ts";
 import { createTestDatabase, TEST_POSTGRES_URL } from "../test/support/postgres-db.ts";
+import { benchAdmission, benchCompletion } from "./book-steps.ts";
 import { postgresCpuSince, readPostgresCpu } from "./proc-cpu.ts";
 
 type Mode = "preview" | "paid";
@@ -32,48 +31,9 @@ const MODES: Mode[] = ["preview", "paid"];
 const BATCH_SIZES = [1, 8, 32];
 /** Requests per measured configuration (each is two steps). */
 const REQUESTS = 2000;
-/** What the gateway reserves for the realistic request (32768 tokens × 0.5 USD per million) and what it charges (690 tokens). */
-const RESERVATION_MICROUSD = 16_384;
-const COST_MICROUSD = 345;
 const GRANT = 1_000_000_000_000;
 
 // ── the steps ────────────────────────────────────────────────────────────────────────────────
-
-function admission(mode: Mode, orgId: string, keyId: string, nowMs: number): AdmitCommand {
-  return {
-    requestId: `req_${randomUUID()}`,
-    orgId,
-    keyId,
-    source: "api",
-    model: "bench-precomputed",
-    mode,
-    nowMs,
-    idempotency: null,
-    quota: mode === "preview" ? { day: utcDay(nowMs), orgLimit: 1_000_000_000, globalLimit: 1_000_000_000 } : null,
-    reservation: mode === "paid" ? { amountMicrousd: RESERVATION_MICROUSD, expiresAtMs: nowMs + 120_000 } : null,
-  };
-}
-
-function completion(a: AdmitCommand, nowMs: number): CompleteCommand {
-  return {
-    requestId: a.requestId,
-    orgId: a.orgId,
-    nowMs,
-    outcome: "succeeded",
-    httpStatus: 200,
-    inputTokens: 681,
-    outputTokens: 9,
-    costMicrousd: a.mode === "paid" ? COST_MICROUSD : 0,
-    latencyMs: 1.5,
-    gatewayLatencyMs: 0.8,
-    errorDetail: null,
-    overReservation: false,
-    deployment: "bench",
-    attempts: 1,
-    reserved: a.mode === "paid",
-    idempotency: null,
-  };
-}
 
 /** An organization with a key (and credits in paid mode). */
 async function provision(store: Store, mode: Mode): Promise<{ orgId: string; keyId: string }> {
@@ -97,13 +57,13 @@ async function steadyBatches(
   batches: number,
   measure: (run: () => Promise<void>) => Promise<void>,
 ): Promise<void> {
-  const admitSome = () => Array.from({ length: size }, () => admission(mode, who.orgId, who.keyId, Date.now()));
+  const admitSome = () => Array.from({ length: size }, () => benchAdmission(mode, who.orgId, who.keyId, Date.now()));
   let pending = admitSome();
   await store.commitBatch({ admissions: pending, completions: [] });
   await measure(async () => {
     for (let i = 0; i < batches; i++) {
       const admissions = admitSome();
-      const result = await store.commitBatch({ admissions, completions: pending.map((a) => completion(a, Date.now())) });
+      const result = await store.commitBatch({ admissions, completions: pending.map((a) => benchCompletion(a, Date.now())) });
       if (result.admissions.some((r) => r.kind !== "admitted") || result.completions.some((r) => r.kind !== "completed")) {
         throw new Error(`unexpected results: ${JSON.stringify(result).slice(0, 300)}`);
       }

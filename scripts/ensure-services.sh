@@ -23,7 +23,8 @@ wait_for() { # command, what
 }
 
 # PostgreSQL
-if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+# The server binaries too: test/faults/postgres-restart.test.ts runs initdb and pg_ctl for a private cluster.
+if ! command -v pg_ctlcluster >/dev/null 2>&1 || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   echo "ensure-services: installing PostgreSQL" >&2
   apt_install postgresql
 fi

@@ -34,7 +34,7 @@ import { engineEntries } from "./models/engine-id.ts";
 import type { ModelService } from "./models/model-service.ts";
 import { LOG_REDACTION } from "./observability/logging.ts";
 import { Metrics, metricsObserver } from "./observability/metrics.ts";
-import { GroupCommit } from "./store/group-commit.ts";
+import { GroupCommit, lanesFor } from "./store/group-commit.ts";
 import type { Store } from "./store/store.ts";
 import { SERVICE_VERSION } from "./version.ts";
 
@@ -51,7 +51,7 @@ export interface AppDeps {
   clock?: Clock;
   /** Defaults to the in-memory limiter (one process). */
   rateLimiter?: RateLimiter;
-  /** How often the sweep runs (the work of stopped processes, then expired reservations); default SWEEP_INTERVAL_MS (5 s). */
+  /** How often the sweep runs (the work of stopped processes, then requests in flight past the reservation TTL); default SWEEP_INTERVAL_MS (5 s). */
   sweepIntervalMs?: number;
   /** How often expired idempotency entries and old preview counters are deleted (default 10 minutes). */
   purgeIntervalMs?: number;
@@ -166,7 +166,10 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   metrics.watchDeployments(() => registry.health());
   const pooled = engineEntries(config.models, deps.engines ?? new Map()).filter(({ service }) => service.poolStats);
   metrics.watchModelPools(() => pooled.map(({ id, service }) => ({ model: id.model, ...service.poolStats!() })));
+  const lanes = lanesFor(store, config.bookkeepingLanes);
+  if (lanes.reduced) app.log.warn({ component: "store" }, lanes.reduced);
   const books = new GroupCommit(store, {
+    lanes: lanes.lanes,
     ...(deps.storageWaitMs !== undefined ? { waitMs: deps.storageWaitMs } : {}),
     onCommit: (steps, seconds, ok) => metrics.storeCommitted(steps, seconds, ok),
   });
@@ -231,7 +234,10 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
 
   app.addHook("preClose", async () => {
     const { finished } = await inFlight.drain(deps.shutdownGraceMs ?? 10_000);
-    if (!finished) app.log.warn("shutdown deadline passed: abandoned in-flight model calls (their reservations were released)");
+    if (!finished)
+      app.log.warn(
+        "shutdown deadline passed: abandoned in-flight model calls (their reservations are released by the next sweep or the next instance to start)",
+      );
   });
   app.addHook("onClose", async () => {
     await jobs.stop();

@@ -55,6 +55,8 @@ export interface Config {
   sqliteWalLimitMb: number;
   /** A SQLite gateway refuses to start with less free space than this on the database's volume; 0: no check. */
   minFreeDiskMb: number;
+  /** PostgreSQL: bookkeeping transactions in flight at once (group commit lanes); SQLite runs one whatever it says. */
+  bookkeepingLanes: number;
   /** Shared rate limits for several instances; null = in-memory limiter (one process). */
   redisUrl: string | null;
   /** When set, GET /metrics requires `Authorization: Bearer <token>`. */
@@ -232,6 +234,7 @@ export function loadConfig(environment: Env = process.env): Config {
     databaseUrl: v.databaseUrl,
     sqliteWalLimitMb: v.sqliteWalLimitMb,
     minFreeDiskMb: v.minFreeDiskMb,
+    bookkeepingLanes: v.bookkeepingLanes,
     redisUrl: v.redisUrl,
     metricsToken: v.metricsToken,
     adminToken: v.adminToken,

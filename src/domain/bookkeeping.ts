@@ -12,8 +12,6 @@ export interface StoredResponse {
 export interface SweepResult {
   /** In-flight requests past their deadline, completed as `gateway_error` (their reservations expired). */
   abandoned: number;
-  /** Pending reservations past their expiry that had no request in flight, expired. */
-  expired: number;
 }
 
 /** What one purge pass deleted. */
@@ -69,7 +67,7 @@ export type AdmitResult =
   | { kind: "quota_exhausted"; scope: "org" | "global" }
   | { kind: "insufficient_credits"; availableMicrousd: number };
 
-/** Completion: settle or release the reservation, the final usage record and the idempotency entry. */
+/** Completion: the final usage record with its reservation settled or released (one ledger entry), and the idempotency entry. */
 export interface CompleteCommand
   extends Pick<
     UsageRecord,
@@ -89,7 +87,10 @@ export interface CompleteCommand
   httpStatus: number;
   /** What to charge on success (≤ the reservation); 0 otherwise. */
   costMicrousd: number;
-  /** The admission reserved credits: settled on success, released otherwise. */
+  /**
+   * The admission reserved credits (the reservation its usage record holds): settled on success, released otherwise.
+   * Its organization's balance is locked for it; a completion of a request holding a reservation must say so.
+   */
   reserved: boolean;
   /** The request's Idempotency-Key: a success keeps `response` for replays, anything else drops the claim. */
   idempotency: { key: string; response: StoredResponse | null } | null;

@@ -116,13 +116,12 @@ export function startBookkeepingJobs(
     return total;
   });
   const sweepNow = once(async () => {
-    const total: SweepResult = { abandoned: await releaseOrphansNow(), expired: 0 };
+    const total: SweepResult = { abandoned: await releaseOrphansNow() };
     for (;;) {
       const now = clock.nowMs();
       const pass = await store.sweep({ nowMs: now, inFlightBeforeMs: now - options.inFlightTtlMs, limit: SWEEP_BATCH });
       total.abandoned += pass.abandoned;
-      total.expired += pass.expired;
-      if (pass.abandoned < SWEEP_BATCH && pass.expired < SWEEP_BATCH) return total;
+      if (pass.abandoned < SWEEP_BATCH) return total;
     }
   });
   const purgeNow = once(async () => {

@@ -20,6 +20,9 @@ export type { DecisionContext, DecisionReply, IdempotencyRequest } from "./decis
 
 /** How long the completion of a request that could not be stored keeps trying in the background. */
 export const FALLBACK_COMPLETION_WAIT_MS = 30_000;
+/** The pauses between its tries while storage is unavailable: doubling from the first to the most. */
+const FALLBACK_FIRST_PAUSE_MS = 100;
+const FALLBACK_MAX_PAUSE_MS = 2_000;
 
 export interface PipelineDeps {
   books: Books;
@@ -224,16 +227,28 @@ export class DecisionPipeline {
     return ending.reply;
   }
 
-  /** The first completion did not commit: complete the request again (storageFailedCompletion) if it is still in flight. */
+  /**
+   * The first completion did not commit: complete the request again (storageFailedCompletion) if it is still in
+   * flight, for up to FALLBACK_COMPLETION_WAIT_MS. Busy storage is waited for by the books; unavailable storage (a
+   * lost connection, a database restarting) fails at once there, so it is tried again here after a growing pause.
+   * What is still not stored then is left to the expiry sweep.
+   */
   private completeInBackground(first: CompleteCommand): void {
     const command = storageFailedCompletion(first, this.deps.clock.nowMs());
-    const work = this.deps.books.complete(command, FALLBACK_COMPLETION_WAIT_MS).then(
-      (result) => {
-        if (result.kind !== "not_in_flight" && command.reserved) this.observer.reservation("released");
-      },
-      // Left to the expiry sweep.
-      () => undefined,
-    );
+    const deadline = this.monotonicMs() + FALLBACK_COMPLETION_WAIT_MS;
+    const work = (async () => {
+      for (let pause = FALLBACK_FIRST_PAUSE_MS; ; pause = Math.min(pause * 2, FALLBACK_MAX_PAUSE_MS)) {
+        try {
+          const result = await this.deps.books.complete(command, Math.max(1, deadline - this.monotonicMs()));
+          if (result.kind !== "not_in_flight" && command.reserved) this.observer.reservation("released");
+          return;
+        } catch (err) {
+          const left = deadline - this.monotonicMs();
+          if (this.deps.books.classifyFailure(err) !== "unavailable" || left <= 0) return;
+          await new Promise((resolve) => setTimeout(resolve, Math.min(pause, left)));
+        }
+      }
+    })();
     this.deps.background?.(work);
   }
 

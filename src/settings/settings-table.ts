@@ -116,6 +116,17 @@ export const SETTINGS = {
     details:
       "SQLite: the gateway refuses to start with less than this many MiB free on the database's volume (every write would fail with a full disk). 0 turns the check off. Not checked for PostgreSQL.",
   }),
+  bookkeepingLanes: setting({
+    env: "TDS_BOOKKEEPING_LANES",
+    file: "bookkeeping_lanes",
+    parse: integer(1, 16),
+    default: 4,
+    section: "database",
+    summary:
+      "PostgreSQL: bookkeeping transactions in flight at once (1 to 16), one organization's never two; at most `pool_size` − 2; SQLite: always 1",
+    details:
+      "PostgreSQL: bookkeeping transactions (admissions and completions, grouped) this instance runs at once, 1 to 16; each organization's steps always go to the same one, so two never hold one organization's rows. At most pool_size - 2 run (the other connections are kept for reads; the start logs a warning when fewer run than set). Ignored on SQLite, which has one writer: always 1.",
+  }),
   redisUrl: setting({
     env: "TDS_REDIS_URL",
     file: "redis_url",

@@ -74,7 +74,7 @@ export interface BookkeepingStore {
 
   /**
    * Completes requests that stayed in flight past `inFlightBeforeMs` (created before it) as `gateway_error`
-   * with nothing charged, and expires pending reservations due at `nowMs`; at most `limit` of each.
+   * with nothing charged, at `nowMs`, their reservations expired; at most `limit`.
    */
   sweep(input: { nowMs: number; inFlightBeforeMs: number; limit: number }): Promise<SweepResult>;
   /**

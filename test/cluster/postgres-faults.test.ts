@@ -35,7 +35,8 @@ async function assertBooks(store: Store, orgId: string, db: string) {
   const settled = await withClient(
     db,
     async (c) =>
-      (await c.query<{ s: string | null }>("SELECT sum(cost_microusd) AS s FROM reservations WHERE status = 'settled'")).rows[0]!.s,
+      (await c.query<{ s: string | null }>("SELECT sum(cost_microusd) AS s FROM usage_records WHERE reservation_status = 'settled'"))
+        .rows[0]!.s,
   );
   assert.equal(balance.spent, Number(settled ?? 0), "spent equals the sum of settled costs");
   return balance;

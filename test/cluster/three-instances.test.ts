@@ -139,8 +139,9 @@ describe("three gateway processes on PostgreSQL + Redis share one truth", () => 
     const ledger = await paid.store.listLedger(paid.orgId);
     assert.equal(
       ledger.reduce((s, e) => s + e.availableDelta, 0),
-      balance.available,
+      balance.available + balance.reserved,
     );
+    assert.equal(ledger.filter((e) => e.kind !== "grant").length, CREDIT_FOR, "one ledger entry per paid request");
     assert.equal(
       ledger.reduce((s, e) => s + e.spentDelta, 0),
       balance.spent,
@@ -148,7 +149,9 @@ describe("three gateway processes on PostgreSQL + Redis share one truth", () => 
 
     const client = new pg.Client({ connectionString: paid.db.url });
     await client.connect();
-    const { rows } = await client.query<{ status: string; n: string }>("SELECT status, count(*) AS n FROM reservations GROUP BY status");
+    const { rows } = await client.query<{ status: string; n: string }>(
+      "SELECT reservation_status AS status, count(*) AS n FROM usage_records WHERE reservation_status IS NOT NULL GROUP BY 1",
+    );
     await client.end();
     assert.deepEqual(
       Object.fromEntries(rows.map((r) => [r.status, Number(r.n)])),

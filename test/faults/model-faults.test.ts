@@ -93,13 +93,10 @@ describe("model service failures in paid mode: documented status, balance and le
       const balance = await assertLedgerMatches(gw.store, gw.orgId);
       assert.deepEqual(balance, before.balance, "available, reserved, spent and granted unchanged");
       const ledger = await gw.store.listLedger(gw.orgId);
-      assert.equal(ledger.length, before.ledger + 2, "one reserve and one release entry");
+      assert.equal(ledger.length, before.ledger + 1, "one entry: the release");
       assert.deepEqual(
-        ledger.slice(-2).map((e) => [e.kind, e.reservationId]),
-        [
-          ["reserve", requestId],
-          ["release", requestId],
-        ],
+        ledger.slice(-1).map((e) => [e.kind, e.reservationId, e.availableDelta, e.reservedDelta, e.spentDelta]),
+        [["release", requestId, 0, 0, 0]],
       );
       // The reservation resolved exactly once: released, nothing pending.
       const reservation = await gw.store.getReservation(requestId);
@@ -217,8 +214,7 @@ describe("failures under concurrency and retries after a failure (paid)", { time
       const ledger = await gw.store.listLedger(gw.orgId);
       for (const id of ids) {
         const kinds = ledger.filter((e) => e.reservationId === id).map((e) => e.kind);
-        assert.equal(kinds.length, 2, `${id}: reserve + exactly one resolution, got ${kinds.join(",")}`);
-        assert.equal(kinds[0], "reserve");
+        assert.equal(kinds.length, 1, `${id}: exactly one entry, its resolution, got ${kinds.join(",")}`);
       }
     } finally {
       await gw.close();

@@ -102,21 +102,20 @@ test("every backend of the gateway's database killed repeatedly during concurren
     await direct.connect();
     const query = async <R extends pg.QueryResultRow>(sql: string) => direct.query<R>(sql);
     const settled = await query<{ n: string; s: string | null }>(
-      "SELECT count(*) AS n, sum(cost_microusd) AS s FROM reservations WHERE status = 'settled'",
+      "SELECT count(*) AS n, sum(cost_microusd) AS s FROM usage_records WHERE reservation_status = 'settled'",
     );
-    const pending = await query("SELECT id FROM reservations WHERE status = 'pending'");
+    const pending = await query("SELECT request_id FROM usage_records WHERE reservation_status = 'pending'");
     await direct.end();
     assert.equal(balance.spent, Number(settled.rows[0]!.s ?? 0), "spent equals the sum of settled costs");
 
-    // Every reservation resolved exactly once: one reserve entry and one resolution each.
+    // Every reservation resolved exactly once: one ledger entry each, its resolution.
     const ledger = await gw.store.listLedger(gw.orgId);
     const perReservation = new Map<string, string[]>();
     for (const e of ledger)
       if (e.reservationId) perReservation.set(e.reservationId, [...(perReservation.get(e.reservationId) ?? []), e.kind]);
     for (const [id, kinds] of perReservation) {
-      assert.equal(kinds.length, 2, `${id}: ${kinds.join(",")}`);
-      assert.equal(kinds[0], "reserve", id);
-      assert.ok(["settle", "release", "expire"].includes(kinds[1]!), `${id}: ${kinds.join(",")}`);
+      assert.equal(kinds.length, 1, `${id}: ${kinds.join(",")}`);
+      assert.ok(["settle", "release", "expire"].includes(kinds[0]!), `${id}: ${kinds.join(",")}`);
     }
     assert.equal(pending.rowCount, 0);
 

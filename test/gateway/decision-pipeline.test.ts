@@ -200,7 +200,7 @@ describe("paid mode: reservation, settlement, release", () => {
     assert.equal(record?.overReservation, false);
     assert.deepEqual(
       (await r.store.listLedger(r.org.id)).map((e) => e.kind),
-      ["grant", "reserve", "settle"],
+      ["grant", "settle"],
     );
     await assertLedgerMatches(r.store, r.org.id);
     assert.deepEqual(r.events.reservation, ["reserved", "settled"]);
@@ -289,7 +289,7 @@ describe("paid mode: reservation, settlement, release", () => {
     assert.equal((await r.store.getReservation("req_failed"))?.status, "released");
     assert.deepEqual(
       (await r.store.listLedger(r.org.id)).map((e) => e.kind),
-      ["grant", "reserve", "release"],
+      ["grant", "release"],
     );
     const record = await r.store.getUsage(r.org.id, "req_failed");
     assert.equal(record?.outcome, "model_error");

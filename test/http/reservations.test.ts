@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { PROMPT_OVERHEAD_TOKENS, QUESTION_OVERHEAD_TOKENS } from "../../src/gateway/token-bound.ts";
 import { DEFAULT_FAKE_MODELS } from "../fixtures/fake-model-server.ts";
-import { allUsage, assertLedgerMatches, eventually } from "../support/books.ts";
+import { allUsage, assertLedgerMatches, eventually, requestEntries } from "../support/books.ts";
 import { errorBody, json } from "../support/contract-check.ts";
 import { type Gateway, startGateway } from "../support/gateway-harness.ts";
 import { byteBound } from "../support/token-bound.ts";
@@ -74,6 +74,7 @@ describe("paid reservations sized to the request", () => {
       assert.deepEqual(await gw.store.getBalance(gw.orgId), before, "the balance is unchanged");
       assert.deepEqual(await allUsage(gw.store, gw.orgId), [], "no usage record");
       assert.equal(await gw.store.getReservation(res.headers.get("x-service-request-id")!), null, "no reservation");
+      assert.deepEqual(await requestEntries(gw.store, gw.orgId), [], "no ledger entry");
 
       // The Idempotency-Key was not claimed either: the same key with a body that fits is simply accepted.
       const small = await gw.decide(bigBody("fake-large", 100), headers);
@@ -106,6 +107,14 @@ describe("paid reservations sized to the request", () => {
       assert.equal(full.usage.cost_microusd, bound * 1000);
       assert.equal((await gw.store.getUsage(gw.orgId, full.request_id))?.overReservation, false);
       const spent = answer.usage.cost_microusd + full.usage.cost_microusd;
+      assert.deepEqual(
+        (await requestEntries(gw.store, gw.orgId)).map((e) => [e.kind, e.reservationId, e.availableDelta, e.spentDelta]),
+        [
+          ["settle", answer.request_id, -answer.usage.cost_microusd, answer.usage.cost_microusd],
+          ["settle", full.request_id, -full.usage.cost_microusd, full.usage.cost_microusd],
+        ],
+        "one ledger entry per paid request, written at its completion",
+      );
       assert.deepEqual(await assertLedgerMatches(gw.store, gw.orgId), {
         available: 800_000_000 - spent,
         reserved: 0,

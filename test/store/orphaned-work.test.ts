@@ -104,8 +104,9 @@ for (const dialect of ["sqlite", "postgres"] as const) {
       assert.deepEqual(
         (await store.listLedger("org_a"))
           .filter((e) => e.kind === "release")
-          .map((e) => [e.reservationId, e.availableDelta, e.reservedDelta]),
-        [["a_paid", 300, -300]],
+          .map((e) => [e.reservationId, e.availableDelta, e.reservedDelta, e.spentDelta]),
+        [["a_paid", 0, 0, 0]],
+        "one entry records the release: nothing changed for good",
       );
       assert.deepEqual(await assertLedgerMatches(store, "org_a"), { available: GRANT - 350, reserved: 350, spent: 0, granted: GRANT });
       assert.deepEqual(
@@ -124,7 +125,7 @@ for (const dialect of ["sqlite", "postgres"] as const) {
         ["in_flight", "in_flight"],
         "no instance recorded, or no lease known: left to the TTL sweep",
       );
-      assert.deepEqual(await store.sweep({ nowMs: T0 + 3 * MINUTE, inFlightBeforeMs: T0 + 1, limit: 10 }), { abandoned: 2, expired: 0 });
+      assert.deepEqual(await store.sweep({ nowMs: T0 + 3 * MINUTE, inFlightBeforeMs: T0 + 1, limit: 10 }), { abandoned: 2 });
       assert.deepEqual(await assertLedgerMatches(store, "org_a"), { available: GRANT, reserved: 0, spent: 0, granted: GRANT });
       assert.deepEqual(await reservationStatuses(store), { expired: 2, released: 2 });
       const [day] = await assertRollUpExact(store);
@@ -179,7 +180,7 @@ for (const dialect of ["sqlite", "postgres"] as const) {
     it("a claim whose request the TTL sweep completed blocks nothing: taken over before its lock passes", async () => {
       await admit(keyed("req_1", null, T0, "key-swept"));
       assert.deepEqual(await admit(keyed("req_2", null, T0 + 1, "key-swept")), [{ kind: "idempotency_in_progress" }]);
-      assert.deepEqual(await store.sweep({ nowMs: T0 + 2, inFlightBeforeMs: T0 + 1, limit: 10 }), { abandoned: 1, expired: 0 });
+      assert.deepEqual(await store.sweep({ nowMs: T0 + 2, inFlightBeforeMs: T0 + 1, limit: 10 }), { abandoned: 1 });
       assert.deepEqual(await admit(keyed("req_2", null, T0 + 3, "key-swept")), [{ kind: "admitted" }], "its lock has not passed");
       assert.deepEqual(await admit(keyed("req_3", null, T0 + 4, "key-swept")), [{ kind: "idempotency_in_progress" }], "req_2 holds it");
     });

@@ -31,6 +31,7 @@ import { openPostgresStore, type PostgresStore, type PostgresStoreOptions } from
 import type { UsageQuery } from "../../src/store/store.ts";
 import { StoreInputError } from "../../src/store/store-errors.ts";
 import { encodeUsageCursor } from "../../src/store/usage-cursor.ts";
+import { checkRowsAfter010, rowsBefore010 } from "../support/books-before-010.ts";
 import { admission, checkBalanceInvariants, completion, describeStoreContract, recordUsage, usageRecord } from "./store-contract.ts";
 
 const BASE_URL = process.env.TDS_TEST_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
@@ -359,7 +360,9 @@ function definePostgresTests(): void {
         assertPoolIdle(store);
       }
       const balance = await checkBalanceInvariants(store, "org_1");
-      const reservations = (await store.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM reservations")).rows[0]!.n;
+      const reservations = (
+        await store.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM usage_records WHERE reservation_status = 'pending'")
+      ).rows[0]!.n;
       assert.equal(balance.reserved, reservations, "each reservation is there completely or not at all");
       assert.ok(seen.includes("ok"));
       await store.close();
@@ -527,6 +530,26 @@ function definePostgresTests(): void {
       );
     });
 
+    it("010 moves reservations onto their usage records: a pending one stays pending with its request in flight, the books stay exact", async () => {
+      const dir = mkdtempSync(join(tmpdir(), "tds-pg-migrations-"));
+      tempDirs.push(dir);
+      for (const m of readPostgresMigrations().filter((m) => m.version < 10))
+        copyFileSync(join(POSTGRES_MIGRATIONS_DIR, m.file), join(dir, m.file));
+      const { schema, url } = await freshSchema();
+      await (await open(url, { migrationsDir: dir })).close();
+      const client = await rawClient(schemaUrl(schema));
+      try {
+        await client.query(rowsBefore010(String));
+      } finally {
+        await client.end();
+      }
+      const store = await open(url);
+      assert.deepEqual(store.migrations.applied, [{ version: 10, name: "reservations_on_usage_records" }]);
+      await checkRowsAfter010(store);
+      assert.equal((await store.pool.query("SELECT to_regclass('reservations') AS t")).rows[0].t, null, "the table is gone");
+      await store.close();
+    });
+
     it("003 keeps the rows of a database made by 001 and 002: usage records become final at their creation time", async () => {
       const dir = mkdtempSync(join(tmpdir(), "tds-pg-migrations-"));
       tempDirs.push(dir);
@@ -596,7 +619,9 @@ function definePostgresTests(): void {
       });
       assert.deepEqual((await store.listUsage("org_1", { limit: 10 })).records, [failure, success]);
       assert.deepEqual(await store.previewUsage("org_1", "2026-01-01"), { org: 3, global: 3 });
-      assert.deepEqual(await checkBalanceInvariants(store, "org_1"), { available: 700, reserved: 250, spent: 50, granted: 1000 });
+      // The old design wrote no record for a request in flight: its pending reservation was expired by migration 010.
+      assert.deepEqual(await checkBalanceInvariants(store, "org_1"), { available: 950, reserved: 0, spent: 50, granted: 1000 });
+      assert.equal((await store.getReservation("req_old"))?.costMicrousd, 50);
       const idem = (key: string) => ({ key, requestHash: "h", lockUntilMs: T0 + 200, expiresAtMs: T0 + 24 * HOUR });
       assert.deepEqual(
         await store.commitBatch({
@@ -614,8 +639,7 @@ function definePostgresTests(): void {
           completions: [],
         },
       );
-      // The old design wrote no record for a request in flight: its pending reservation is expired by the sweep.
-      assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 10 }), { abandoned: 0, expired: 1 });
+      assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 10 }), { abandoned: 0 });
       assert.deepEqual(await checkBalanceInvariants(store, "org_1"), { available: 950, reserved: 0, spent: 50, granted: 1000 });
       await store.close();
     });
@@ -771,7 +795,7 @@ function definePostgresTests(): void {
       });
       const pending = (
         await stores[2]!.pool.query(
-          "SELECT count(*)::int AS n, sum(amount_microusd)::bigint AS total FROM reservations WHERE status = 'pending'",
+          "SELECT count(*)::int AS n, sum(reserved_microusd)::bigint AS total FROM usage_records WHERE reservation_status = 'pending'",
         )
       ).rows[0];
       assert.deepEqual(pending, { n: 1428, total: 9996 });
@@ -782,7 +806,7 @@ function definePostgresTests(): void {
       await Promise.all(stores.map((s) => s.close()));
     });
 
-    it("two sweeps at once complete each abandoned request and expire each due reservation exactly once", async () => {
+    it("two sweeps at once complete each abandoned request and expire its reservation exactly once", async () => {
       const { url } = await freshDatabase();
       const [a, b] = await Promise.all([open(url, { poolSize: 3 }), open(url, { poolSize: 3 })]);
       const orgIds = ["org_1", "org_2", "org_3"];
@@ -798,32 +822,18 @@ function definePostgresTests(): void {
           .map((r, j) => paidAdmission(r.id, r.orgId, 100 + ((i + j) % 7), T0, T0 + 10 + ((i + j) % 5)));
         assert.ok((await a.commitBatch({ admissions: batch, completions: [] })).admissions.every((x) => x.kind === "admitted"));
       }
-      // The odd ones complete without releasing their reservation: no longer in flight, their reservation pending and due.
-      const odd = requests.filter((_, i) => i % 2 === 1);
-      await a.commitBatch({
-        admissions: [],
-        completions: odd.map((r) =>
-          completion({ requestId: r.id, orgId: r.orgId, nowMs: T0 + 1, outcome: "model_error", httpStatus: 502 }),
-        ),
-      });
       const sweep = async (store: PostgresStore) => {
-        const total = { abandoned: 0, expired: 0 };
+        let abandoned = 0;
         for (;;) {
           const pass = await store.sweep({ nowMs: T0 + 100, inFlightBeforeMs: T0 + 100, limit: 15 });
-          if (pass.abandoned === 0 && pass.expired === 0) return total;
-          total.abandoned += pass.abandoned;
-          total.expired += pass.expired;
+          if (pass.abandoned === 0) return abandoned;
+          abandoned += pass.abandoned;
         }
       };
       const passes = await Promise.all([sweep(a), sweep(b), sweep(a), sweep(b)]);
       assert.equal(
-        passes.reduce((sum, p) => sum + p.abandoned, 0),
-        COUNT / 2,
-        JSON.stringify(passes),
-      );
-      assert.equal(
-        passes.reduce((sum, p) => sum + p.expired, 0),
-        COUNT / 2,
+        passes.reduce((sum, n) => sum + n, 0),
+        COUNT,
         JSON.stringify(passes),
       );
       const perReservation = (
@@ -834,13 +844,10 @@ function definePostgresTests(): void {
         perReservation.every((r) => r.n === 1),
         "one expire entry per reservation",
       );
-      assert.equal((await a.pool.query("SELECT 1 FROM reservations WHERE status <> 'expired'")).rowCount, 0);
+      assert.equal((await a.pool.query("SELECT 1 FROM usage_records WHERE reservation_status <> 'expired'")).rowCount, 0);
       assert.deepEqual(
         (await a.pool.query("SELECT outcome, count(*)::int AS n FROM usage_records GROUP BY outcome ORDER BY outcome")).rows,
-        [
-          { outcome: "gateway_error", n: COUNT / 2 },
-          { outcome: "model_error", n: COUNT / 2 },
-        ],
+        [{ outcome: "gateway_error", n: COUNT }],
       );
       for (const orgId of orgIds) {
         assert.deepEqual(await checkBalanceInvariants(b, orgId), { available: 1_000_000, reserved: 0, spent: 0, granted: 1_000_000 });
@@ -857,30 +864,24 @@ function definePostgresTests(): void {
       await store.grantCredits({ orgId: "org_1", amountMicrousd: 10_000, nowMs: T0 });
       const ids = (prefix: string) => Array.from({ length: 10 }, (_, i) => `${prefix}${i}`);
       await store.commitBatch({
-        admissions: [...ids("q"), ...ids("d")].map((id) => paidAdmission(id, "org_1", 100, T0, T0 + 10)),
+        admissions: ids("q").map((id) => paidAdmission(id, "org_1", 100, T0, T0 + 10)),
         completions: [],
-      });
-      // d0…d9 are no longer in flight but keep their reservations (due at T0 + 10); q0…q9 stay in flight.
-      await store.commitBatch({
-        admissions: [],
-        completions: ids("d").map((id) => completion({ requestId: id, orgId: "org_1", nowMs: T0 + 1 })),
       });
       const locker = await rawClient(schemaUrl(schema));
       try {
         await locker.query("BEGIN");
-        // As a completion of q2 and q7 does: their usage rows, then their reservations; and two due reservations.
+        // As a completion of q2 and q7 does: their usage rows, which hold their reservations.
         await locker.query("SELECT 1 FROM usage_records WHERE request_id IN ('q2', 'q7') FOR UPDATE");
-        await locker.query("SELECT 1 FROM reservations WHERE id IN ('q2', 'q7', 'd3', 'd5') FOR UPDATE");
         // Answered while the rows are still locked (they are released only below): it did not wait for them.
-        assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 100 }), { abandoned: 8, expired: 8 });
+        assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 100 }), { abandoned: 8 });
+        assert.equal((await store.getReservation("q7"))?.status, "pending");
         await locker.query("COMMIT");
       } finally {
         await locker.end();
       }
-      assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 100 }), { abandoned: 2, expired: 2 });
+      assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 100 }), { abandoned: 2 });
       assert.equal((await store.getUsage("org_1", "q7"))?.outcome, "gateway_error");
       assert.equal((await store.getReservation("q7"))?.status, "expired");
-      assert.equal((await store.getReservation("d5"))?.status, "expired");
       assert.deepEqual(await checkBalanceInvariants(store, "org_1"), { available: 10_000, reserved: 0, spent: 0, granted: 10_000 });
       await store.close();
     });
@@ -912,7 +913,6 @@ function definePostgresTests(): void {
         let abandoned = 0;
         for (let round = 0; round < 30; round++) {
           const pass = await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 3 });
-          assert.equal(pass.expired, 0, "a request in flight keeps its reservation out of the due ones");
           abandoned += pass.abandoned;
         }
         return abandoned;
@@ -923,7 +923,7 @@ function definePostgresTests(): void {
       const completed = results.filter((r) => r.kind === "completed").length;
       assert.equal(results.filter((r) => r.kind === "not_in_flight").length, COUNT - completed);
       const leftover = await a.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 1000 });
-      assert.deepEqual(leftover, { abandoned: 0, expired: 0 }, "every request was completed or swept");
+      assert.deepEqual(leftover, { abandoned: 0 }, "every request was completed or swept");
       assert.equal(completed + sweptA + sweptB, COUNT, `completed ${completed}, swept ${sweptA} + ${sweptB}`);
       const entries = (
         await a.pool.query<{ n: number }>(
@@ -1161,7 +1161,7 @@ function definePostgresTests(): void {
         spent += balance.spent;
         const pending = (
           await store.pool.query<{ total: number }>(
-            "SELECT coalesce(sum(amount_microusd), 0)::bigint AS total FROM reservations WHERE org_id = $1 AND status = 'pending'",
+            "SELECT coalesce(sum(reserved_microusd), 0)::bigint AS total FROM usage_records WHERE org_id = $1 AND reservation_status = 'pending'",
             [orgId],
           )
         ).rows[0]!.total;
@@ -1181,14 +1181,16 @@ function definePostgresTests(): void {
         succeeded,
         model_error: failed,
       });
+      // One ledger entry per resolved reservation, none for a pending one.
       const reservations = (
-        await store.pool.query<{ status: string; reserves: number; resolutions: number }>(
-          "SELECT r.status, count(*) FILTER (WHERE e.kind = 'reserve')::int AS reserves, count(*) FILTER (WHERE e.kind <> 'reserve')::int AS resolutions " +
-            "FROM reservations r JOIN ledger_entries e ON e.reservation_id = r.id GROUP BY r.id, r.status",
+        await store.pool.query<{ status: string; entries: number }>(
+          "SELECT u.reservation_status AS status, count(e.id)::int AS entries " +
+            "FROM usage_records u LEFT JOIN ledger_entries e ON e.reservation_id = u.request_id " +
+            "WHERE u.reservation_status IS NOT NULL GROUP BY u.request_id, u.reservation_status",
         )
       ).rows;
       assert.equal(reservations.length, paidAdmitted);
-      for (const r of reservations) assert.deepEqual([r.reserves, r.resolutions], [1, r.status === "pending" ? 0 : 1], JSON.stringify(r));
+      for (const r of reservations) assert.equal(r.entries, r.status === "pending" ? 0 : 1, JSON.stringify(r));
       for (const s of stores) assertPoolIdle(s);
       await Promise.all(stores.map((s) => s.close()));
     });
@@ -1208,10 +1210,14 @@ function definePostgresTests(): void {
           "UPDATE org_balances SET available = available + 1",
           "UPDATE org_balances SET available = -1, granted = granted - 901",
           "UPDATE org_balances SET reserved = reserved - 101, granted = granted - 101",
-          "UPDATE reservations SET status = 'settled', cost_microusd = 101, resolved_at_ms = 4",
-          "UPDATE reservations SET status = 'settled', resolved_at_ms = 4",
-          "UPDATE reservations SET status = 'expired'",
-          "UPDATE reservations SET status = 'cancelled', resolved_at_ms = 4",
+          "UPDATE usage_records SET reservation_status = 'settled', outcome = 'succeeded', completed_at_ms = 4, cost_microusd = 101 WHERE request_id = 'q1'",
+          "UPDATE usage_records SET reservation_status = 'released', outcome = 'model_error', completed_at_ms = 4, cost_microusd = 1 WHERE request_id = 'q1'",
+          "UPDATE usage_records SET reservation_status = 'expired' WHERE request_id = 'q1'",
+          "UPDATE usage_records SET reservation_status = 'pending', outcome = 'gateway_error', completed_at_ms = 4 WHERE request_id = 'q1'",
+          "UPDATE usage_records SET reservation_status = 'cancelled' WHERE request_id = 'q1'",
+          "UPDATE usage_records SET reserved_microusd = NULL WHERE request_id = 'q1'",
+          "UPDATE usage_records SET reserved_microusd = -1 WHERE request_id = 'q1'",
+          "UPDATE usage_records SET reservation_status = 'pending', reserved_microusd = 1, reservation_expires_at_ms = 1 WHERE request_id = 'q2'",
           "INSERT INTO ledger_entries (org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms) VALUES ('org_1', 'grant', NULL, 5, 0, 0, 4, 5)",
           "INSERT INTO ledger_entries (org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms) VALUES ('org_1', 'settle', NULL, 0, 0, 0, 0, 5)",
           "INSERT INTO org_balances (org_id) VALUES ('org_missing')",
@@ -1386,12 +1392,8 @@ function definePostgresTests(): void {
         };
         const inFlight = await planOf(/FROM usage_records WHERE outcome = 'in_flight' AND created_at_ms </, [1000, 10]);
         assert.match(inFlight, /Index Scan using usage_records_in_flight/, inFlight);
-        const due = await planOf(/FROM reservations r WHERE r.status = 'pending'/, [1000, 10]);
-        assert.match(due, /Index Scan using reservations_by_status_expiry/, due);
-        for (const plan of [inFlight, due]) {
-          assert.match(plan, /LockRows/, plan);
-          assert.doesNotMatch(plan, /Sort|Seq Scan/, plan);
-        }
+        assert.match(inFlight, /LockRows/, inFlight);
+        assert.doesNotMatch(inFlight, /Sort|Seq Scan/, inFlight);
         const keys = await planOf(/^DELETE FROM idempotency_keys WHERE ctid/, [1000, 10]);
         assert.match(keys, /idempotency_keys_by_expiry/, keys);
         const counters = await planOf(/^DELETE FROM preview_counters WHERE ctid/, ["2026-01-01", 10]);

@@ -4,6 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, test } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
+import type { AdmitCommand, CompleteCommand } from "../../src/domain/bookkeeping.ts";
+import { utcDay } from "../../src/domain/utc-day.ts";
 import { openSqliteStore, SERVING_SQLITE } from "../../src/store/sqlite/sqlite-store.ts";
 import { eventually } from "../support/timer-race.ts";
 
@@ -102,6 +104,70 @@ describe("SQLite checkpoints of a serving store", () => {
       // Started over at 1000 pages (4 MB), the file (reused, not shrunk) stays far below what was appended.
       assert.ok(walBytes() < appended / 2, `the WAL file is ${walBytes()} bytes after about ${appended} appended`);
       assert.equal(await store.countOrganizations(), written, "no write lost while the checkpoint held the lock");
+    } finally {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("the WAL is started over between two writes: under steady writes none finds the database busy", async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), "tds-ckpt-"));
+    const file = join(dir, "tds.sqlite");
+    // lockWaitMs 0: a write that finds the write lock taken (by a RESTART checkpoint) fails at once instead of waiting;
+    // the books' batches always do.
+    const store = openSqliteStore(file, { ...SERVING_SQLITE, lockWaitMs: 0, checkpointIntervalMs: 20, walRestartPages: 100 });
+    try {
+      await store.createOrganization({ id: "org_books", name: "books", nowMs: 1 });
+      await store.createApiKey({ id: "key_books", orgId: "org_books", name: "k", hash: "0".repeat(64), nowMs: 1 });
+      const admission = (i: number): AdmitCommand => ({
+        requestId: `req_${i}`,
+        orgId: "org_books",
+        keyId: "key_books",
+        source: "api",
+        model: "m",
+        mode: "preview",
+        nowMs: Date.now(),
+        idempotency: null,
+        quota: { day: utcDay(Date.now()), orgLimit: 1_000_000, globalLimit: 1_000_000 },
+        reservation: null,
+      });
+      const completion = (a: AdmitCommand): CompleteCommand => ({
+        requestId: a.requestId,
+        orgId: a.orgId,
+        nowMs: Date.now(),
+        outcome: "succeeded",
+        httpStatus: 200,
+        inputTokens: 1,
+        outputTokens: 1,
+        costMicrousd: 0,
+        latencyMs: 1,
+        gatewayLatencyMs: 1,
+        errorDetail: null,
+        overReservation: false,
+        deployment: "d",
+        attempts: 1,
+        reserved: false,
+        idempotency: null,
+      });
+      // Writes one after the other with no pause: an organization (through the store's write wait) and a batch of the
+      // books completing the previous request and admitting the next (as the group commit runs it).
+      const MAX_WRITES = 2000;
+      let written = 0;
+      let previous: AdmitCommand | null = null;
+      while (written < MAX_WRITES && walRestarts(file) < 4) {
+        await store.createOrganization({ id: `org_${written}`, name: `${written} ${"x".repeat(2000)}`, nowMs: 1 });
+        const next = admission(written);
+        const result = await store.commitBatch({ admissions: [next], completions: previous ? [completion(previous)] : [] });
+        assert.deepEqual(
+          [...result.admissions, ...result.completions].map((r) => r.kind),
+          previous ? ["admitted", "completed"] : ["admitted"],
+        );
+        previous = next;
+        written++;
+      }
+      t.diagnostic(`${written} rounds of writes, ${walRestarts(file)} restarts`);
+      assert.ok(walRestarts(file) >= 4, `the WAL was started over ${walRestarts(file)} times in ${written} rounds of writes`);
+      assert.equal(await store.countOrganizations(), written + 1);
     } finally {
       await store.close();
       rmSync(dir, { recursive: true, force: true });

@@ -14,6 +14,7 @@ import { applyMigrations, SQLITE_MIGRATIONS_DIR } from "../../src/store/sqlite/m
 import { openSqliteStore, SERVING_SQLITE, type SqliteStore, usageListQuery } from "../../src/store/sqlite/sqlite-store.ts";
 import type { UsageQuery } from "../../src/store/store.ts";
 import { decodeUsageCursor, encodeUsageCursor } from "../../src/store/usage-cursor.ts";
+import { checkRowsAfter010, rowsBefore010 } from "../support/books-before-010.ts";
 import { finalRecord, seedUsage } from "../support/usage-fixtures.ts";
 import { admission, checkBalanceInvariants, describeStoreContract, recordUsage, T0, usageRecord } from "./store-contract.ts";
 
@@ -297,7 +298,9 @@ describe("SQLite store", () => {
         granted: 10_000,
       });
       assert.deepEqual(
-        store.db.prepare("SELECT count(*) AS n, sum(amount_microusd) AS total FROM reservations WHERE status = 'pending'").get(),
+        store.db
+          .prepare("SELECT count(*) AS n, sum(reserved_microusd) AS total FROM usage_records WHERE reservation_status = 'pending'")
+          .get(),
         { n: 1428, total: 9996 },
       );
       assert.deepEqual(
@@ -305,7 +308,7 @@ describe("SQLite store", () => {
         { n: 1428 },
         "a usage record for each admission, none for the others",
       );
-      const order = store.db.prepare("SELECT id FROM reservations ORDER BY rowid").pluck().all() as string[];
+      const order = store.db.prepare("SELECT request_id FROM usage_records ORDER BY rowid").pluck().all() as string[];
       const switches = order.filter((id, i) => i > 0 && id.split("_")[0] !== order[i - 1]!.split("_")[0]).length;
       assert.ok(switches > 3, `the processes took turns, not one after another (${switches} switches)`);
     } finally {
@@ -341,7 +344,7 @@ describe("SQLite store", () => {
       assert.equal(settled, false, "still waiting, without blocking the event loop");
       other.exec("COMMIT");
       assert.deepEqual(await waiting, [
-        { abandoned: 0, expired: 0 },
+        { abandoned: 0 },
         { available: 1005, reserved: 0, spent: 0, granted: 1005 },
         { idempotencyKeys: 0, previewCounters: 0 },
       ]);
@@ -506,10 +509,6 @@ describe("SQLite store", () => {
       const inFlight = queryPlan(store, only(/FROM usage_records WHERE outcome = 'in_flight' AND created_at_ms </), 1000, 10);
       assert.match(inFlight, /SEARCH usage_records USING INDEX usage_records_in_flight \(created_at_ms<\?\)/, inFlight);
       assert.doesNotMatch(inFlight, /TEMP B-TREE/, inFlight);
-      const due = queryPlan(store, only(/FROM reservations r WHERE r.status = 'pending' AND r.expires_at_ms <=/), 1000, 10);
-      assert.match(due, /SEARCH r USING INDEX reservations_by_status_expiry \(status=\? AND expires_at_ms<\?\)/, due);
-      assert.match(due, /SEARCH u USING INDEX sqlite_autoindex_usage_records_1 \(request_id=\?\)/, due);
-      assert.doesNotMatch(due, /TEMP B-TREE|SCAN/, due);
       const keys = queryPlan(store, only(/^DELETE FROM idempotency_keys WHERE rowid IN/), 1000, 10);
       assert.match(keys, /SEARCH idempotency_keys USING COVERING INDEX idempotency_keys_by_expiry \(expires_at_ms<\?\)/, keys);
       const counters = queryPlan(store, only(/^DELETE FROM preview_counters WHERE rowid IN/), "2026-01-01", 10);
@@ -584,10 +583,14 @@ describe("SQLite store", () => {
         "UPDATE org_balances SET available = available + 1",
         "UPDATE org_balances SET available = -1, granted = granted - 901",
         "UPDATE org_balances SET reserved = reserved - 101, granted = granted - 101",
-        "UPDATE reservations SET status = 'settled', cost_microusd = 101, resolved_at_ms = 4",
-        "UPDATE reservations SET status = 'settled', resolved_at_ms = 4",
-        "UPDATE reservations SET status = 'expired'",
-        "UPDATE reservations SET status = 'cancelled', resolved_at_ms = 4",
+        "UPDATE usage_records SET reservation_status = 'settled', outcome = 'succeeded', completed_at_ms = 4, cost_microusd = 101 WHERE request_id = 'q1'",
+        "UPDATE usage_records SET reservation_status = 'released', outcome = 'model_error', completed_at_ms = 4, cost_microusd = 1 WHERE request_id = 'q1'",
+        "UPDATE usage_records SET reservation_status = 'expired' WHERE request_id = 'q1'",
+        "UPDATE usage_records SET reservation_status = 'pending', outcome = 'gateway_error', completed_at_ms = 4 WHERE request_id = 'q1'",
+        "UPDATE usage_records SET reservation_status = 'cancelled' WHERE request_id = 'q1'",
+        "UPDATE usage_records SET reserved_microusd = NULL WHERE request_id = 'q1'",
+        "UPDATE usage_records SET reserved_microusd = -1 WHERE request_id = 'q1'",
+        "UPDATE usage_records SET reservation_status = 'pending', reserved_microusd = 1, reservation_expires_at_ms = 1 WHERE request_id = 'q2'",
         "INSERT INTO ledger_entries (org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms) VALUES ('org_1', 'grant', NULL, 5, 0, 0, 4, 5)",
         "INSERT INTO ledger_entries (org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms) VALUES ('org_1', 'settle', NULL, 0, 0, 0, 0, 5)",
         "INSERT INTO org_balances (org_id) VALUES ('org_missing')",
@@ -679,7 +682,7 @@ describe("SQLite migrations", () => {
     assert.throws(() => readMigrations(migrationDir({ "001_a.sql": "", "0001_b.sql": "" })), /same version 1/);
   });
 
-  it("the shipped folder starts at 001_initial and has the seven migrations", () => {
+  it("the shipped folder starts at 001_initial and has its migrations in order", () => {
     const migrations = readMigrations(SQLITE_MIGRATIONS_DIR);
     assert.equal(migrations[0]?.file, "001_initial.sql");
     assert.deepEqual(
@@ -699,6 +702,7 @@ describe("SQLite migrations", () => {
         "usage_daily",
         "instance_leases",
         "organization_name_keys",
+        "reservations_on_usage_records",
       ],
     );
   });
@@ -725,7 +729,19 @@ describe("SQLite migrations", () => {
       assert.deepEqual(await store.getUsage("org_1", "req_err"), OLD_FAILURE);
       assert.deepEqual((await store.listUsage("org_1", { limit: 10 })).records, [OLD_FAILURE, OLD_SUCCESS]);
       assert.deepEqual(await store.previewUsage("org_1", "2026-01-01"), { org: 3, global: 3 });
-      assert.deepEqual(await checkBalanceInvariants(store, "org_1"), { available: 700, reserved: 250, spent: 50, granted: 1000 });
+      // The old design wrote no record for a request in flight: its pending reservation was expired by migration 010.
+      assert.deepEqual(await checkBalanceInvariants(store, "org_1"), { available: 950, reserved: 0, spent: 50, granted: 1000 });
+      assert.deepEqual(await store.getReservation("req_old"), {
+        id: "req_old",
+        orgId: "org_1",
+        requestId: "req_old",
+        amountMicrousd: 100,
+        status: "settled",
+        costMicrousd: 50,
+        createdAtMs: T0 + 5,
+        expiresAtMs: T0 + HOUR,
+        resolvedAtMs: T0 + 5,
+      });
       const idem = (key: string) => ({ key, requestHash: "h", lockUntilMs: T0 + 200, expiresAtMs: T0 + 86_400_000 });
       assert.deepEqual(
         await store.commitBatch({
@@ -743,8 +759,7 @@ describe("SQLite migrations", () => {
           completions: [],
         },
       );
-      // The old design wrote no record for a request in flight: its pending reservation is expired by the sweep.
-      assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 10 }), { abandoned: 0, expired: 1 });
+      assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 10 }), { abandoned: 0 });
       assert.deepEqual(await checkBalanceInvariants(store, "org_1"), { available: 950, reserved: 0, spent: 50, granted: 1000 });
       const indexes = store.db
         .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND name NOT LIKE 'sqlite_%' ORDER BY name")
@@ -752,6 +767,26 @@ describe("SQLite migrations", () => {
         .all();
       for (const name of ["idempotency_keys_by_expiry", "preview_counters_by_day", "usage_records_by_org_time", "usage_records_in_flight"])
         assert.ok(indexes.includes(name), name);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("010 moves reservations onto their usage records: a pending one stays pending with its request in flight, the books stay exact", async () => {
+    const dir = tempDir("migrations-009");
+    for (const m of readMigrations(SQLITE_MIGRATIONS_DIR).filter((m) => m.version < 10))
+      copyFileSync(join(SQLITE_MIGRATIONS_DIR, m.file), join(dir, m.file));
+    const path = tempFile("from-009");
+    const old = new Database(path);
+    try {
+      applyMigrations(old, readMigrations(dir));
+      old.exec(rowsBefore010((b) => (b ? "1" : "0")));
+    } finally {
+      old.close();
+    }
+    const store = openSqliteStore(path);
+    try {
+      await checkRowsAfter010(store);
     } finally {
       await store.close();
     }

@@ -23,6 +23,7 @@ import type { PostgresStore } from "../../src/store/postgres/postgres-store.ts";
 import type { SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
 import type { Store, UsageQuery } from "../../src/store/store.ts";
 import { StoreConflictError, StoreInputError } from "../../src/store/store-errors.ts";
+import { pendingReserved } from "../support/books.ts";
 
 const OUTCOMES: UsageOutcome[] = ["in_flight", "succeeded", "model_error", "context_rejected", "reservation_expired", "gateway_error"];
 export const T0 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
@@ -207,8 +208,10 @@ function ids(records: UsageRecord[]): string[] {
 const ZERO_BALANCE: Balance = { available: 0, reserved: 0, spent: 0, granted: 0 };
 
 /**
- * Invariant 1 for one organization: available ≥ 0, reserved ≥ 0, granted − spent = available + reserved,
- * and the ledger summed per column equals the balance. Returns the balance.
+ * Invariant 1 for one organization: available ≥ 0, reserved ≥ 0, granted − spent = available + reserved, reserved
+ * is the sum of the pending reservations (each held by a request in flight), and the ledger (an entry per grant and
+ * per resolved reservation) sums to what is final: Σ granted = granted, Σ spent = spent, Σ available = available +
+ * reserved, Σ reserved = 0. Returns the balance.
  */
 export async function checkBalanceInvariants(store: Store, orgId: string): Promise<Balance> {
   const balance = await store.getBalance(orgId);
@@ -222,6 +225,7 @@ export async function checkBalanceInvariants(store: Store, orgId: string): Promi
     balance.available + balance.reserved,
     `granted − spent = available + reserved: ${JSON.stringify(balance)}`,
   );
+  assert.equal(await pendingReserved(store, orgId), balance.reserved, "reserved = the sum of the pending reservations");
   const sums = { ...ZERO_BALANCE };
   let lastId = -Infinity;
   for (const entry of await store.listLedger(orgId)) {
@@ -233,7 +237,11 @@ export async function checkBalanceInvariants(store: Store, orgId: string): Promi
     sums.spent += entry.spentDelta;
     sums.granted += entry.grantedDelta;
   }
-  assert.deepEqual(sums, balance, "the ledger sums to the balance");
+  assert.deepEqual(
+    sums,
+    { ...balance, available: balance.available + balance.reserved, reserved: 0 },
+    "the ledger sums to the balance once the pending reservations are back in available",
+  );
   return balance;
 }
 
@@ -836,7 +844,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.deepEqual(await store.getUsage("org_a", "req_1"), usageRecord({ requestId: "req_1", orgId: "org_a", costMicrousd: 100 }));
         assert.deepEqual(
           (await store.listLedger("org_a")).map((e) => e.kind),
-          ["grant", "reserve", "settle"],
+          ["grant", "settle"],
         );
       });
 
@@ -977,12 +985,8 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           (await store.listLedger("org_a")).map((e) => [e.kind, e.reservationId]),
           [
             ["grant", null],
-            ["reserve", "req_1"],
-            ["reserve", "req_2"],
             ["settle", "req_1"],
             ["release", "req_2"],
-            ["reserve", "req_3"],
-            ["reserve", "req_4"],
           ],
         );
       });
@@ -1159,7 +1163,11 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           expiresAtMs: T0 + 50 + HOUR,
           resolvedAtMs: null,
         } satisfies Reservation);
-        assert.deepEqual(entryOf((await store.listLedger("org_a")).at(-1)), ["reserve", "req_1", -1000, 1000, 0, 0, T0 + 50]);
+        assert.deepEqual(
+          (await store.listLedger("org_a")).map((e) => e.kind),
+          ["grant"],
+          "no ledger entry while pending",
+        );
 
         const full = await books("org_a", ["req_1", "req_2"]);
         assert.deepEqual(await admit(paid("req_2", "org_a", 1)), [{ kind: "insufficient_credits", availableMicrousd: 0 }]);
@@ -1232,7 +1240,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 880, reserved: 0, spent: 120, granted: 1000 });
         const r = await store.getReservation("req_1");
         assert.deepEqual([r?.status, r?.costMicrousd, r?.resolvedAtMs], ["settled", 120, T0 + 7000]);
-        assert.deepEqual(entryOf((await store.listLedger("org_a")).at(-1)), ["settle", "req_1", 180, -300, 120, 0, T0 + 7000]);
+        assert.deepEqual(entryOf((await store.listLedger("org_a")).at(-1)), ["settle", "req_1", -120, 0, 120, 0, T0 + 7000]);
         assert.deepEqual(await store.getUsage("org_a", "req_1"), {
           requestId: "req_1",
           orgId: "org_a",
@@ -1315,7 +1323,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 900, reserved: 100, spent: 0, granted: 1000 });
         const r = await store.getReservation("req_1");
         assert.deepEqual([r?.status, r?.costMicrousd, r?.resolvedAtMs], ["expired", null, T0 + 5000]);
-        assert.deepEqual(entryOf((await store.listLedger("org_a")).at(-1)), ["expire", "req_1", 300, -300, 0, 0, T0 + 5000]);
+        assert.deepEqual(entryOf((await store.listLedger("org_a")).at(-1)), ["expire", "req_1", 0, 0, 0, 0, T0 + 5000]);
         assert.deepEqual(
           await store.getUsage("org_a", "req_1"),
           usageRecord({
@@ -1357,7 +1365,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 1000, reserved: 0, spent: 0, granted: 1000 });
         const r = await store.getReservation("req_1");
         assert.deepEqual([r?.status, r?.costMicrousd, r?.resolvedAtMs], ["released", null, T0 + 9000]);
-        assert.deepEqual(entryOf((await store.listLedger("org_a")).at(-1)), ["release", "req_1", 300, -300, 0, 0, T0 + 9000]);
+        assert.deepEqual(entryOf((await store.listLedger("org_a")).at(-1)), ["release", "req_1", 0, 0, 0, 0, T0 + 9000]);
         assert.deepEqual(
           await store.getUsage("org_a", "req_1"),
           usageRecord({
@@ -1378,7 +1386,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       it("a failed completion after the reservation's expiry time still releases it: it stays pending while its request is in flight", async () => {
         await funded("org_a", 1000);
         await admit(paid("req_1", "org_a", 300, { nowMs: T0, expiresAtMs: T0 + 10 }));
-        assert.deepEqual(await store.sweep({ nowMs: T0 + 20, inFlightBeforeMs: T0, limit: 10 }), { abandoned: 0, expired: 0 });
+        assert.deepEqual(await store.sweep({ nowMs: T0 + 20, inFlightBeforeMs: T0, limit: 10 }), { abandoned: 0 });
         assert.equal((await store.getReservation("req_1"))?.status, "pending");
         assert.deepEqual(
           await complete(
@@ -1406,13 +1414,51 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           completion({ requestId: "r1", orgId: "org_a", costMicrousd: 333, reserved: true }),
           completion({ requestId: "r2", orgId: "org_a", outcome: "model_error", httpStatus: 502, reserved: true }),
         );
-        assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 10 }), { abandoned: 1, expired: 0 });
+        assert.deepEqual(await store.sweep({ nowMs: T0 + 10, inFlightBeforeMs: T0 + 10, limit: 10 }), { abandoned: 1 });
         const balance = await checkBalanceInvariants(store, "org_a");
         assert.deepEqual(balance, { available: 5250 - 333, reserved: 0, spent: 333, granted: 5250 });
         assert.deepEqual(
           (await store.listLedger("org_a")).map((e) => e.kind),
-          ["grant", "reserve", "reserve", "reserve", "grant", "settle", "release", "expire"],
+          ["grant", "grant", "settle", "release", "expire"],
+          "one entry per paid request, at its resolution",
         );
+      });
+
+      it("N paid requests write exactly N ledger entries besides the grants, one each, whatever their outcome", async () => {
+        await funded("org_a", 100_000);
+        const N = 12;
+        const ids = Array.from({ length: N }, (_, i) => `req_${i}`);
+        await admit(...ids.map((id, i) => paid(id, "org_a", 1000 + i, { nowMs: T0, expiresAtMs: T0 + (i % 4 === 3 ? 5 : HOUR) })));
+        assert.deepEqual(
+          (await store.listLedger("org_a")).map((e) => e.kind),
+          ["grant"],
+          "admissions write no entry",
+        );
+        const outcome = (i: number) => (i % 4 === 1 ? { outcome: "model_error" as const, httpStatus: 502 } : {});
+        // Released every fourth from the second; expired every fourth from the fourth (past expiry at completion, and the last by the sweep).
+        await complete(
+          ...ids
+            .slice(0, N - 1)
+            .map((id, i) =>
+              completion({ requestId: id, orgId: "org_a", nowMs: T0 + 10, costMicrousd: i * 10, reserved: true, ...outcome(i) }),
+            ),
+        );
+        assert.deepEqual(await store.sweep({ nowMs: T0 + 20, inFlightBeforeMs: T0 + 1, limit: 10 }), { abandoned: 1 });
+        const entries = (await store.listLedger("org_a")).filter((e) => e.kind !== "grant");
+        assert.equal(entries.length, N, "one entry per paid request");
+        assert.deepEqual(entries.map((e) => e.reservationId).sort(), [...ids].sort(), "each for its own request");
+        const kinds = (i: number) => (i === N - 1 ? "expire" : i % 4 === 3 ? "expire" : i % 4 === 1 ? "release" : "settle");
+        assert.deepEqual(
+          ids.map((id) => entries.find((e) => e.reservationId === id)?.kind),
+          ids.map((_, i) => kinds(i)),
+        );
+        const spent = ids.reduce((sum, _, i) => sum + (kinds(i) === "settle" ? i * 10 : 0), 0);
+        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), {
+          available: 100_000 - spent,
+          reserved: 0,
+          spent,
+          granted: 100_000,
+        });
       });
     });
 
@@ -1476,7 +1522,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
       it("the quota stays consumed when the request fails or is abandoned: it has a usage record", async () => {
         await admit(preview("req_1", "org_a", 2, 10), preview("req_2", "org_a", 2, 10));
         await complete(completion({ requestId: "req_1", orgId: "org_a", outcome: "model_error", httpStatus: 502 }));
-        assert.deepEqual(await store.sweep({ nowMs: T0 + HOUR, inFlightBeforeMs: T0 + 1, limit: 10 }), { abandoned: 1, expired: 0 });
+        assert.deepEqual(await store.sweep({ nowMs: T0 + HOUR, inFlightBeforeMs: T0 + 1, limit: 10 }), { abandoned: 1 });
         assert.deepEqual(await store.previewUsage("org_a", DAY), { org: 2, global: 2 });
         assert.deepEqual(await consume("org_a", 2, 10), ORG);
         assert.deepEqual((await store.listUsage("org_a", { limit: 10 })).records.map((r) => r.outcome).sort(), [
@@ -1662,13 +1708,13 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         );
         await complete(completion({ requestId: "req_done", orgId: "org_a", nowMs: T0 + 2, costMicrousd: 8, reserved: true }));
         const sweep = (limit: number, nowMs = T0 + 1000) => store.sweep({ nowMs, inFlightBeforeMs: T0 + 20, limit });
-        assert.deepEqual(await sweep(0), { abandoned: 0, expired: 0 });
-        assert.deepEqual(await sweep(2), { abandoned: 2, expired: 0 });
+        assert.deepEqual(await sweep(0), { abandoned: 0 });
+        assert.deepEqual(await sweep(2), { abandoned: 2 });
         const outcomes = async () =>
           Promise.all(["req_p1", "req_v1", "req_p2", "req_late"].map(async (id) => (await store.getUsage("org_a", id))?.outcome));
         assert.deepEqual(await outcomes(), ["gateway_error", "gateway_error", "in_flight", "in_flight"], "the oldest two");
-        assert.deepEqual(await sweep(2, T0 + 2000), { abandoned: 1, expired: 0 });
-        assert.deepEqual(await sweep(2, T0 + 2000), { abandoned: 0, expired: 0 });
+        assert.deepEqual(await sweep(2, T0 + 2000), { abandoned: 1 });
+        assert.deepEqual(await sweep(2, T0 + 2000), { abandoned: 0 });
         assert.deepEqual(
           await outcomes(),
           ["gateway_error", "gateway_error", "gateway_error", "in_flight"],
@@ -1694,8 +1740,8 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.equal((await store.getReservation("req_late"))?.status, "pending");
         assert.equal((await store.getReservation("req_done"))?.status, "settled");
         assert.deepEqual((await store.listLedger("org_a")).filter((e) => e.kind === "expire").map(entryOf), [
-          ["expire", "req_p1", 100, -100, 0, 0, T0 + 1000],
-          ["expire", "req_p2", 200, -200, 0, 0, T0 + 2000],
+          ["expire", "req_p1", 0, 0, 0, 0, T0 + 1000],
+          ["expire", "req_p2", 0, 0, 0, 0, T0 + 2000],
         ]);
         assert.deepEqual(await checkBalanceInvariants(store, "org_a"), {
           available: 10_000 - 400 - 8,
@@ -1717,68 +1763,24 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.deepEqual(await books("org_a", ["req_p1", "req_v1", "req_p2"]), before);
       });
 
-      it("expires due pending reservations whose request is no longer in flight, earliest first, at most limit", async () => {
-        await funded("org_a", 10_000);
-        await funded("org_b", 10_000);
-        const left = (requestId: string, orgId: string, amount: number, expiresAtMs: number) =>
-          paid(requestId, orgId, amount, { nowMs: T0, expiresAtMs });
-        await admit(
-          left("a_due1", "org_a", 100, T0 + 10),
-          left("a_due2", "org_a", 200, T0 + 20),
-          left("b_due", "org_b", 400, T0 + 15),
-          left("a_later", "org_a", 800, T0 + 21),
-          left("a_in_flight", "org_a", 1600, T0 + 5),
-          left("a_settled", "org_a", 3200, T0 + 5),
+      it("a reservation is pending exactly while its request is in flight: a completion that does not name it fails and writes nothing", async () => {
+        await funded("org_a", 1000);
+        await admit(paid("req_1", "org_a", 300, { nowMs: T0, expiresAtMs: T0 + 5 }));
+        const before = await books("org_a", ["req_1"]);
+        await assert.rejects(
+          complete(completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 1, outcome: "model_error", httpStatus: 502 })),
+          /holds a reservation its completion does not name/,
         );
-        // Completions that do not hold the reservation leave it pending (as a request recorded before the
-        // two-step books did), except a_settled's.
-        await complete(
-          ...["a_due1", "a_due2", "b_due", "a_later"].map((id) =>
-            completion({
-              requestId: id,
-              orgId: id.startsWith("b") ? "org_b" : "org_a",
-              nowMs: T0 + 1,
-              outcome: "model_error",
-              httpStatus: 502,
-            }),
-          ),
-          completion({ requestId: "a_settled", orgId: "org_a", nowMs: T0 + 1, costMicrousd: 1, reserved: true }),
-        );
-        const settled = await store.getReservation("a_settled");
-        const status = async (id: string) => (await store.getReservation(id))?.status;
-        const sweep = (limit: number, nowMs = T0 + 20) => store.sweep({ nowMs, inFlightBeforeMs: T0, limit });
-
-        assert.deepEqual(await sweep(0), { abandoned: 0, expired: 0 });
-        assert.deepEqual(await sweep(2), { abandoned: 0, expired: 2 });
-        assert.deepEqual(await Promise.all(["a_due1", "b_due", "a_due2"].map(status)), ["expired", "expired", "pending"]);
-        assert.deepEqual(await sweep(2), { abandoned: 0, expired: 1 });
-        assert.deepEqual(await sweep(2), { abandoned: 0, expired: 0 });
-        for (const id of ["a_due1", "a_due2", "b_due"]) {
-          const r = await store.getReservation(id);
-          assert.deepEqual([r?.status, r?.resolvedAtMs, r?.costMicrousd], ["expired", T0 + 20, null], id);
-        }
-        assert.equal(await status("a_later"), "pending", "not due yet: expiresAtMs > nowMs");
-        assert.equal(await status("a_in_flight"), "pending", "its request is in flight");
-        assert.deepEqual(await store.getReservation("a_settled"), settled);
-        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), {
-          available: 10_000 - 800 - 1600 - 1,
-          reserved: 2400,
-          spent: 1,
-          granted: 10_000,
-        });
-        assert.deepEqual(await checkBalanceInvariants(store, "org_b"), { available: 10_000, reserved: 0, spent: 0, granted: 10_000 });
-        assert.deepEqual((await store.listLedger("org_a")).filter((e) => e.kind === "expire").map(entryOf), [
-          ["expire", "a_due1", 100, -100, 0, 0, T0 + 20],
-          ["expire", "a_due2", 200, -200, 0, 0, T0 + 20],
-        ]);
-        assert.deepEqual(await sweep(10, T0 + 21), { abandoned: 0, expired: 1 });
-        assert.equal(await status("a_later"), "expired");
+        assert.deepEqual(await books("org_a", ["req_1"]), before);
+        assert.deepEqual(await store.sweep({ nowMs: T0 + 20, inFlightBeforeMs: T0, limit: 10 }), { abandoned: 0 });
+        assert.equal((await store.getReservation("req_1"))?.status, "pending", "past its expiry, but its request is in flight");
         assert.deepEqual(
-          await complete(completion({ requestId: "a_in_flight", orgId: "org_a", nowMs: T0 + 21, costMicrousd: 5, reserved: true })),
+          await complete(completion({ requestId: "req_1", orgId: "org_a", nowMs: T0 + 21, costMicrousd: 5, reserved: true })),
           [{ kind: "reservation_expired" }],
           "the request in flight finds its reservation past expiry at completion",
         );
-        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 10_000 - 1, reserved: 0, spent: 1, granted: 10_000 });
+        assert.deepEqual((await store.listLedger("org_a")).map(entryOf).at(-1), ["expire", "req_1", 0, 0, 0, 0, T0 + 21]);
+        assert.deepEqual(await checkBalanceInvariants(store, "org_a"), { available: 1000, reserved: 0, spent: 0, granted: 1000 });
       });
     });
 
@@ -1942,7 +1944,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           costPercent: number;
           /** Charge one microUSD more than reserved: the batch must fail with RangeError if it settles. */
           over: boolean;
-          /** Complete without settling or releasing (as a request recorded before the two-step books): the reservation stays pending. */
+          /** Complete without naming the reservation the request holds (reserved: false): the batch must fail. */
           keep: boolean;
         }
         type Cmd =
@@ -2017,8 +2019,9 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           global: number;
         }
         const RANGE_ERROR = "RangeError" as const;
+        const UNNAMED = "a reservation its completion does not name" as const;
 
-        /** What the store must answer for a batch, applied to the model; RANGE_ERROR when the whole batch must fail. */
+        /** What the store must answer for a batch, applied to the model; RANGE_ERROR or UNNAMED when the whole batch must fail. */
         function decide(m: Model, admissions: AdmitCommand[], completions: CompleteCommand[]) {
           const completed: CompleteResult[] = [];
           for (const c of completions) {
@@ -2027,6 +2030,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
               completed.push({ kind: "not_in_flight" });
               continue;
             }
+            if (!c.reserved && r.reservation === "pending") return UNNAMED;
             const b = m.balances.get(r.orgId)!;
             r.outcome = c.outcome;
             r.httpStatus = c.httpStatus;
@@ -2136,34 +2140,35 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
                     const paidOnes = mine.filter((r) => r.reservation !== null);
                     const pending = paidOnes.filter((r) => r.reservation === "pending").reduce((sum, r) => sum + r.amount, 0);
                     assert.equal(balance.reserved, pending, "reserved = sum of pending reservations");
-                    // Each reservation has one reserve entry and, once resolved, exactly one settle, release or expire entry.
+                    // A reservation has no entry while pending, and once resolved exactly one: settle (its cost), release or expire (no change).
                     const ledger = await s.listLedger(orgId);
                     assert.equal(ledger.filter((e) => e.reservationId === null && e.kind === "grant").length, m.grants.get(orgId));
                     const byReservation = new Map<string, unknown[][]>();
+                    assert.equal(
+                      ledger.length - (m.grants.get(orgId) ?? 0),
+                      paidOnes.filter((r) => r.reservation !== "pending").length,
+                      "one ledger entry per resolved paid request",
+                    );
                     for (const e of ledger) {
                       if (e.reservationId === null) continue;
                       const list = byReservation.get(e.reservationId) ?? [];
                       list.push([e.kind, e.availableDelta, e.reservedDelta, e.spentDelta, e.grantedDelta]);
                       byReservation.set(e.reservationId, list);
                     }
+                    const resolved = paidOnes.filter((r) => r.reservation !== "pending");
                     assert.deepEqual(
                       [...byReservation.keys()].sort(),
-                      paidOnes.map((r) => r.id).sort(),
-                      "ledger entries only for admitted reservations",
+                      resolved.map((r) => r.id).sort(),
+                      "ledger entries only for resolved reservations",
                     );
-                    for (const r of paidOnes) {
+                    for (const r of resolved) {
                       assert.ok(r.cost <= r.amount);
                       const resolution = {
-                        pending: [],
-                        settled: [["settle", r.amount - r.cost, 0 - r.amount, r.cost, 0]],
-                        released: [["release", r.amount, 0 - r.amount, 0, 0]],
-                        expired: [["expire", r.amount, 0 - r.amount, 0, 0]],
-                      }[r.reservation!];
-                      assert.deepEqual(
-                        byReservation.get(r.id),
-                        [["reserve", 0 - r.amount, r.amount, 0, 0], ...resolution],
-                        `the ledger of ${r.id}`,
-                      );
+                        settled: ["settle", 0 - r.cost, 0, r.cost, 0],
+                        released: ["release", 0, 0, 0, 0],
+                        expired: ["expire", 0, 0, 0, 0],
+                      }[r.reservation as Exclude<ReservationStatus, "pending">];
+                      assert.deepEqual(byReservation.get(r.id), [resolution], `the ledger of ${r.id}`);
                     }
                     // Exactly one usage record per admitted request: in flight, or final with the outcome the model expects.
                     const usage = (await listAll(s, orgId, { limit: 200 })).records;
@@ -2190,6 +2195,8 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
                 const call = s.commitBatch({ admissions, completions });
                 if (expected === RANGE_ERROR) {
                   await assert.rejects(call, RangeError);
+                } else if (expected === UNNAMED) {
+                  await assert.rejects(call, new RegExp(UNNAMED));
                 } else {
                   assert.deepEqual(await call, expected);
                   m = next;
@@ -2224,34 +2231,22 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
               const sweep = async (inFlightBeforeMs: number, limit: number) => {
                 const all = [...m.requests.values()];
                 const dueInFlight = all.filter((r) => r.outcome === "in_flight" && r.createdAtMs < inFlightBeforeMs);
-                const dueReservations = all.filter((r) => r.reservation === "pending" && r.expiresAtMs <= t && r.outcome !== "in_flight");
                 const got = await s.sweep({ nowMs: t, inFlightBeforeMs, limit });
-                assert.deepEqual(got, { abandoned: Math.min(limit, dueInFlight.length), expired: Math.min(limit, dueReservations.length) });
+                assert.deepEqual(got, { abandoned: Math.min(limit, dueInFlight.length) });
                 // Oldest first; among equal times the store may take any.
                 const abandoned = [];
                 for (const r of dueInFlight) if ((await s.getUsage(r.orgId, r.id))?.outcome === "gateway_error") abandoned.push(r);
-                const expired = [];
-                for (const r of dueReservations) if ((await s.getReservation(r.id))?.status === "expired") expired.push(r);
                 assert.equal(abandoned.length, got.abandoned);
-                assert.equal(expired.length, got.expired);
                 for (const r of dueInFlight)
                   if (!abandoned.includes(r))
                     assert.ok(
                       abandoned.every((a) => a.createdAtMs <= r.createdAtMs),
                       "oldest in flight first",
                     );
-                for (const r of dueReservations)
-                  if (!expired.includes(r))
-                    assert.ok(
-                      expired.every((e) => e.expiresAtMs <= r.expiresAtMs),
-                      "earliest expiry first",
-                    );
-                for (const r of [...abandoned, ...expired]) {
-                  if (r.outcome === "in_flight") {
-                    r.outcome = "gateway_error";
-                    r.httpStatus = null;
-                    r.cost = 0;
-                  }
+                for (const r of abandoned) {
+                  r.outcome = "gateway_error";
+                  r.httpStatus = null;
+                  r.cost = 0;
                   if (r.reservation === "pending") {
                     r.reservation = "expired";
                     const b = m.balances.get(r.orgId)!;
@@ -2260,7 +2255,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
                   }
                 }
                 await check(
-                  [...dueInFlight, ...dueReservations].map((r) => r.id),
+                  dueInFlight.map((r) => r.id),
                   [],
                 );
               };
@@ -2967,10 +2962,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           assert.deepEqual(await total(), [{ dayStartMs: T0, ...sums(2, 0, 0, 0) }], "in flight");
           await complete(completion({ requestId: "late", orgId: "org_a", nowMs: T0 + DAY_MS + 5, inputTokens: 11, outputTokens: 3 }));
           assert.deepEqual(await total(), [{ dayStartMs: T0, ...sums(2, 11, 3, 0) }], "completed the next day");
-          assert.deepEqual(await store.sweep({ nowMs: T0 + 2 * DAY_MS, inFlightBeforeMs: T0 + DAY_MS, limit: 10 }), {
-            abandoned: 1,
-            expired: 0,
-          });
+          assert.deepEqual(await store.sweep({ nowMs: T0 + 2 * DAY_MS, inFlightBeforeMs: T0 + DAY_MS, limit: 10 }), { abandoned: 1 });
           assert.deepEqual(await total(), [{ dayStartMs: T0, ...sums(2, 11, 3, 0) }], "swept: still counted, nothing added");
           assert.deepEqual(await complete(completion({ requestId: "late", orgId: "org_a", nowMs: T0 + DAY_MS + 6, inputTokens: 99 })), [
             { kind: "not_in_flight" },

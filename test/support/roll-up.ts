@@ -32,13 +32,22 @@ export async function assertRollUpExact(store: Store, context = "usage_daily"): 
   return rolled;
 }
 
-/** How many reservations are in each status, and that none was resolved twice (one ledger resolution each). */
+/**
+ * How many reservations (kept on usage records) are in each status, after checking that each has exactly one ledger
+ * entry once resolved (settle, release or expire) and none while pending.
+ */
 export async function reservationStatuses(store: Store): Promise<Record<string, number>> {
-  const rows = await rowsOf(store, "SELECT status, count(*) AS n FROM reservations GROUP BY status ORDER BY status");
-  const resolutions = await rowsOf(
+  const rows = await rowsOf(
     store,
-    "SELECT reservation_id, count(*) AS n FROM ledger_entries WHERE kind IN ('settle', 'release', 'expire') GROUP BY reservation_id HAVING count(*) > 1",
+    "SELECT reservation_status AS status, count(*) AS n FROM usage_records WHERE reservation_status IS NOT NULL GROUP BY 1 ORDER BY 1",
   );
-  assert.deepEqual(resolutions, [], "every reservation resolved at most once in the ledger");
+  const wrong = await rowsOf(
+    store,
+    "SELECT u.request_id, u.reservation_status, count(e.id) AS n FROM usage_records u " +
+      "LEFT JOIN ledger_entries e ON e.reservation_id = u.request_id AND e.kind IN ('settle', 'release', 'expire') " +
+      "WHERE u.reservation_status IS NOT NULL GROUP BY u.request_id, u.reservation_status " +
+      "HAVING count(e.id) <> CASE WHEN u.reservation_status = 'pending' THEN 0 ELSE 1 END",
+  );
+  assert.deepEqual(wrong, [], "every reservation resolved exactly once in the ledger, none while pending");
   return Object.fromEntries(rows.map((r) => [r.status as string, r.n as number]));
 }

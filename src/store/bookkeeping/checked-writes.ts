@@ -4,7 +4,7 @@ import { checkAmount, checkCount, checkDay, checkEpochMs, checkHttpStatus, check
 import type { BookkeepingStore } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
 import { batchProgram, grantProgram, orphanProgram, sweepProgram } from "./programs.ts";
-import type { BookProgram, RunProgram } from "./rows.ts";
+import { type BookProgram, CounterLimitPassed, type RunProgram } from "./rows.ts";
 
 /**
  * The writing half of BookkeepingStore for any adapter that can run a program in one transaction: the
@@ -15,7 +15,13 @@ export function bookkeepingWrites(run: RunProgram): Pick<BookkeepingStore, "comm
     async commitBatch(batch) {
       batch.admissions.forEach(checkAdmit);
       batch.completions.forEach(checkComplete);
-      return run(() => batchProgram(batch.admissions, batch.completions));
+      try {
+        return await run(() => batchProgram(batch.admissions, batch.completions));
+      } catch (err) {
+        if (!(err instanceof CounterLimitPassed)) throw err;
+      }
+      // Another transaction took the last units of a shared counter since it was read: once more, with it locked.
+      return run(() => batchProgram(batch.admissions, batch.completions, true));
     },
     async sweep(input) {
       checkEpochMs(input.nowMs, "nowMs");

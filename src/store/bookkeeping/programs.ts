@@ -4,8 +4,9 @@ import {
   type CompleteCommand,
   type CompleteResult,
   MAX_KEPT_RESPONSE_BYTES,
+  type SweepResult,
 } from "../../domain/bookkeeping.ts";
-import type { Balance, LedgerKind } from "../../domain/credits.ts";
+import type { Balance, LedgerKind, ReservationStatus } from "../../domain/credits.ts";
 import { statusOf } from "../../domain/errors.ts";
 import { GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
 import type { StoredUsageRecord } from "../schema/tables.ts";
@@ -20,7 +21,6 @@ import {
   type IdempotencyRow,
   idempotencyKey,
   type OrphanQuery,
-  type ReservationRow,
   type Snapshot,
   type SnapshotQuery,
   type UsageFinal,
@@ -47,7 +47,11 @@ class BatchState {
   /** The roll-up's changes: every usage record written here is counted in its day, in this transaction. */
   readonly daily = new UsageDailyDeltas();
   readonly #balances = new Map<string, { value: Balance; existed: boolean; delta: Balance | null }>();
-  readonly #counters = new Map<string, { key: CounterKey; count: number; changed: boolean }>();
+  /**
+   * Each counter as read and as counted; a shared one (read without a lock) also with `maxRead`: the most it may hold
+   * in the database, when this batch's additions are made, for every admission counted here to have been within its limit.
+   */
+  readonly #counters = new Map<string, { key: CounterKey; read: number; count: number; shared: boolean; maxRead: number }>();
   readonly #idempotency = new Map<string, { ref: IdempotencyKeyRef; row: IdempotencyRow | null; existed: boolean; changed: boolean }>();
   readonly #completed = new Set<string>();
 
@@ -79,14 +83,18 @@ class BatchState {
     return entry;
   }
 
-  /** One balance change, with its ledger entry (the ledger always sums to the balance). */
-  move(orgId: string, kind: LedgerKind, reservationId: string | null, delta: Balance, nowMs: number, note: string | null = null): void {
+  /** A change of the balance: a reservation made or resolved, a grant. */
+  move(orgId: string, delta: Balance): void {
     const entry = this.#balance(orgId);
     entry.delta ??= { ...ZERO };
     for (const k of ["available", "reserved", "spent", "granted"] as const) {
       entry.value[k] += delta[k];
       entry.delta[k] += delta[k];
     }
+  }
+
+  /** A ledger entry: a final change of the balance (a grant, a reservation resolved; see LedgerEntry). */
+  enter(orgId: string, kind: LedgerKind, reservationId: string | null, delta: Balance, nowMs: number, note: string | null = null): void {
     this.writes.ledger.push({
       orgId,
       kind,
@@ -108,16 +116,24 @@ class BatchState {
     const k = counterKey(scope, day);
     let entry = this.#counters.get(k);
     if (!entry) {
-      entry = { key: { scope, day }, count: this.snapshot.counters.get(k) ?? 0, changed: false };
+      const read = this.snapshot.counters.get(k) ?? 0;
+      entry = { key: { scope, day }, read, count: read, shared: false, maxRead: Number.MAX_SAFE_INTEGER };
       this.#counters.set(k, entry);
     }
     return entry;
   }
 
+  /** Counts one more on a counter read locked. */
   count(scope: string, day: string): void {
+    this.#counter(scope, day).count += 1;
+  }
+
+  /** Counts one more on a shared counter, found below `limit`: with the count the database holds then, it must still be. */
+  countShared(scope: string, day: string, limit: number): void {
     const entry = this.#counter(scope, day);
+    entry.shared = true;
+    entry.maxRead = Math.min(entry.maxRead, limit - 1 - (entry.count - entry.read));
     entry.count += 1;
-    entry.changed = true;
   }
 
   entry(orgId: string, key: string): IdempotencyRow | null {
@@ -149,7 +165,11 @@ class BatchState {
       if (entry.existed) w.balanceDeltas.push({ orgId, ...entry.delta });
       else w.balanceInserts.push({ orgId, ...entry.value });
     }
-    for (const entry of this.#counters.values()) if (entry.changed) w.counters.push({ ...entry.key, count: entry.count });
+    for (const { key, read, count, shared, maxRead } of this.#counters.values()) {
+      if (count === read) continue;
+      if (shared) w.counterIncrements.push({ ...key, count: count - read, limit: maxRead + count - read });
+      else w.counters.push({ ...key, count });
+    }
     for (const entry of this.#idempotency.values()) {
       if (!entry.changed) continue;
       if (entry.row) w.idempotencyPuts.push(entry.row);
@@ -160,52 +180,58 @@ class BatchState {
   }
 }
 
-function resolve(batch: BatchState, r: ReservationRow, status: "released" | "expired", nowMs: number): void {
-  const amount = r.amount_microusd;
-  batch.writes.reservationResolutions.push({ id: r.id, status, costMicrousd: null, resolvedAtMs: nowMs });
-  batch.move(
-    r.org_id,
-    status === "released" ? "release" : "expire",
-    r.id,
-    { available: amount, reserved: -amount, spent: 0, granted: 0 },
-    nowMs,
-  );
-}
+/** A usage record in flight that holds a pending reservation. */
+type Reserving = UsageState & { reservedMicrousd: number; reservationExpiresAtMs: number; reservationStatus: "pending" };
 
-function settle(batch: BatchState, r: ReservationRow, cost: number, nowMs: number): void {
-  const amount = r.amount_microusd;
-  if (!Number.isSafeInteger(cost) || cost < 0 || cost > amount) {
-    throw new RangeError(`The cost ${cost} is not a whole amount from 0 to the reservation ${JSON.stringify(r.id)} of ${amount} microUSD`);
+const reserving = (u: UsageState | undefined): u is Reserving => u?.reservationStatus === "pending";
+
+const ENTRY_KIND = { settled: "settle", released: "release", expired: "expire" } as const satisfies Record<string, LedgerKind>;
+
+/**
+ * Resolves a record's pending reservation, charging `cost` (settled; 0 otherwise): the amount leaves `reserved`, the
+ * cost goes to `spent` and the rest back to `available`. Its one ledger entry holds what changed for good: the cost.
+ * Returns the status, for the final record.
+ */
+function resolve<S extends Exclude<ReservationStatus, "pending">>(
+  batch: BatchState,
+  u: Reserving,
+  status: S,
+  cost: number,
+  nowMs: number,
+): S {
+  const amount = u.reservedMicrousd;
+  if (!Number.isSafeInteger(cost) || cost < 0 || cost > amount || (status !== "settled" && cost !== 0)) {
+    throw new RangeError(
+      `The cost ${cost} is not a whole amount from 0 to the reservation ${JSON.stringify(u.requestId)} of ${amount} microUSD`,
+    );
   }
-  batch.writes.reservationResolutions.push({ id: r.id, status: "settled", costMicrousd: cost, resolvedAtMs: nowMs });
-  batch.move(r.org_id, "settle", r.id, { available: amount - cost, reserved: -amount, spent: cost, granted: 0 }, nowMs);
+  batch.move(u.orgId, { available: amount - cost, reserved: -amount, spent: cost, granted: 0 });
+  batch.enter(u.orgId, ENTRY_KIND[status], u.requestId, { available: -cost, reserved: 0, spent: cost, granted: 0 }, nowMs);
+  return status;
 }
 
-/** The rows a batch needs, in the one order every transaction locks them: counters, usage, reservations, balances, idempotency. */
+/** The rows a batch needs (the shared counters read without a lock), in the one order every transaction locks them: counters, usage (with their reservations), balances, idempotency. */
 export function batchQuery(admissions: readonly AdmitCommand[], completions: readonly CompleteCommand[]): SnapshotQuery {
   const counters = new Map<string, CounterKey>();
+  const shared = new Map<string, CounterKey>();
   const balances = new Set<string>();
   const idempotency = new Map<string, IdempotencyKeyRef>();
   for (const a of admissions) {
     if (a.quota) {
       counters.set(counterKey(a.orgId, a.quota.day), { scope: a.orgId, day: a.quota.day });
-      counters.set(counterKey(GLOBAL_PREVIEW_SCOPE, a.quota.day), { scope: GLOBAL_PREVIEW_SCOPE, day: a.quota.day });
+      shared.set(counterKey(GLOBAL_PREVIEW_SCOPE, a.quota.day), { scope: GLOBAL_PREVIEW_SCOPE, day: a.quota.day });
     }
     if (a.reservation) balances.add(a.orgId);
     if (a.idempotency) idempotency.set(idempotencyKey(a.orgId, a.idempotency.key), { orgId: a.orgId, key: a.idempotency.key });
   }
-  const reservations: string[] = [];
   for (const c of completions) {
-    if (c.reserved) {
-      reservations.push(c.requestId);
-      balances.add(c.orgId);
-    }
+    if (c.reserved) balances.add(c.orgId);
     if (c.idempotency) idempotency.set(idempotencyKey(c.orgId, c.idempotency.key), { orgId: c.orgId, key: c.idempotency.key });
   }
   return {
     counters: [...counters.values()],
+    sharedCounters: [...shared.values()],
     usage: completions.map((c) => c.requestId),
-    reservations,
     balances: [...balances],
     idempotency: [...idempotency.values()],
   };
@@ -228,26 +254,30 @@ function complete(batch: BatchState, snapshot: Snapshot, c: CompleteCommand): Co
     overReservation: c.overReservation,
     deployment: c.deployment,
     attempts: c.attempts,
+    reservationStatus: null,
   };
   let result: CompleteResult = { kind: "completed" };
+  const pending = reserving(state) ? state : null;
+  // Only a completion that says it reserved has its organization's balance read and locked.
+  if (pending && !c.reserved)
+    throw new Error(`The request ${JSON.stringify(c.requestId)} holds a reservation its completion does not name`);
   if (c.reserved) {
-    const r = snapshot.reservations.get(c.requestId);
-    const pending = r !== undefined && r.status === "pending" && r.org_id === c.orgId;
-    const expired = !pending || r.expires_at_ms <= c.nowMs;
+    const expired = pending === null || pending.reservationExpiresAtMs <= c.nowMs;
     if (c.outcome === "succeeded" && expired) {
-      if (pending) resolve(batch, r, "expired", c.nowMs);
       Object.assign(final, {
         outcome: "reservation_expired",
         httpStatus: statusOf("reservation_expired"),
         costMicrousd: 0,
         errorDetail: EXPIRED_DETAIL,
         overReservation: false,
+        reservationStatus: pending ? resolve(batch, pending, "expired", 0, c.nowMs) : null,
       });
       result = { kind: "reservation_expired" };
-    } else if (pending && c.outcome === "succeeded") {
-      settle(batch, r, final.costMicrousd, c.nowMs);
     } else if (pending) {
-      resolve(batch, r, "released", c.nowMs);
+      final.reservationStatus =
+        c.outcome === "succeeded"
+          ? resolve(batch, pending, "settled", final.costMicrousd, c.nowMs)
+          : resolve(batch, pending, "released", 0, c.nowMs);
     }
   }
   batch.writes.usageFinals.push(final);
@@ -307,22 +337,12 @@ function admit(batch: BatchState, a: AdmitCommand): AdmitResult {
     // An unknown organization has nothing to reserve from, not even 0.
     const available = batch.knows(a.orgId) ? batch.balance(a.orgId).available : -1;
     if (available < amount) return { kind: "insufficient_credits", availableMicrousd: Math.max(0, available) };
-    batch.writes.reservationInserts.push({
-      id: a.requestId,
-      orgId: a.orgId,
-      requestId: a.requestId,
-      amountMicrousd: amount,
-      status: "pending",
-      costMicrousd: null,
-      createdAtMs: a.nowMs,
-      expiresAtMs: a.reservation.expiresAtMs,
-      resolvedAtMs: null,
-    });
-    batch.move(a.orgId, "reserve", a.requestId, { available: -amount, reserved: amount, spent: 0, granted: 0 }, a.nowMs);
+    // Set aside in the balance and on the record (inFlightRecord); the ledger records it once resolved.
+    batch.move(a.orgId, { available: -amount, reserved: amount, spent: 0, granted: 0 });
   }
   if (a.quota) {
     batch.count(a.orgId, a.quota.day);
-    batch.count(GLOBAL_PREVIEW_SCOPE, a.quota.day);
+    batch.countShared(GLOBAL_PREVIEW_SCOPE, a.quota.day, a.quota.globalLimit);
   }
   if (idem) {
     batch.setEntry(a.orgId, idem.key, {
@@ -358,6 +378,9 @@ export function inFlightRecord(a: AdmitCommand): StoredUsageRecord {
     outcome: "in_flight",
     errorDetail: null,
     ...NOTHING_SPENT,
+    reservedMicrousd: a.reservation?.amountMicrousd ?? null,
+    reservationExpiresAtMs: a.reservation?.expiresAtMs ?? null,
+    reservationStatus: a.reservation ? "pending" : null,
   };
 }
 
@@ -386,12 +409,23 @@ export function planBatch(
   return { writes: batch.finish(), results: { admissions: admitted, completions: completed } };
 }
 
+/**
+ * One batch in one transaction. The shared counters are read without a lock and added to within their limits by the
+ * write; when another transaction took the last units meanwhile (CounterLimitPassed), the batch runs again with
+ * `lockShared`: they are then locked by a second read, after every row of the first (the lock order of
+ * docs/architecture.md, "Lanes and the service-wide counter").
+ */
 export function* batchProgram(
   admissions: readonly AdmitCommand[],
   completions: readonly CompleteCommand[],
+  lockShared = false,
 ): BookProgram<{ admissions: AdmitResult[]; completions: CompleteResult[] }> {
-  const snapshot = yield { read: batchQuery(admissions, completions) };
-  const plan = planBatch(admissions, completions, snapshot!);
+  const { sharedCounters, ...rows } = batchQuery(admissions, completions);
+  const snapshot = (yield { read: lockShared ? rows : { ...rows, sharedCounters } })!;
+  if (lockShared && sharedCounters?.length) {
+    for (const [key, count] of (yield { read: { counters: sharedCounters } })!.counters) snapshot.counters.set(key, count);
+  }
+  const plan = planBatch(admissions, completions, snapshot);
   yield { write: plan.writes };
   return plan.results;
 }
@@ -404,19 +438,12 @@ interface Unanswered {
 
 /**
  * Completes requests left in flight as gateway_error with nothing charged (no answer is known, so no HTTP status),
- * resolving their pending reservations as `how` says, and expires `dueReservations`. Usage rows (already locked by
- * the caller's read) before reservations, then balances, as a completion locks them.
+ * resolving the reservations they hold as `how` says. Usage rows (already locked by the caller's read), then
+ * balances, as a completion locks them.
  */
-function* completeUnanswered(
-  nowMs: number,
-  inFlight: readonly UsageState[],
-  dueReservations: readonly ReservationRow[],
-  how: Unanswered,
-): BookProgram<void> {
-  const paid = inFlight.filter((u) => u.mode === "paid").map((u) => u.requestId);
-  const held = paid.length > 0 ? (yield { read: { reservations: paid } })!.reservations : new Map<string, ReservationRow>();
-  const pending = [...held.values()].filter((r) => r.status === "pending");
-  const locked = (yield { read: { balances: [...new Set([...pending, ...dueReservations].map((r) => r.org_id))] } })!;
+function* completeUnanswered(nowMs: number, inFlight: readonly UsageState[], how: Unanswered): BookProgram<void> {
+  const pending = inFlight.filter(reserving);
+  const locked = (yield { read: { balances: [...new Set(pending.map((u) => u.orgId))] } })!;
   const batch = new BatchState(locked);
   for (const u of inFlight) {
     const final: UsageFinal = {
@@ -425,34 +452,23 @@ function* completeUnanswered(
       outcome: "gateway_error",
       ...NOTHING_SPENT,
       errorDetail: how.detail,
+      reservationStatus: reserving(u) ? resolve(batch, u, how.status, 0, nowMs) : null,
     };
     batch.writes.usageFinals.push(final);
     batch.daily.add(u.orgId, u.createdAtMs, { ...finalChange(final), inFlight: -1 });
   }
-  for (const r of pending) resolve(batch, r, how.status, nowMs);
-  for (const r of dueReservations) resolve(batch, r, "expired", nowMs);
   yield { write: batch.finish() };
 }
 
 /**
  * Requests left in flight past their deadline (the gateway crashed, or could not store the outcome) are completed
- * as gateway_error with nothing charged, their reservations expired; pending reservations of requests no longer
- * in flight are expired too.
+ * as gateway_error with nothing charged, their reservations expired. (A reservation is pending only while its request
+ * is in flight, so no other reservation can be left pending.)
  */
-export function* sweepProgram(input: {
-  nowMs: number;
-  inFlightBeforeMs: number;
-  limit: number;
-}): BookProgram<{ abandoned: number; expired: number }> {
-  const due = (yield {
-    read: {
-      dueInFlight: { createdBeforeMs: input.inFlightBeforeMs, limit: input.limit },
-      dueReservations: { nowMs: input.nowMs, limit: input.limit },
-    },
-  })!;
-  if (due.dueInFlight.length === 0 && due.dueReservations.length === 0) return { abandoned: 0, expired: 0 };
-  yield* completeUnanswered(input.nowMs, due.dueInFlight, due.dueReservations, { status: "expired", detail: ABANDONED_DETAIL });
-  return { abandoned: due.dueInFlight.length, expired: due.dueReservations.length };
+export function* sweepProgram(input: { nowMs: number; inFlightBeforeMs: number; limit: number }): BookProgram<SweepResult> {
+  const due = (yield { read: { dueInFlight: { createdBeforeMs: input.inFlightBeforeMs, limit: input.limit } } })!.dueInFlight;
+  if (due.length > 0) yield* completeUnanswered(input.nowMs, due, { status: "expired", detail: ABANDONED_DETAIL });
+  return { abandoned: due.length };
 }
 
 /**
@@ -463,7 +479,7 @@ export function* sweepProgram(input: {
 export function* orphanProgram(input: OrphanQuery): BookProgram<{ released: number }> {
   const orphans = (yield { read: { orphanedInFlight: input } })!.orphanedInFlight;
   if (orphans.length === 0) return { released: 0 };
-  yield* completeUnanswered(input.nowMs, orphans, [], { status: "released", detail: ORPHANED_DETAIL });
+  yield* completeUnanswered(input.nowMs, orphans, { status: "released", detail: ORPHANED_DETAIL });
   return { released: orphans.length };
 }
 
@@ -476,8 +492,9 @@ export function* grantProgram(input: { orgId: string; amountMicrousd: number; no
   if (!Number.isSafeInteger(batch.balance(input.orgId).granted + input.amountMicrousd)) {
     throw new StoreInputError("The grant would take the organization's credits beyond the safe integer range", "amountMicrousd");
   }
-  const amount = input.amountMicrousd;
-  batch.move(input.orgId, "grant", null, { available: amount, reserved: 0, spent: 0, granted: amount }, input.nowMs, input.note);
+  const grant = { available: input.amountMicrousd, reserved: 0, spent: 0, granted: input.amountMicrousd };
+  batch.move(input.orgId, grant);
+  batch.enter(input.orgId, "grant", null, grant, input.nowMs, input.note);
   yield { write: batch.finish() };
   // Read again: a first grant racing another instance's first grant adds to the row that one created.
   return (yield { read: { balances: [input.orgId] } })!.balances.get(input.orgId)!;

@@ -4,7 +4,15 @@ import { checkUsageTotalsQuery, keysetPage, type SumsRow, toSums, type UsageTota
 import type { BookkeepingPart } from "../compose-store.ts";
 import { checkDay, checkPageLimit, checkPreviewOrg, GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
 import type { DbRow } from "../schema/table.ts";
-import { BALANCE_FIELDS, ledgerEntries, orgBalances, reservations, USAGE_RECORD_FIELDS, usageRecords } from "../schema/tables.ts";
+import {
+  BALANCE_FIELDS,
+  ledgerEntries,
+  orgBalances,
+  RESERVATION_FIELDS,
+  reservationOf,
+  USAGE_RECORD_FIELDS,
+  usageRecords,
+} from "../schema/tables.ts";
 import { runSqlAsync, type SqlProgram } from "../sql-program.ts";
 import type { UsagePage, UsageQuery } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
@@ -18,10 +26,12 @@ import { badCursor, decodeUsageCursor, encodeUsageCursor, type UsageCursor } fro
 export const ZERO_BALANCE: Balance = Object.freeze({ available: 0, reserved: 0, spent: 0, granted: 0 });
 
 const USAGE_COLUMNS = usageRecords.list(USAGE_RECORD_FIELDS);
+/** A reservation is read from its request's usage record. */
+const RESERVATION_WITH = ["requestId", "orgId", "createdAtMs", "completedAtMs", "costMicrousd", ...RESERVATION_FIELDS] as const;
 
 const READS = {
   balance: `SELECT ${orgBalances.list(BALANCE_FIELDS)} FROM org_balances WHERE org_id = ?`,
-  reservation: `SELECT ${reservations.list()} FROM reservations WHERE id = ?`,
+  reservation: `SELECT ${usageRecords.list(RESERVATION_WITH)} FROM usage_records WHERE request_id = ?`,
   ledger: `SELECT ${ledgerEntries.list()} FROM ledger_entries WHERE org_id = ? ORDER BY id`,
   // Both counters from one statement, so from one snapshot.
   previewCounters: "SELECT scope, count FROM preview_counters WHERE day = ? AND scope IN (?, ?)",
@@ -112,7 +122,7 @@ export abstract class BookkeepingReads implements Pick<BookkeepingPart, ReadMeth
 
   async getReservation(reservationId: string): Promise<Reservation | null> {
     const [row] = this.holds(reservationId) ? await this.rows(READS.reservation, [reservationId]) : [];
-    return row ? reservations.fromRow(row) : null;
+    return row ? reservationOf(usageRecords.fromRow(row, RESERVATION_WITH)) : null;
   }
 
   async listLedger(orgId: string): Promise<LedgerEntry[]> {

@@ -1,4 +1,4 @@
-import type { Balance, LedgerEntry, Reservation, ReservationStatus } from "../../domain/credits.ts";
+import type { Balance, LedgerEntry, ReservationStatus } from "../../domain/credits.ts";
 import type { FinalOutcome } from "../../domain/usage-records.ts";
 import type { DbRow } from "../schema/table.ts";
 import {
@@ -9,7 +9,7 @@ import {
   orgBalances,
   type PreviewCounter,
   previewCounters,
-  reservations,
+  RESERVATION_FIELDS,
   type StoredUsageRecord,
   type UsageDailyDelta,
   usageRecords,
@@ -26,6 +26,26 @@ export interface CounterKey {
   day: string;
 }
 
+/**
+ * `count` added to a counter (created with it where missing) only if the counter then holds at most `limit`; else the
+ * write fails with CounterLimitPassed.
+ */
+export interface CounterIncrement extends CounterKey {
+  count: number;
+  limit: number;
+}
+
+/**
+ * Thrown by an adapter's write when a CounterIncrement would pass its limit: another transaction added to the counter
+ * since it was read without a lock. The transaction rolls back; the program runs again with the counter locked.
+ */
+export class CounterLimitPassed extends Error {
+  constructor() {
+    super("A shared counter changed since it was read and would pass its limit");
+    this.name = "CounterLimitPassed";
+  }
+}
+
 export interface IdempotencyKeyRef {
   orgId: string;
   key: string;
@@ -34,37 +54,25 @@ export interface IdempotencyKeyRef {
 export interface SnapshotQuery {
   /** Preview counters, locked (created at 0 where missing, so that they can be locked). */
   counters?: readonly CounterKey[];
-  /** Usage records by request id, locked. */
+  /**
+   * Counters every organization's transactions add to (the service-wide preview counter), read without a lock (0 where
+   * missing): the write adds to them within a limit (WriteSet.counterIncrements), so they hold no lock until it.
+   */
+  sharedCounters?: readonly CounterKey[];
+  /** Usage records by request id, locked (with the reservations they hold). */
   usage?: readonly string[];
-  /** Reservations by id, locked. */
-  reservations?: readonly string[];
   /** Balances by organization id, locked; the organizations that exist are reported too (with or without a balance). */
   balances?: readonly string[];
   /** Idempotency entries, locked. */
   idempotency?: readonly IdempotencyKeyRef[];
   /** In-flight usage records created before the time, oldest first; rows another transaction holds are skipped. */
   dueInFlight?: { createdBeforeMs: number; limit: number };
-  /** Pending reservations due at nowMs whose request is not in flight; rows another transaction holds are skipped. */
-  dueReservations?: { nowMs: number; limit: number };
   /**
    * In-flight usage records whose gateway process is gone, oldest first; rows another transaction holds are skipped:
    * admitted by another instance than `instanceId` whose lease ended at or before nowMs, or (createdBeforeMs not null)
    * created before createdBeforeMs by any other.
    */
   orphanedInFlight?: OrphanQuery;
-}
-
-/** A reservations row as read, by column name (PostgreSQL bigints are parsed to numbers by the adapter). */
-export interface ReservationRow {
-  id: string;
-  org_id: string;
-  request_id: string;
-  amount_microusd: number;
-  status: ReservationStatus;
-  cost_microusd: number | null;
-  created_at_ms: number;
-  expires_at_ms: number;
-  resolved_at_ms: number | null;
 }
 
 export interface OrphanQuery {
@@ -75,8 +83,11 @@ export interface OrphanQuery {
   limit: number;
 }
 
-/** What a program reads of a usage record; the day of creation is the day the record counts in (usage_daily). */
-export const USAGE_STATE_FIELDS = ["requestId", "orgId", "createdAtMs", "mode", "outcome"] as const;
+/**
+ * What a program reads of a usage record, with its reservation; the day of creation is the day the record counts in
+ * (usage_daily).
+ */
+export const USAGE_STATE_FIELDS = ["requestId", "orgId", "createdAtMs", "mode", "outcome", ...RESERVATION_FIELDS] as const;
 export type UsageState = Pick<StoredUsageRecord, (typeof USAGE_STATE_FIELDS)[number]>;
 export const toUsageState = (row: DbRow): UsageState => usageRecords.fromRow(row, USAGE_STATE_FIELDS);
 
@@ -134,10 +145,6 @@ export function sweepReads(lock: (alias: string) => string) {
     dueInFlight:
       `SELECT ${state} FROM usage_records WHERE outcome = 'in_flight' AND created_at_ms < ? ` +
       `ORDER BY created_at_ms LIMIT ?${lock("usage_records")}`,
-    dueReservations:
-      `SELECT ${reservations.list(reservations.fields, "r.")} FROM reservations r WHERE r.status = 'pending' AND r.expires_at_ms <= ? ` +
-      "AND NOT EXISTS (SELECT 1 FROM usage_records u WHERE u.request_id = r.request_id AND u.outcome = 'in_flight') " +
-      `ORDER BY r.expires_at_ms LIMIT ?${lock("r")}`,
     orphanedInFlight:
       `SELECT ${state} FROM usage_records u WHERE u.outcome = 'in_flight' AND u.instance_id IS DISTINCT FROM ? ` +
       "AND (u.created_at_ms < ? OR EXISTS (SELECT 1 FROM gateway_instances g WHERE g.id = u.instance_id AND g.lease_until_ms <= ?)) " +
@@ -153,11 +160,9 @@ export interface Snapshot {
   organizations: Set<string>;
   counters: Map<string, number>;
   usage: Map<string, UsageState>;
-  reservations: Map<string, ReservationRow>;
   balances: Map<string, Balance>;
   idempotency: Map<string, IdempotencyRow>;
   dueInFlight: UsageState[];
-  dueReservations: ReservationRow[];
   orphanedInFlight: UsageState[];
 }
 
@@ -168,14 +173,13 @@ export const idempotencyKey = (orgId: string, key: string): string => JSON.strin
 /** The rows a snapshot query read, by part, by column name (a part not asked for is left out). */
 export interface SnapshotRows {
   counters?: DbRow[];
+  sharedCounters?: DbRow[];
   usage?: DbRow[];
-  reservations?: ReservationRow[];
   /** One per organization that exists: `org_id`, with its balance's columns (null where it has no balance row). */
   balances?: DbRow[];
   /** Read with selectClaims. */
   idempotency?: DbRow[];
   dueInFlight?: DbRow[];
-  dueReservations?: ReservationRow[];
   orphanedInFlight?: DbRow[];
 }
 
@@ -184,17 +188,14 @@ export function snapshotOf(rows: SnapshotRows): Snapshot {
     organizations: new Set(),
     counters: new Map(),
     usage: new Map(),
-    reservations: new Map(),
     balances: new Map(),
     idempotency: new Map(),
     dueInFlight: (rows.dueInFlight ?? []).map(toUsageState),
-    dueReservations: rows.dueReservations ?? [],
     orphanedInFlight: (rows.orphanedInFlight ?? []).map(toUsageState),
   };
-  for (const { scope, day, count } of (rows.counters ?? []).map((r) => previewCounters.fromRow(r)))
+  for (const { scope, day, count } of [...(rows.counters ?? []), ...(rows.sharedCounters ?? [])].map((r) => previewCounters.fromRow(r)))
     s.counters.set(counterKey(scope, day), count);
   for (const u of (rows.usage ?? []).map(toUsageState)) s.usage.set(u.requestId, u);
-  for (const r of rows.reservations ?? []) s.reservations.set(r.id, r);
   for (const b of rows.balances ?? []) {
     const orgId = b.org_id as string;
     s.organizations.add(orgId);
@@ -204,7 +205,7 @@ export function snapshotOf(rows: SnapshotRows): Snapshot {
   return s;
 }
 
-/** The fields a completion writes, once, to a usage record in flight (its request id finds it). */
+/** The fields a completion writes, once, to a usage record in flight (its request id finds it), its reservation resolved. */
 export const USAGE_FINAL_FIELDS = [
   "completedAtMs",
   "outcome",
@@ -218,27 +219,18 @@ export const USAGE_FINAL_FIELDS = [
   "overReservation",
   "deployment",
   "attempts",
+  "reservationStatus",
 ] as const satisfies readonly (keyof StoredUsageRecord)[];
 
 export type UsageFinal = Pick<StoredUsageRecord, "requestId" | (typeof USAGE_FINAL_FIELDS)[number]> & {
   completedAtMs: number;
   outcome: FinalOutcome;
   httpStatus: number | null;
+  /** How the record's reservation resolved; null when it holds none. */
+  reservationStatus: Exclude<ReservationStatus, "pending"> | null;
 };
 
 export type NewLedgerEntry = Omit<LedgerEntry, "id">;
-
-/** A usage record as admitted: with the instance (gateway process) that admitted it, null when none is known. */
-
-/** The fields a resolution writes to a pending reservation (its id finds it). */
-export const RESOLUTION_FIELDS = ["status", "costMicrousd", "resolvedAtMs"] as const;
-
-export interface ReservationResolution {
-  id: string;
-  status: Exclude<ReservationStatus, "pending">;
-  costMicrousd: number | null;
-  resolvedAtMs: number;
-}
 
 /**
  * Rows to write, each row at most once: balances, counters and idempotency entries are final values or one
@@ -247,8 +239,6 @@ export interface ReservationResolution {
 export interface WriteSet {
   usageInserts: StoredUsageRecord[];
   usageFinals: UsageFinal[];
-  reservationInserts: Reservation[];
-  reservationResolutions: ReservationResolution[];
   ledger: NewLedgerEntry[];
   /**
    * New balance rows (the organization had none), with their values, never negative. Added to the row instead
@@ -259,6 +249,8 @@ export interface WriteSet {
   balanceDeltas: OrgBalance[];
   /** Counter values to set (the rows exist or are created). */
   counters: PreviewCounter[];
+  /** Additions to shared counters (SnapshotQuery.sharedCounters), one per counter, each within its limit. */
+  counterIncrements: CounterIncrement[];
   idempotencyPuts: IdempotencyRow[];
   idempotencyDeletes: IdempotencyKeyRef[];
   /** Additions to the daily usage roll-up, one per (organization, day): the changes of this write set's usage records. */
@@ -269,12 +261,11 @@ export function emptyWriteSet(): WriteSet {
   return {
     usageInserts: [],
     usageFinals: [],
-    reservationInserts: [],
-    reservationResolutions: [],
     ledger: [],
     balanceInserts: [],
     balanceDeltas: [],
     counters: [],
+    counterIncrements: [],
     idempotencyPuts: [],
     idempotencyDeletes: [],
     usageDaily: [],

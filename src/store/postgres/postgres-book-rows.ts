@@ -1,6 +1,6 @@
+import type pg from "pg";
 import {
-  RESOLUTION_FIELDS,
-  type ReservationRow,
+  CounterLimitPassed,
   type Snapshot,
   type SnapshotQuery,
   type SnapshotRows,
@@ -19,19 +19,18 @@ import {
   NEW_LEDGER_FIELDS,
   orgBalances,
   previewCounters,
-  reservations,
   usageDaily,
   usageRecords,
 } from "../schema/tables.ts";
 import { StoreConflictError } from "../store-errors.ts";
 import { addToUsageDaily } from "../usage-daily-rows.ts";
-import { type Client, isUniqueViolation } from "./postgres-connection.ts";
+import { isUniqueViolation, type Pipeline, pgCode } from "./postgres-connection.ts";
 
 /**
  * The rows of the bookkeeping programs in PostgreSQL: each list is read or written set-based (arrays unnested), and
- * the lists are combined into one statement to read and one to write, so a batch of any size costs the same two
- * round trips (besides BEGIN and COMMIT). Reads lock their rows (FOR UPDATE)
- * in one order shared by every transaction — idempotency keys, counters, usage, reservations, balances, each
+ * the lists are combined into one statement to read and one to write, pipelined with BEGIN and COMMIT, so a batch of
+ * any size costs the same two round trips (postgres-connection.ts, pipelinedTransaction). Reads lock their rows (FOR UPDATE)
+ * in one order shared by every transaction — idempotency keys, counters, usage (with their reservations), balances, each
  * sorted by key — so concurrent batches of several instances wait for each other but never deadlock; the daily usage
  * rows are locked last, by the write's upsert, in their own sorted order. The sweep's reads skip rows another
  * transaction holds.
@@ -39,7 +38,6 @@ import { type Client, isUniqueViolation } from "./postgres-connection.ts";
 
 const KEY = { counter: ["scope", "day"], idempotency: ["orgId", "key"] } as const;
 const FINAL = ["requestId", ...USAGE_FINAL_FIELDS] as const;
-const RESOLUTION = ["id", ...RESOLUTION_FIELDS] as const;
 const SWEEP = sweepReads((alias) => ` FOR UPDATE OF ${alias} SKIP LOCKED`);
 
 const SQL = {
@@ -48,13 +46,15 @@ const SQL = {
     `INSERT INTO preview_counters (${previewCounters.list()}) SELECT scope, day, 0 FROM ${postgres.unnestAs(previewCounters, KEY.counter, "k")} ` +
     'ORDER BY scope COLLATE "C", day COLLATE "C" ' +
     `ON CONFLICT (scope, day) DO UPDATE SET count = preview_counters.count RETURNING ${previewCounters.list()}`,
+  // Not locked: the write adds to them within a limit (incrementCounters).
+  sharedCounters:
+    `SELECT ${previewCounters.list(previewCounters.fields, "c.")} FROM preview_counters c ` +
+    `JOIN ${postgres.unnestAs(previewCounters, KEY.counter, "k")} ON c.scope = k.scope AND c.day = k.day`,
   usage: `SELECT ${usageRecords.list(USAGE_STATE_FIELDS)} FROM usage_records WHERE request_id = ANY($1::text[]) ORDER BY request_id FOR UPDATE`,
-  reservations: `SELECT ${reservations.list()} FROM reservations WHERE id = ANY($1::text[]) ORDER BY id FOR UPDATE`,
-  // The organizations that exist, each with its balance row (locked) when it has one.
-  balances:
-    `SELECT o.id AS org_id, ${orgBalances.list(BALANCE_FIELDS, "b.")} FROM organizations o LEFT JOIN LATERAL ` +
-    `(SELECT ${orgBalances.list(BALANCE_FIELDS)} FROM org_balances WHERE org_id = o.id FOR UPDATE) b ON true ` +
-    "WHERE o.id = ANY($1::text[]) ORDER BY o.id",
+  // The balance rows, locked in org_id order: LockRows runs above the sort, and json_agg reads every row (see readSnapshot).
+  balances: `SELECT org_id, ${orgBalances.list(BALANCE_FIELDS)} FROM org_balances WHERE org_id = ANY($1::text[]) ORDER BY org_id FOR UPDATE`,
+  // The organizations that exist (not locked), reported with or without a balance.
+  organizations: "SELECT id AS org_id FROM organizations WHERE id = ANY($1::text[])",
   // Entries that do not exist yet cannot be locked: a transaction-level advisory lock per (organization, key), taken in
   // one order, serializes two claims of one new key (the two-key space does not overlap the migration lock's bigint key).
   lockIdempotency:
@@ -65,17 +65,15 @@ const SQL = {
     `${selectClaims(`JOIN ${postgres.unnestAs(idempotencyKeys, KEY.idempotency, "k")} ON i.org_id = k.org_id AND i.key = k.key`)} ` +
     "ORDER BY i.org_id, i.key FOR UPDATE OF i",
   dueInFlight: postgres.numbered(SWEEP.dueInFlight),
-  dueReservations: postgres.numbered(SWEEP.dueReservations),
   orphanedInFlight: postgres.numbered(SWEEP.orphanedInFlight),
 
   insertUsage: postgres.insert(usageRecords),
+  // Each record found by its key. `IS NOT DISTINCT FROM`, not `=`: the partial index usage_records_in_flight would match
+  // `outcome = 'in_flight'`, and once ANALYZE says few records are in flight the planner scans that whole index (with
+  // every dead entry of the records completed since the last VACUUM) and hash-joins it, instead of 1 lookup per record.
   finalUsage:
     `UPDATE usage_records u SET ${usageRecords.assign(USAGE_FINAL_FIELDS, (c) => `f.${c}`)} FROM ${postgres.unnestAs(usageRecords, FINAL, "f")} ` +
-    "WHERE u.request_id = f.request_id AND u.outcome = 'in_flight'",
-  insertReservations: postgres.insert(reservations),
-  resolveReservations:
-    `UPDATE reservations r SET ${reservations.assign(RESOLUTION_FIELDS, (c) => `f.${c}`)} FROM ${postgres.unnestAs(reservations, RESOLUTION, "f")} ` +
-    "WHERE r.id = f.id AND r.status = 'pending'",
+    "WHERE u.request_id = f.request_id AND u.outcome IS NOT DISTINCT FROM 'in_flight'",
   // A row another transaction created since the snapshot (it could not be locked) is added to instead.
   insertBalances: `${postgres.insert(orgBalances, orgBalances.fields, "b")} ON CONFLICT (org_id) DO UPDATE SET ${orgBalances.assign(
     BALANCE_FIELDS,
@@ -88,6 +86,13 @@ const SQL = {
     `INSERT INTO ledger_entries (${ledgerEntries.list(NEW_LEDGER_FIELDS)}) SELECT ${ledgerEntries.list(NEW_LEDGER_FIELDS)} ` +
     `FROM ${postgres.unnest(ledgerEntries, NEW_LEDGER_FIELDS)} WITH ORDINALITY AS e(${ledgerEntries.list(NEW_LEDGER_FIELDS)}, n) ORDER BY n`,
   putCounters: postgres.insert(previewCounters) + previewCounters.onConflictReplace(KEY.counter),
+  // Adds to the shared counters, in one order, each within its limit ($4); past it the statement fails (an invalid cast of
+  // a text that is not constant, so not folded at planning), so the COMMIT behind it rolls back: CounterLimitPassed.
+  incrementCounters:
+    `INSERT INTO preview_counters AS c (${previewCounters.list()}) SELECT * FROM ${postgres.unnestAs(previewCounters, previewCounters.fields, "k")} ` +
+    'ORDER BY scope COLLATE "C", day COLLATE "C" ON CONFLICT (scope, day) DO UPDATE SET count = CASE WHEN c.count + excluded.count <= ' +
+    "(SELECT l.lim FROM unnest($1::text[], $2::text[], $4::bigint[]) AS l(scope, day, lim) WHERE l.scope = excluded.scope AND l.day = excluded.day) " +
+    "THEN c.count + excluded.count ELSE ('shared counter limit passed at ' || c.count)::bigint END",
   putIdempotency: postgres.insert(idempotencyKeys) + idempotencyKeys.onConflictReplace(KEY.idempotency),
   deleteIdempotency: `DELETE FROM idempotency_keys i USING ${postgres.unnestAs(idempotencyKeys, KEY.idempotency, "k")} WHERE i.org_id = k.org_id AND i.key = k.key`,
   // Increments, in one order shared by every transaction (a day's row is locked from here until commit).
@@ -111,10 +116,11 @@ function renumbered(part: Part, offset: number): string {
 }
 
 /**
- * Several statements as one, so that a batch costs one round trip to read and one to write. The statement is
- * prepared once per connection under a name made of its parts (a handful of combinations occur).
+ * Several statements as one, so that a batch costs one statement to read and one to write. The statement is
+ * prepared once per connection under a name made of its parts (a handful of combinations occur). `extra` are
+ * parameters of `sql`'s own, numbered after the parts'.
  */
-async function runCombined<R extends Record<string, unknown>>(c: Client, parts: Part[], sql: (texts: string[]) => string): Promise<R> {
+function combined(parts: Part[], sql: (texts: string[], next: number) => string, extra: unknown[] = []): pg.QueryConfig {
   const texts: string[] = [];
   const values: unknown[] = [];
   for (const part of parts) {
@@ -122,75 +128,112 @@ async function runCombined<R extends Record<string, unknown>>(c: Client, parts: 
     values.push(...part.values);
   }
   const name = `tds_${parts.map((p) => NAMES.indexOf(p.name)).join("_")}`;
-  return (await c.query<R>({ name, text: sql(texts), values })).rows[0]!;
+  return { name, text: sql(texts, values.length + 1), values: [...values, ...extra] };
 }
 
 /**
- * The snapshot of a batch in one statement (after the idempotency keys' advisory locks, when there are keys): each
- * part is a scalar subquery, evaluated in the order written — the counters (created at 0 where missing, in a CTE),
- * usage records, reservations, balances, idempotency entries. Every transaction locks in that order (idempotency
- * keys first), so none waits for another in a cycle. The sweep's reads stay separate.
+ * The snapshot of a batch in one statement (after the idempotency keys' advisory locks, when there are keys), sent
+ * with them and the sweep's reads in one round trip: each part is a scalar subquery, evaluated in the order written
+ * and read to its end by json_agg — the counters (created at 0 where missing, in a CTE), usage records, balances,
+ * idempotency entries — and each locks its rows in its own sorted order (LockRows above the sort). Every transaction
+ * locks in that order (idempotency keys first), so none waits for another in a cycle.
  */
-export async function readSnapshot(c: Client, q: SnapshotQuery): Promise<Snapshot> {
+export async function readSnapshot(p: Pipeline, q: SnapshotQuery): Promise<Snapshot> {
   const parts: Part[] = [];
   if (q.counters?.length) parts.push({ name: "counters", values: postgres.arrays(previewCounters, q.counters, KEY.counter) });
+  const shared = q.sharedCounters;
+  if (shared?.length) parts.push({ name: "sharedCounters", values: postgres.arrays(previewCounters, shared, KEY.counter) });
   if (q.usage?.length) parts.push({ name: "usage", values: [q.usage] });
-  if (q.reservations?.length) parts.push({ name: "reservations", values: [q.reservations] });
-  if (q.balances?.length) parts.push({ name: "balances", values: [q.balances] });
+  if (q.balances?.length) parts.push({ name: "balances", values: [q.balances] }, { name: "organizations", values: [q.balances] });
   if (q.idempotency?.length) {
     const keys = postgres.arrays(idempotencyKeys, q.idempotency, KEY.idempotency);
-    // First and on its own: the read below must take its snapshot after the locks are held, to see a claim
-    // committed by the transaction it waited for.
-    await c.query({ name: "tds_lockIdempotency", text: SQL.lockIdempotency, values: keys });
+    // A statement of its own, before the read: the read must take its snapshot after the locks are held, to see a
+    // claim committed by the transaction it waited for.
+    p.send({ name: "tds_lockIdempotency", text: SQL.lockIdempotency, values: keys });
     parts.push({ name: "idempotency", values: keys });
   }
+  const read =
+    parts.length === 0
+      ? undefined
+      : p.send<Record<string, DbRow[] | null>>(
+          combined(parts, (texts) => {
+            const counters = parts[0]!.name === "counters" ? `WITH counters AS (${texts[0]}) ` : "";
+            const selects = parts.map((part, i) =>
+              part.name === "counters" ? "(SELECT json_agg(x) FROM counters x)" : `(SELECT json_agg(x) FROM (${texts[i]}) x)`,
+            );
+            return `${counters}SELECT ${selects.map((sel, i) => `${sel} AS "${parts[i]!.name}"`).join(", ")}`;
+          }),
+        );
+  const sweep = (name: "dueInFlight" | "orphanedInFlight", values: unknown[]) =>
+    p.send<DbRow>({ name: `tds_${name}`, text: SQL[name], values });
+  const dueInFlight = q.dueInFlight && sweep("dueInFlight", [q.dueInFlight.createdBeforeMs, q.dueInFlight.limit]);
+  const orphan = q.orphanedInFlight;
+  const orphans = orphan && sweep("orphanedInFlight", [orphan.instanceId, orphan.createdBeforeMs, orphan.nowMs, orphan.limit]);
+  await p.settle();
   const rows: SnapshotRows = {};
-  if (parts.length > 0) {
-    const row = await runCombined<Record<string, unknown>>(c, parts, (texts) => {
-      const counters = parts[0]!.name === "counters" ? `WITH counters AS (${texts[0]}) ` : "";
-      const selects = parts.map((p, i) =>
-        p.name === "counters" ? "(SELECT json_agg(x) FROM counters x)" : `(SELECT json_agg(x) FROM (${texts[i]}) x)`,
-      );
-      return `${counters}SELECT ${selects.map((sel, i) => `${sel} AS "${parts[i]!.name}"`).join(", ")}`;
-    });
+  if (read !== undefined) {
     // json_agg keeps the rows' order; a part without rows is null.
-    for (const { name } of parts) Object.assign(rows, { [name]: row[name] ?? [] });
+    const row = (await read).rows[0]!;
+    for (const { name } of parts) if (name !== "organizations") Object.assign(rows, { [name]: row[name] ?? [] });
+    if (q.balances?.length) rows.balances = withBalances(row.organizations ?? [], row.balances ?? []);
   }
-  const sweep = async <R>(name: "dueInFlight" | "dueReservations" | "orphanedInFlight", values: unknown[]) =>
-    (await c.query<R & DbRow>({ name: `tds_${name}`, text: SQL[name], values })).rows;
-  if (q.dueInFlight) rows.dueInFlight = await sweep("dueInFlight", [q.dueInFlight.createdBeforeMs, q.dueInFlight.limit]);
-  if (q.dueReservations)
-    rows.dueReservations = await sweep<ReservationRow>("dueReservations", [q.dueReservations.nowMs, q.dueReservations.limit]);
-  if (q.orphanedInFlight) {
-    const { instanceId, createdBeforeMs, nowMs, limit } = q.orphanedInFlight;
-    rows.orphanedInFlight = await sweep("orphanedInFlight", [instanceId, createdBeforeMs, nowMs, limit]);
-  }
+  if (dueInFlight) rows.dueInFlight = (await dueInFlight).rows;
+  if (orphans) rows.orphanedInFlight = (await orphans).rows;
   return snapshotOf(rows);
 }
 
-/** Writes the rows in one statement; a duplicate key (a request id, a reservation id) fails with StoreConflictError. */
-export async function writeRows(c: Client, w: WriteSet): Promise<void> {
+/** Each organization that exists with its balance row's columns (null without one), as snapshotOf reads them. */
+function withBalances(organizations: DbRow[], balances: DbRow[]): DbRow[] {
+  const byOrg = new Map(balances.map((b) => [b.org_id, b]));
+  return organizations.map((o) => byOrg.get(o.org_id) ?? { org_id: o.org_id });
+}
+
+/** What must hold after a write: rows the snapshot locked were all there to change. */
+const EXPECTED_CHANGES = [
+  ["finalUsage", (w: WriteSet) => w.usageFinals.length, "usage records were not in flight"],
+  ["moveBalances", (w: WriteSet) => w.balanceDeltas.length, "organizations had no credit balance"],
+] as const;
+const CONFLICT = "Bookkeeping conflict";
+/** 22P02: the cast of the conflict's message fails with it. */
+const INVALID_TEXT_REPRESENTATION = "22P02";
+
+/**
+ * Sends the rows' write, one statement; its failure surfaces when the pipeline settles. A duplicate key (a request
+ * id) fails with StoreConflictError. The checks of EXPECTED_CHANGES are made by the statement itself, which fails
+ * (an invalid cast carrying the message: plain SQL cannot RAISE) when one does not hold, so that the COMMIT sent
+ * right behind it rolls back.
+ */
+export function writeRows(p: Pipeline, w: WriteSet): void {
   const parts = writeParts(w);
   if (parts.length === 0) return;
-  let counts: Record<string, number>;
-  try {
-    counts = await runCombined<Record<string, number>>(c, parts, (texts) => {
-      const ctes = parts.map((p, i) => `${p.name} AS (${texts[i]} RETURNING 1)`).join(", ");
-      return `WITH ${ctes} SELECT ${parts.map((p) => `(SELECT count(*) FROM ${p.name}) AS "${p.name}"`).join(", ")}`;
-    });
-  } catch (err) {
-    if (isUniqueViolation(err)) throw new StoreConflictError(`A row with this key already exists (${err.constraint ?? "unique"})`);
-    throw err;
-  }
-  // Rows the snapshot locked must all have been there to change.
-  for (const [name, expected, what] of [
-    ["finalUsage", w.usageFinals.length, "usage records were not in flight"],
-    ["resolveReservations", w.reservationResolutions.length, "reservations were not pending"],
-    ["moveBalances", w.balanceDeltas.length, "organizations had no credit balance"],
-  ] as const) {
-    const changed = counts[name] ?? 0;
-    if (changed !== expected) throw new Error(`Bookkeeping conflict: ${expected - changed} of ${expected} ${what}`);
-  }
+  const checks = parts.flatMap((part) => EXPECTED_CHANGES.filter(([name]) => name === part.name));
+  const query = combined(
+    parts,
+    (texts, next) => {
+      const ctes = parts.map((part, i) => `${part.name} AS (${texts[i]} RETURNING 1)`).join(", ");
+      // Every part is read by the SELECT, in the order written, so the parts run (and lock) in that order: PostgreSQL
+      // runs the parts a query does not read after it, last written first.
+      let param = next;
+      const columns = parts.map(({ name }) => {
+        const changed = `(SELECT count(*) FROM ${name})`;
+        const check = checks.find(([checked]) => checked === name);
+        if (!check) return `${changed} AS "${name}"`;
+        const expected = `$${param++}::bigint`;
+        return (
+          `CASE WHEN ${changed} = ${expected} THEN 0 ` +
+          `ELSE ('${CONFLICT}: ' || (${expected} - ${changed}) || ' of ' || ${expected} || ' ${check[2]}')::int END AS "${name}"`
+        );
+      });
+      return `WITH ${ctes} SELECT ${columns.join(", ")}`;
+    },
+    checks.map(([, expected]) => expected(w)),
+  );
+  p.send(query, (err) => {
+    if (isUniqueViolation(err)) return new StoreConflictError(`A row with this key already exists (${err.constraint ?? "unique"})`);
+    if (pgCode(err) === INVALID_TEXT_REPRESENTATION && /shared counter limit passed/.test(String(err))) return new CounterLimitPassed();
+    const conflict = pgCode(err) === INVALID_TEXT_REPRESENTATION && new RegExp(`"(${CONFLICT}: [^"]*)"`).exec((err as Error).message);
+    return conflict ? new Error(conflict[1]) : err;
+  });
 }
 
 /** The parts of a write set, each list one statement; the rows of one table are never in two parts. */
@@ -201,14 +244,16 @@ function writeParts(w: WriteSet): Part[] {
   };
   add("insertUsage", usageRecords, w.usageInserts);
   add("finalUsage", usageRecords, w.usageFinals, FINAL);
-  add("insertReservations", reservations, w.reservationInserts);
-  add("resolveReservations", reservations, w.reservationResolutions, RESOLUTION);
   add("insertBalances", orgBalances, w.balanceInserts);
   add("moveBalances", orgBalances, w.balanceDeltas);
   add("insertLedger", ledgerEntries, w.ledger, NEW_LEDGER_FIELDS);
   add("putCounters", previewCounters, w.counters);
   add("putIdempotency", idempotencyKeys, w.idempotencyPuts);
   add("deleteIdempotency", idempotencyKeys, w.idempotencyDeletes, KEY.idempotency);
+  // After every row the read locked, before the roll-up rows: see docs/architecture.md on the lock order.
+  const increments = w.counterIncrements;
+  if (increments.length > 0)
+    parts.push({ name: "incrementCounters", values: [...postgres.arrays(previewCounters, increments), increments.map((i) => i.limit)] });
   // Last: the roll-up rows are the hottest (one per organization and day), so they are held for the shortest time.
   add("addUsageDaily", usageDaily, w.usageDaily);
   return parts;

@@ -25,7 +25,7 @@ import type { BookkeepingStore, UsageQuery } from "../store.ts";
 import { dailySumColumns } from "../usage-daily-rows.ts";
 import { insertAudit } from "./postgres-audit.ts";
 import { readSnapshot, writeRows } from "./postgres-book-rows.ts";
-import { type Client, hasNul, transaction, withClient } from "./postgres-connection.ts";
+import { hasNul, type Pipeline, pipelinedTransaction, withClient } from "./postgres-connection.ts";
 
 /**
  * Usage pages in PostgreSQL. A time bound is a bigint parameter: created_at_ms is a whole number, so `>= x` and `< x`
@@ -62,7 +62,8 @@ const ADMIN_IDEMPOTENCY_LOCK = "SELECT pg_advisory_xact_lock(hashtext('admin-ide
 
 /**
  * The books in PostgreSQL. Every write is one READ COMMITTED transaction of a bookkeeping program, whose rows are
- * read and locked in one shared order (see postgres-book-rows.ts); reads are single statements.
+ * read and locked in one shared order (see postgres-book-rows.ts), pipelined: BEGIN goes with the first read, COMMIT
+ * with the last write, so a batch costs two round trips. Reads are single statements.
  */
 export class PostgresBookkeeping extends BookkeepingReads implements BookkeepingPart {
   readonly commitBatch: BookkeepingStore["commitBatch"];
@@ -73,7 +74,7 @@ export class PostgresBookkeeping extends BookkeepingReads implements Bookkeeping
 
   constructor(private readonly pool: pg.Pool) {
     super();
-    const writes = bookkeepingWrites((program) => transaction(pool, (c) => run(c, program())));
+    const writes = bookkeepingWrites((program) => pipelinedTransaction(pool, (p) => run(p, program())));
     this.commitBatch = writes.commitBatch;
     this.sweep = writes.sweep;
     this.releaseOrphans = writes.releaseOrphans;
@@ -115,7 +116,7 @@ export class PostgresBookkeeping extends BookkeepingReads implements Bookkeeping
     if (audit === undefined) return this.#grantCredits(input);
     checkGrant(input);
     checkAudit(audit);
-    return transaction(this.pool, (c) => grantAudited(c, input, audit));
+    return pipelinedTransaction(this.pool, (p) => grantAudited(p, input, audit));
   }
 
   /**
@@ -125,21 +126,24 @@ export class PostgresBookkeeping extends BookkeepingReads implements Bookkeeping
   async grantCreditsOnce(input: GrantOnceInput): Promise<GrantOnceResult> {
     checkGrantOnce(input);
     const { key, requestHash } = input.idempotency;
-    return transaction(this.pool, async (c): Promise<GrantOnceResult> => {
-      await c.query(ADMIN_IDEMPOTENCY_LOCK, [key]);
-      const row = (
-        await c.query<AdminIdempotencyRow>("SELECT request_hash, response, expires_at_ms FROM admin_idempotency WHERE key = $1", [key])
-      ).rows[0];
-      const stored = storedAnswer(row, requestHash, input.nowMs);
+    return pipelinedTransaction(this.pool, async (p): Promise<GrantOnceResult> => {
+      p.send({ text: ADMIN_IDEMPOTENCY_LOCK, values: [key] });
+      const found = p.send<AdminIdempotencyRow>({
+        text: "SELECT request_hash, response, expires_at_ms FROM admin_idempotency WHERE key = $1",
+        values: [key],
+      });
+      await p.settle();
+      const stored = storedAnswer((await found).rows[0], requestHash, input.nowMs);
       if (stored) return stored;
-      const balance = await grantAudited(c, input, input.audit);
+      const balance = await grantAudited(p, input, input.audit);
       // An expired entry is replaced.
-      await c.query(
-        "INSERT INTO admin_idempotency (key, request_hash, response, created_at_ms, expires_at_ms) VALUES ($1, $2, $3, $4, $5) " +
+      p.send({
+        text:
+          "INSERT INTO admin_idempotency (key, request_hash, response, created_at_ms, expires_at_ms) VALUES ($1, $2, $3, $4, $5) " +
           "ON CONFLICT (key) DO UPDATE SET request_hash = EXCLUDED.request_hash, response = EXCLUDED.response, " +
           "created_at_ms = EXCLUDED.created_at_ms, expires_at_ms = EXCLUDED.expires_at_ms",
-        idempotencyParams(input, balance),
-      );
+        values: idempotencyParams(input, balance),
+      });
       return { kind: "granted", balance };
     });
   }
@@ -165,18 +169,21 @@ export class PostgresBookkeeping extends BookkeepingReads implements Bookkeeping
   }
 }
 
-/** Drives a program; the caller holds the transaction. */
-function run<T>(c: Client, program: BookProgram<T>): Promise<T> {
+/**
+ * Drives a program; the caller holds the transaction. A write is sent without waiting for its answer: it goes out
+ * with the next read, or with COMMIT.
+ */
+function run<T>(p: Pipeline, program: BookProgram<T>): Promise<T> {
   return runAsync(
     program,
-    (q) => readSnapshot(c, q),
-    (w) => writeRows(c, w),
+    (q) => readSnapshot(p, q),
+    async (w) => writeRows(p, w),
   );
 }
 
 /** The grant program and its audit entry; the caller holds the transaction. */
-async function grantAudited(c: Client, input: GrantInput, actor: AuditActor): Promise<Balance> {
-  const balance = await run(c, grantOf(input)());
-  await insertAudit(c, audits.creditsGranted(input, actor));
+async function grantAudited(p: Pipeline, input: GrantInput, actor: AuditActor): Promise<Balance> {
+  const balance = await run(p, grantOf(input)());
+  await insertAudit(p.client, audits.creditsGranted(input, actor));
   return balance;
 }

@@ -51,7 +51,8 @@ function wholeNumber(value: unknown, field: string, max: number): number {
  *                           idle that long is ended by the server too (idle_in_transaction_session_timeout)
  *
  * e.g. postgres://tds:secret@db.internal:5432/tds?pool_size=20&statement_timeout_ms=3000&sslmode=require
- * Every other parameter (sslmode, application_name, options=-c search_path=…, …) is pg's, kept as written.
+ * Every other parameter (sslmode, application_name, …) is pg's, kept as written; `options` (-c search_path=…) is
+ * sent after the adapter's own session settings (clientConfig).
  */
 export function connectionSettings(url: string, options: ConnectionOptions = {}): ConnectionSettings {
   let poolSize = options.poolSize === undefined ? DEFAULT_POOL_SIZE : wholeNumber(options.poolSize, "pool size", MAX_POOL_SIZE);
@@ -109,36 +110,72 @@ const TYPES: pg.CustomTypesConfig = {
 };
 
 /**
- * The pg settings of every connection: statement_timeout and idle_in_transaction_session_timeout are sent in
- * the startup packet, so each connection has them from its first statement, with no extra round trip.
- * (A pooler that refuses unknown startup parameters, such as PgBouncer without ignore_startup_parameters,
- * must be told to accept or ignore these two.)
+ * What every session of the gateway needs, sent in the startup packet's `options` (`-c name=value`), so that a
+ * connection has it from its first statement and no statement on the request path sets anything: no JIT (the
+ * bookkeeping statements are cheap, and JIT compiling one costs milliseconds whenever an estimate crosses
+ * jit_above_cost), custom plans for the prepared bookkeeping statements (planned for their parameters each time,
+ * never with a plan made on small tables), and the timeouts. Only settings every supported server knows (PostgreSQL
+ * 12 or newer): an unknown name makes the server refuse the connection.
+ */
+function sessionOptions(statementTimeoutMs: number, idleInTransactionMs: number): string {
+  const settings = {
+    jit: "off",
+    plan_cache_mode: "force_custom_plan",
+    statement_timeout: statementTimeoutMs,
+    idle_in_transaction_session_timeout: idleInTransactionMs,
+  };
+  return Object.entries(settings)
+    .map(([name, value]) => `-c ${name}=${value}`)
+    .join(" ");
+}
+
+/**
+ * The URL without pg's `options` parameter, and that parameter's value. (pg reads PGOPTIONS only when it is given
+ * no `options`; the store always gives some, so the URL is the one place for the operator's.)
+ */
+function operatorOptions(connectionString: string): { connectionString: string; options: string | undefined } {
+  const q = connectionString.indexOf("?");
+  if (q < 0) return { connectionString, options: undefined };
+  let options: string | undefined;
+  const kept: string[] = [];
+  for (const part of connectionString.slice(q + 1).split("&")) {
+    const eq = part.indexOf("=");
+    if (safeDecode(eq < 0 ? part : part.slice(0, eq)) === "options") options = safeDecode(eq < 0 ? "" : part.slice(eq + 1));
+    else kept.push(part);
+  }
+  return {
+    connectionString: connectionString.slice(0, q) + (kept.length > 0 ? `?${kept.join("&")}` : ""),
+    options,
+  };
+}
+
+/**
+ * The pg settings of every connection. The session settings (sessionOptions) go first in the startup `options`,
+ * followed by the operator's own `options` (the URL's), which the server applies later, so an
+ * operator's value wins (its `-c statement_timeout=…` over statement_timeout_ms, for instance). A pooler that refuses
+ * unknown startup parameters (PgBouncer without `ignore_startup_parameters = options`) must be told to accept them.
+ * Clients are pipelined (pg's `pipeline`): a statement is sent without waiting for the answers to those before it;
+ * a caller that awaits each statement sees no difference, and `pipelinedTransaction` sends several at once.
  */
 export function clientConfig(settings: ConnectionSettings, statementTimeoutMs = settings.statementTimeoutMs): pg.ClientConfig {
+  const operator = operatorOptions(settings.connectionString);
+  const ours = sessionOptions(statementTimeoutMs, settings.statementTimeoutMs);
+  // A timeout of this connection's own (the migrations' longer one) comes last: the operator's must not shorten it.
+  const own = statementTimeoutMs === settings.statementTimeoutMs ? "" : ` -c statement_timeout=${statementTimeoutMs}`;
   return {
-    connectionString: settings.connectionString,
+    connectionString: operator.connectionString,
+    options: (operator.options?.trim() ? `${ours} ${operator.options.trim()}` : ours) + own,
     application_name: settings.applicationName,
-    statement_timeout: statementTimeoutMs,
-    idle_in_transaction_session_timeout: settings.statementTimeoutMs,
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
     keepAlive: true,
     keepAliveInitialDelayMillis: 10_000,
+    pipeline: true,
     types: TYPES,
   };
 }
 
 export function openPool(settings: ConnectionSettings, onIdleError?: (err: Error) => void): pg.Pool {
-  const pool = new pg.Pool({
-    ...clientConfig(settings),
-    max: settings.poolSize,
-    idleTimeoutMillis: IDLE_TIMEOUT_MS,
-    // The bookkeeping statements are prepared once per connection; a generic plan made while the tables were small
-    // (a sequential scan) would be kept as they grow. Awaited before pg-pool hands the new client out, so it never
-    // overlaps the caller's first statement. A server that refuses the setting (before PostgreSQL 12) keeps its default.
-    onConnect: async (client) => {
-      await client.query("SET plan_cache_mode = force_custom_plan").catch(() => {});
-    },
-  });
+  const pool = new pg.Pool({ ...clientConfig(settings), max: settings.poolSize, idleTimeoutMillis: IDLE_TIMEOUT_MS });
   // An idle pooled connection that fails (server restart, pg_terminate_backend, network) has already been
   // removed by pg-pool; the next call opens a new one. Without a listener the 'error' event would crash the process.
   pool.on("error", (err) => onIdleError?.(err));
@@ -320,6 +357,93 @@ export async function transaction<T>(pool: pg.Pool, fn: (client: Client) => Prom
       }
     }
     if (err instanceof Rollback) return err.value as T;
+    throw failure;
+  } finally {
+    client.off("error", onError);
+    client.release(broken ?? false);
+  }
+}
+
+/**
+ * The statements of one transaction on a pipelined client: `send` writes a statement at once, without waiting for
+ * the answers to those before it; `settle` waits for every answer sent so far (one round trip for all of them) and
+ * fails with the first failure in the order sent — the statements after a failed one fail only because the
+ * transaction is aborted (25P02). A statement's failure may be mapped as it is sent (e.g. to StoreConflictError).
+ */
+export class Pipeline {
+  #pending: Promise<unknown>[] = [];
+
+  constructor(readonly client: Client) {}
+
+  send<R extends pg.QueryResultRow = pg.QueryResultRow>(
+    query: pg.QueryConfig,
+    mapError?: (err: unknown) => unknown,
+  ): Promise<pg.QueryResult<R>> {
+    const sent = this.client.query<R>(query);
+    const answer =
+      mapError === undefined
+        ? sent
+        : sent.catch((err: unknown) => {
+            throw mapError(err);
+          });
+    // Handled here, so that a failure awaits `settle` without being reported as unhandled meanwhile.
+    answer.catch(() => {});
+    this.#pending.push(answer);
+    return answer;
+  }
+
+  async settle(): Promise<void> {
+    const failed = await this.firstFailure();
+    if (failed) throw failed.reason;
+  }
+
+  /** Waits for every answer not settled yet; the first failure among them, if any. */
+  async firstFailure(): Promise<PromiseRejectedResult | undefined> {
+    const pending = this.#pending;
+    this.#pending = [];
+    const outcomes = await Promise.allSettled(pending);
+    return outcomes.find((o): o is PromiseRejectedResult => o.status === "rejected");
+  }
+}
+
+/** COMMIT's command tag when the transaction had failed: the server rolled it back instead. */
+const ROLLED_BACK = "ROLLBACK";
+
+/**
+ * Runs `fn` inside BEGIN … COMMIT like `transaction`, with the statements pipelined: BEGIN goes out with `fn`'s first
+ * statements, and COMMIT right behind its last ones, so a transaction that reads once and then writes costs two round
+ * trips. A COMMIT sent behind a statement that failed ends the transaction with ROLLBACK: the failure surfaces, as the
+ * first failure of the pipeline, and the transaction fails. On any failure the client goes back to the pool after a
+ * ROLLBACK when a transaction is still open, or is discarded when its connection failed (or its session is read-only).
+ */
+export async function pipelinedTransaction<T>(pool: pg.Pool, fn: (p: Pipeline) => Promise<T>): Promise<T> {
+  const client = await pool.connect();
+  let broken: Error | undefined;
+  const onError = (err: Error) => (broken ??= err);
+  client.on("error", onError);
+  const p = new Pipeline(client);
+  try {
+    p.send({ text: "BEGIN ISOLATION LEVEL READ COMMITTED" });
+    const result = await fn(p);
+    const commit = p.send({ text: "COMMIT" });
+    await p.settle();
+    if ((await commit).command === ROLLED_BACK) throw new Error("The transaction failed and was rolled back at COMMIT");
+    observers.get(pool)?.(null);
+    return result;
+  } catch (thrown) {
+    // A statement still in flight that failed came first: it explains a failure of `fn` that followed (25P02).
+    const err = (await p.firstFailure())?.reason ?? thrown;
+    const failure = surfaced(err, broken);
+    if (isConnectionFailure(err) || isReadOnlySession(err)) broken ??= err instanceof Error ? err : new Error(String(err));
+    observers.get(pool)?.(failure);
+    // Idle ('I'): no transaction left open (BEGIN never ran, or COMMIT ended it with ROLLBACK).
+    if (broken === undefined && client.getTransactionStatus() !== "I") {
+      try {
+        await client.query("ROLLBACK");
+      } catch (rollbackErr) {
+        broken = rollbackErr instanceof Error ? rollbackErr : new Error(String(rollbackErr));
+      }
+    }
     throw failure;
   } finally {
     client.off("error", onError);

@@ -1,4 +1,4 @@
-import type { Balance, LedgerEntry, Reservation } from "../../domain/credits.ts";
+import type { Balance, LedgerEntry, Reservation, ReservationStatus } from "../../domain/credits.ts";
 import type { UsageRecord } from "../../domain/usage-records.ts";
 import { bigint, boolean, float, int, Table, text } from "./table.ts";
 
@@ -7,8 +7,17 @@ import { bigint, boolean, float, int, Table, text } from "./table.ts";
  * is added here, to the two migrations, and to the code that sets its value.
  */
 
-/** A usage record as stored: with the instance (gateway process) that admitted it, null when none is known. */
-export type StoredUsageRecord = UsageRecord & { instanceId: string | null };
+/**
+ * A usage record as stored: with the instance (gateway process) that admitted it, null when none is known, and the
+ * credit reservation of a paid request (all three null when it reserved nothing): pending exactly while the record
+ * is in flight, resolved once with the final record (migration 010; before it, a table of its own).
+ */
+export type StoredUsageRecord = UsageRecord & {
+  instanceId: string | null;
+  reservedMicrousd: number | null;
+  reservationExpiresAtMs: number | null;
+  reservationStatus: ReservationStatus | null;
+};
 
 export const usageRecords = new Table<StoredUsageRecord>("usage_records", {
   requestId: text("request_id"),
@@ -31,22 +40,38 @@ export const usageRecords = new Table<StoredUsageRecord>("usage_records", {
   deployment: text("deployment"),
   attempts: int("attempts"),
   instanceId: text("instance_id"),
+  reservedMicrousd: bigint("reserved_microusd"),
+  reservationExpiresAtMs: bigint("reservation_expires_at_ms"),
+  reservationStatus: text("reservation_status"),
 });
 
-/** The fields of a UsageRecord (read back): every column but the admitting instance. */
-export const USAGE_RECORD_FIELDS = usageRecords.fieldsExcept("instanceId");
+/** The columns of the reservation a paid request's record holds. */
+export const RESERVATION_FIELDS = ["reservedMicrousd", "reservationExpiresAtMs", "reservationStatus"] as const;
 
-export const reservations = new Table<Reservation>("reservations", {
-  id: text("id"),
-  orgId: text("org_id"),
-  requestId: text("request_id"),
-  amountMicrousd: bigint("amount_microusd"),
-  status: text("status"),
-  costMicrousd: bigint("cost_microusd"),
-  createdAtMs: bigint("created_at_ms"),
-  expiresAtMs: bigint("expires_at_ms"),
-  resolvedAtMs: bigint("resolved_at_ms"),
-});
+/** The fields of a UsageRecord (read back): every column but the admitting instance and the reservation. */
+export const USAGE_RECORD_FIELDS = usageRecords.fieldsExcept("instanceId", ...RESERVATION_FIELDS);
+
+/** The reservation of a record that holds one, as the domain states it (its id is the request id; resolved with the record). */
+export function reservationOf(
+  record: Pick<
+    StoredUsageRecord,
+    "requestId" | "orgId" | "createdAtMs" | "completedAtMs" | "costMicrousd" | (typeof RESERVATION_FIELDS)[number]
+  >,
+): Reservation | null {
+  const { reservedMicrousd, reservationExpiresAtMs, reservationStatus: status } = record;
+  if (reservedMicrousd === null || reservationExpiresAtMs === null || status === null) return null;
+  return {
+    id: record.requestId,
+    orgId: record.orgId,
+    requestId: record.requestId,
+    amountMicrousd: reservedMicrousd,
+    status,
+    costMicrousd: status === "settled" ? record.costMicrousd : null,
+    createdAtMs: record.createdAtMs,
+    expiresAtMs: reservationExpiresAtMs,
+    resolvedAtMs: status === "pending" ? null : record.completedAtMs,
+  };
+}
 
 export const ledgerEntries = new Table<LedgerEntry>("ledger_entries", {
   id: bigint("id"),

@@ -1,8 +1,7 @@
 import type Database from "better-sqlite3";
 import type { Statement } from "better-sqlite3";
 import {
-  RESOLUTION_FIELDS,
-  type ReservationRow,
+  CounterLimitPassed,
   type Snapshot,
   type SnapshotQuery,
   selectClaims,
@@ -20,7 +19,6 @@ import {
   NEW_LEDGER_FIELDS,
   orgBalances,
   previewCounters,
-  reservations,
   usageDaily,
   usageRecords,
 } from "../schema/tables.ts";
@@ -38,21 +36,18 @@ const SWEEP = sweepReads(() => "");
 export class SqliteBookRows {
   readonly #counter: Statement<[string, string], DbRow>;
   readonly #usageState: Statement<[string], DbRow>;
-  readonly #reservation: Statement<[string], ReservationRow>;
   readonly #balance: Statement<[string], DbRow>;
   readonly #idempotency: Statement<[string, string], DbRow>;
   readonly #dueInFlight: Statement<[number, number], DbRow>;
-  readonly #dueReservations: Statement<[number, number], ReservationRow>;
   readonly #orphanedInFlight: Statement<[string, number | null, number, number], DbRow>;
 
   readonly #insertUsage: Statement<unknown[]>;
   readonly #finalUsage: Statement<unknown[]>;
-  readonly #insertReservation: Statement<unknown[]>;
-  readonly #resolveReservation: Statement<unknown[]>;
   readonly #insertLedger: Statement<unknown[]>;
   readonly #insertBalance: Statement<unknown[]>;
   readonly #moveBalance: Statement<unknown[]>;
   readonly #putCounter: Statement<unknown[]>;
+  readonly #incrementCounter: Statement<unknown[]>;
   readonly #putIdempotency: Statement<unknown[]>;
   readonly #deleteIdempotency: Statement<unknown[]>;
   readonly #addUsageDaily: Statement<unknown[]>;
@@ -60,28 +55,26 @@ export class SqliteBookRows {
   constructor(db: Database.Database) {
     this.#counter = db.prepare(`SELECT ${previewCounters.list()} FROM preview_counters WHERE scope = ? AND day = ?`);
     this.#usageState = db.prepare(`SELECT ${usageRecords.list(USAGE_STATE_FIELDS)} FROM usage_records WHERE request_id = ?`);
-    this.#reservation = db.prepare(`SELECT ${reservations.list()} FROM reservations WHERE id = ?`);
     // The organization, if it exists, with its balance if it has one.
     this.#balance = db.prepare(
       `SELECT o.id AS org_id, ${orgBalances.list(BALANCE_FIELDS, "b.")} FROM organizations o LEFT JOIN org_balances b ON b.org_id = o.id WHERE o.id = ?`,
     );
     this.#idempotency = db.prepare(`${selectClaims()} WHERE i.org_id = ? AND i.key = ?`);
     this.#dueInFlight = db.prepare(SWEEP.dueInFlight);
-    this.#dueReservations = db.prepare(SWEEP.dueReservations);
     this.#orphanedInFlight = db.prepare(SWEEP.orphanedInFlight);
 
     this.#insertUsage = db.prepare(sqlite.insert(usageRecords));
     this.#finalUsage = db.prepare(
       `UPDATE usage_records SET ${usageRecords.assign(USAGE_FINAL_FIELDS, () => "?")} WHERE request_id = ? AND outcome = 'in_flight'`,
     );
-    this.#insertReservation = db.prepare(sqlite.insert(reservations));
-    this.#resolveReservation = db.prepare(
-      `UPDATE reservations SET ${reservations.assign(RESOLUTION_FIELDS, () => "?")} WHERE id = ? AND status = 'pending'`,
-    );
     this.#insertLedger = db.prepare(sqlite.insert(ledgerEntries, NEW_LEDGER_FIELDS));
     this.#insertBalance = db.prepare(sqlite.insert(orgBalances));
     this.#moveBalance = db.prepare(`UPDATE org_balances SET ${orgBalances.assign(BALANCE_FIELDS, (c) => `${c} + ?`)} WHERE org_id = ?`);
     this.#putCounter = db.prepare(sqlite.insert(previewCounters) + previewCounters.onConflictReplace(["scope", "day"]));
+    // One writer: the count read is still the count, so the limit always holds here; checked all the same.
+    this.#incrementCounter = db.prepare(
+      `${sqlite.insert(previewCounters)} ON CONFLICT (scope, day) DO UPDATE SET count = count + excluded.count WHERE count + excluded.count <= ?`,
+    );
     this.#putIdempotency = db.prepare(sqlite.insert(idempotencyKeys) + idempotencyKeys.onConflictReplace(["orgId", "key"]));
     this.#deleteIdempotency = db.prepare("DELETE FROM idempotency_keys WHERE org_id = ? AND key = ?");
     this.#addUsageDaily = db.prepare(addToUsageDaily(`VALUES (${sqlite.placeholders(usageDaily.fields.length)})`));
@@ -91,17 +84,16 @@ export class SqliteBookRows {
     const orphans = q.orphanedInFlight;
     return snapshotOf({
       counters: q.counters?.flatMap(({ scope, day }) => this.#counter.all(scope, day)),
+      sharedCounters: q.sharedCounters?.flatMap(({ scope, day }) => this.#counter.all(scope, day)),
       usage: q.usage?.flatMap((id) => this.#usageState.all(id)),
-      reservations: q.reservations?.flatMap((id) => this.#reservation.all(id)),
       balances: q.balances?.flatMap((orgId) => this.#balance.all(orgId)),
       idempotency: q.idempotency?.flatMap(({ orgId, key }) => this.#idempotency.all(orgId, key)),
       dueInFlight: q.dueInFlight && this.#dueInFlight.all(q.dueInFlight.createdBeforeMs, q.dueInFlight.limit),
-      dueReservations: q.dueReservations && this.#dueReservations.all(q.dueReservations.nowMs, q.dueReservations.limit),
       orphanedInFlight: orphans && this.#orphanedInFlight.all(orphans.instanceId, orphans.createdBeforeMs, orphans.nowMs, orphans.limit),
     });
   }
 
-  /** Writes the rows; a duplicate key (a request id, a reservation id) fails with StoreConflictError. */
+  /** Writes the rows; a duplicate key (a request id) fails with StoreConflictError. */
   write(w: WriteSet): void {
     try {
       this.#write(w);
@@ -118,12 +110,6 @@ export class SqliteBookRows {
         throw new Error(`The usage record ${JSON.stringify(f.requestId)} was not in flight`);
       }
     }
-    for (const r of w.reservationInserts) this.#insertReservation.run(...reservations.params(sqlite, r));
-    for (const r of w.reservationResolutions) {
-      if (this.#resolveReservation.run(...reservations.params(sqlite, r, RESOLUTION_FIELDS), r.id).changes !== 1) {
-        throw new Error(`The reservation ${JSON.stringify(r.id)} was not pending`);
-      }
-    }
     // The whole database is locked: a row missing from the snapshot is still missing.
     for (const b of w.balanceInserts) this.#insertBalance.run(...orgBalances.params(sqlite, b));
     for (const b of w.balanceDeltas) {
@@ -133,6 +119,9 @@ export class SqliteBookRows {
     }
     for (const e of w.ledger) this.#insertLedger.run(...ledgerEntries.params(sqlite, e, NEW_LEDGER_FIELDS));
     for (const c of w.counters) this.#putCounter.run(...previewCounters.params(sqlite, c));
+    for (const c of w.counterIncrements) {
+      if (this.#incrementCounter.run(...previewCounters.params(sqlite, c), c.limit).changes !== 1) throw new CounterLimitPassed();
+    }
     for (const i of w.idempotencyPuts) this.#putIdempotency.run(...idempotencyKeys.params(sqlite, i));
     for (const i of w.idempotencyDeletes) this.#deleteIdempotency.run(i.orgId, i.key);
     for (const d of w.usageDaily) this.#addUsageDaily.run(...usageDaily.params(sqlite, d));

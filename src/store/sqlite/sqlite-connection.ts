@@ -48,24 +48,28 @@ function configure(db: Database.Database, settings: ConnectionSettings): void {
 }
 
 /**
- * An object whose methods are those of whatever `current()` returns at the time of each call, each promise they
- * return passed through `observe` (with the method's name).
+ * An object whose methods are those of whatever `current()` returns at the time of each call, each call made through
+ * `call` and each promise it returns passed through `observe` (both with the method's name).
  */
-function forwarding<T extends object>(current: () => T, observe: (method: string, result: Promise<unknown>) => Promise<unknown>): T {
+function forwarding<T extends object>(
+  current: () => T,
+  observe: (method: string, result: Promise<unknown>) => Promise<unknown>,
+  call: (method: string, run: () => unknown) => unknown = (_method, run) => run(),
+): T {
   return new Proxy({} as T, {
     get: (_target, name) => {
       const target = current();
       const value: unknown = Reflect.get(target, name);
       if (typeof value !== "function") return value;
       return (...args: unknown[]) => {
-        const result: unknown = value.apply(target, args);
+        const result: unknown = call(String(name), () => value.apply(target, args));
         return result instanceof Promise ? observe(String(name), result) : result;
       };
     },
   });
 }
 
-/** The books' group commit, which runs its transaction itself (not through the store's `write`). */
+/** The books' group commit, which runs its transaction itself (not through the store's `write`), synchronously within the call. */
 const SELF_COMMITTING = new Set(["commitBatch"]);
 
 function describe(err: unknown): string {
@@ -102,6 +106,7 @@ export class SqliteConnection {
   readonly books: BookkeepingPart = forwarding(
     () => this.#parts.books,
     (method, result) => this.#observed(method, result),
+    (method, run) => (SELF_COMMITTING.has(method) ? this.#writing(run) : run()),
   );
 
   constructor(
@@ -149,9 +154,15 @@ export class SqliteConnection {
     return this.#closing;
   }
 
+  /** A synchronous write transaction, told to the checkpoint thread (which checkpoints between two): see Checkpointer. */
+  #writing<T>(write: () => T): T | Promise<T> {
+    return this.#checkpointer ? this.#checkpointer.write(write) : write();
+  }
+
   #partsOf(db: Database.Database): Parts {
     const write: Write = async (fn) => {
-      const value = await this.hooks.write(fn);
+      await this.#checkpointer?.closed();
+      const value = await this.hooks.write(() => (this.#checkpointer ? this.#checkpointer.counted(fn) : fn()));
       this.#outcomes.succeeded();
       return value;
     };

@@ -34,7 +34,11 @@ export interface SqliteStoreOptions {
   busyTimeoutMs?: number;
   /** Checkpoint the WAL on a worker thread every this many ms instead of on commit (0: SQLite's autocheckpoint). */
   checkpointIntervalMs?: number;
-  /** The WAL is started over once it holds this many pages (default WAL_RESTART_PAGES, 16 MB of 4 KB pages). */
+  /**
+   * The WAL is started over once it holds this many pages (default WAL_RESTART_PAGES, 32 MiB of 4 KiB pages; at most
+   * half of walLimitBytes): between two writes when the checkpoint thread can catch up, by a RESTART checkpoint
+   * holding the write lock when it has not at twice as many (at most three quarters of the limit).
+   */
   walRestartPages?: number;
   /**
    * The WAL file is kept to at most this many bytes on disk (default DEFAULT_WAL_LIMIT_BYTES, 64 MiB): SQLite's
@@ -56,7 +60,7 @@ export interface SqliteStoreOptions {
 export const SERVING_SQLITE: Readonly<SqliteStoreOptions> = Object.freeze({
   lockWaitMs: 5000,
   busyTimeoutMs: 0,
-  checkpointIntervalMs: 1000,
+  checkpointIntervalMs: 500,
 });
 
 /**

@@ -1,0 +1,54 @@
+import { randomUUID } from "node:crypto";
+import type { AdmitCommand, CompleteCommand } from "../src/domain/bookkeeping.ts";
+import { utcDay } from "../src/domain/utc-day.ts";
+
+/**
+ * The two durable steps of one realistic request, as the gateway submits them to its books: for the benchmarks
+ * that drive the store (or its group commit) without HTTP.
+ */
+
+/** What the gateway reserves for the realistic request (32768 tokens × 0.5 USD per million) and what it charges (690 tokens). */
+export const RESERVATION_MICROUSD = 16_384;
+export const COST_MICROUSD = 345;
+
+/** An admission in `mode`, with an Idempotency-Key of its own when `withKey`. */
+export function benchAdmission(mode: "preview" | "paid", orgId: string, keyId: string, nowMs: number, withKey = false): AdmitCommand {
+  const requestId = `req_${randomUUID()}`;
+  return {
+    requestId,
+    orgId,
+    keyId,
+    source: "api",
+    model: "bench-precomputed",
+    mode,
+    nowMs,
+    idempotency: withKey
+      ? { key: `idem_${requestId}`, requestHash: "h".repeat(64), lockUntilMs: nowMs + 60_000, expiresAtMs: nowMs + 86_400_000 }
+      : null,
+    quota: mode === "preview" ? { day: utcDay(nowMs), orgLimit: 1_000_000_000, globalLimit: 1_000_000_000 } : null,
+    reservation: mode === "paid" ? { amountMicrousd: RESERVATION_MICROUSD, expiresAtMs: nowMs + 120_000 } : null,
+  };
+}
+
+/** Its successful completion (the response kept for replays when it has an Idempotency-Key). */
+export function benchCompletion(a: AdmitCommand, nowMs: number): CompleteCommand {
+  const paid = a.mode === "paid";
+  return {
+    requestId: a.requestId,
+    orgId: a.orgId,
+    nowMs,
+    outcome: "succeeded",
+    httpStatus: 200,
+    inputTokens: 681,
+    outputTokens: 9,
+    costMicrousd: paid ? COST_MICROUSD : 0,
+    latencyMs: 1.5,
+    gatewayLatencyMs: 0.8,
+    errorDetail: null,
+    overReservation: false,
+    deployment: "bench",
+    attempts: 1,
+    reserved: paid,
+    idempotency: a.idempotency && { key: a.idempotency.key, response: { status: 200, body: '{"answers":{}}', requestId: a.requestId } },
+  };
+}
