@@ -3,7 +3,7 @@
  *
  *   npx tsx bench/gateway.ts [--runs 3] [--seconds 5] [--connections 32] [--rate 300] [--paced-seconds 5] [--no-postgres]
  *       [--memory [--memory-seconds 180]] [--profile] [--perf] [--profile-seconds 10] [--store-costs] [--no-comparison]
- *       [--vacuum] [--lanes N]
+ *       [--vacuum] [--lanes N] [--orgs N]
  *
  * Processes, each its own and all up for the whole comparison: bench/precomputed-model.ts, a System One server that
  * answers every request with the same precomputed bytes, so that the model server's cost does not mask the gateway's
@@ -40,6 +40,8 @@
  * --vacuum        VACUUM (ANALYZE) the PostgreSQL database before each run and profile. Off by default: the local server
  *                 runs with autovacuum off, as some operators do, and the gateway's plans must not depend on statistics.
  * --lanes N       TDS_BOOKKEEPING_LANES for the gateways (their default when absent).
+ * --orgs N        each gateway setup gets N organizations (each with a key) and the load takes their keys in turn
+ *                 (default 1: one organization, so one bookkeeping lane).
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
@@ -74,6 +76,7 @@ const { values } = parseArgs({
     "no-comparison": { type: "boolean", default: false },
     vacuum: { type: "boolean", default: false },
     lanes: { type: "string" },
+    orgs: { type: "string", default: "1" },
   },
 });
 const RUNS = Number(values.runs);
@@ -81,6 +84,7 @@ const SECONDS = Number(values.seconds);
 const CONNECTIONS = Number(values.connections);
 const RATE = Number(values.rate);
 const PACED_SECONDS = Number(values["paced-seconds"]);
+const ORGS = Number(values.orgs);
 const MEMORY_SECONDS = Number(values["memory-seconds"]);
 const PROFILE_SECONDS = Number(values["profile-seconds"]);
 /** Saturating slices per setup and run, taken in turns. */
@@ -117,7 +121,8 @@ function percentile(times: number[], p: number): number {
 
 interface Endpoint {
   url: string;
-  key?: string;
+  /** The API keys the requests take in turn (none: no authorization header). */
+  keys?: readonly string[];
 }
 
 /** What a load saw: every 2xx response time (ms), the requests answered, the failures, the wall time. */
@@ -128,10 +133,15 @@ interface Samples {
   seconds: number;
 }
 
-const headersOf = (t: Endpoint) => ({ "content-type": "application/json", ...(t.key ? { authorization: `Bearer ${t.key}` } : {}) });
+/** The headers of a target's `n`th request. */
+const headersOf = (t: Endpoint, n = 0) => {
+  const key = t.keys?.length ? t.keys[n % t.keys.length] : undefined;
+  return { "content-type": "application/json", ...(key ? { authorization: `Bearer ${key}` } : {}) };
+};
 
 /** Closed loop at `connections` (autocannon): `amount` requests, or for `seconds`. */
 async function saturate(target: Endpoint, opts: { connections: number; amount?: number; seconds?: number }): Promise<Samples> {
+  let sentByAutocannon = 0;
   const times: number[] = [];
   let answered = 0;
   const t0 = performance.now();
@@ -143,6 +153,10 @@ async function saturate(target: Endpoint, opts: { connections: number; amount?: 
         method: "POST",
         headers: headersOf(target),
         body: BODY,
+        // Several keys: each request takes the next (one key: the same headers throughout, as before).
+        ...((target.keys?.length ?? 0) > 1
+          ? { requests: [{ setupRequest: (req: autocannon.Request) => ({ ...req, headers: headersOf(target, sentByAutocannon++) }) }] }
+          : {}),
         connections: opts.connections,
         ...(opts.amount ? { amount: opts.amount } : { duration: opts.seconds ?? 1 }),
       },
@@ -163,16 +177,15 @@ async function saturate(target: Endpoint, opts: { connections: number; amount?: 
  */
 async function paced(target: Endpoint, opts: { seconds: number; rate: number }): Promise<Samples> {
   const pool = new Pool(target.url, { connections: 64, pipelining: 1 });
-  const headers = headersOf(target);
   const times: number[] = [];
   let failures = 0;
   let sent = 0;
   const total = Math.round(opts.rate * opts.seconds);
   const inFlight = new Set<Promise<void>>();
-  const one = async () => {
+  const one = async (n: number) => {
     const t0 = performance.now();
     try {
-      const res = await pool.request({ method: "POST", path: "/v1/systemone", headers, body: BODY });
+      const res = await pool.request({ method: "POST", path: "/v1/systemone", headers: headersOf(target, n), body: BODY });
       await res.body.arrayBuffer();
       if (res.statusCode >= 200 && res.statusCode < 300) times.push(performance.now() - t0);
       else failures++;
@@ -185,8 +198,7 @@ async function paced(target: Endpoint, opts: { seconds: number; rate: number }):
     const tick = setInterval(() => {
       const due = Math.min(total, Math.floor(((performance.now() - start) * opts.rate) / 1000) + 1);
       while (sent < due) {
-        sent++;
-        const p = one().finally(() => inFlight.delete(p));
+        const p = one(sent++).finally(() => inFlight.delete(p));
         inFlight.add(p);
       }
       if (sent >= total) {
@@ -308,7 +320,7 @@ interface GatewaySetup {
   id: string;
   name: string;
   env: Record<string, string>;
-  key: string;
+  keys: string[];
   database?: string;
   logFile?: string;
 }
@@ -329,6 +341,13 @@ async function postgresSettings(url: string): Promise<string> {
   }
 }
 
+/** `--orgs` organizations in the database, each with a key (and credits); their keys. */
+async function provisionOrgs(databaseUrl: string, creditsMicrousd = 0): Promise<string[]> {
+  const keys: string[] = [];
+  for (let i = 0; i < ORGS; i++) keys.push(await provisionOrg(databaseUrl, creditsMicrousd));
+  return keys;
+}
+
 /** The gateway setups (c) to (f) and (c'), with their databases provisioned. */
 async function gatewaySetups(
   modelUrl: string,
@@ -343,8 +362,8 @@ async function gatewaySetups(
   };
   const sqlite = async (id: string, name: string, mode: "preview" | "paid", extra: Record<string, string> = {}): Promise<GatewaySetup> => {
     const url = `sqlite:${join(dir, `${id.replace("'", "-info")}.sqlite`)}`;
-    const key = await provisionOrg(url, mode === "paid" ? PAID_GRANT : 0);
-    return { id, name, env: { ...base, TDS_DATABASE_URL: url, TDS_SERVICE_MODE: mode, ...extra }, key };
+    const keys = await provisionOrgs(url, mode === "paid" ? PAID_GRANT : 0);
+    return { id, name, env: { ...base, TDS_DATABASE_URL: url, TDS_SERVICE_MODE: mode, ...extra }, keys };
   };
   const setups = [await sqlite("c", "(c) gateway, preview, SQLite", "preview"), await sqlite("d", "(d) gateway, paid, SQLite", "paid")];
   if (values["no-postgres"]) {
@@ -358,21 +377,21 @@ async function gatewaySetups(
           values.vacuum
             ? "the bench runs VACUUM (ANALYZE) on its database before each run and each profile"
             : "never vacuumed nor analyzed (no --vacuum)"
-        }${values.lanes !== undefined ? `; TDS_BOOKKEEPING_LANES=${values.lanes}` : ""}.`,
+        }${values.lanes !== undefined ? `; TDS_BOOKKEEPING_LANES=${values.lanes}` : ""}; ${ORGS} organization(s) per setup, their keys in turn.`,
       );
       const env = (mode: string) => ({ ...base, TDS_DATABASE_URL: db.url, TDS_SERVICE_MODE: mode });
       setups.push({
         id: "e",
         name: "(e) gateway, preview, PostgreSQL",
         env: env("preview"),
-        key: await provisionOrg(db.url),
+        keys: await provisionOrgs(db.url),
         database: db.name,
       });
       setups.push({
         id: "f",
         name: "(f) gateway, paid, PostgreSQL",
         env: env("paid"),
-        key: await provisionOrg(db.url, PAID_GRANT),
+        keys: await provisionOrgs(db.url, PAID_GRANT),
         database: db.name,
       });
     } catch (err) {
@@ -709,7 +728,7 @@ async function comparison(model: Started, setups: GatewaySetup[], cleanups: Arra
       id: s.id,
       name: s.name,
       url: gw.url,
-      key: s.key,
+      keys: s.keys,
       pid: gw.pid,
       kind: "gateway",
       database: s.database,
@@ -765,7 +784,7 @@ function slopePerMinute(points: Array<{ t: number; y: number }>): number {
 async function memoryRun(setup: GatewaySetup, cleanups: Array<() => Promise<void>>): Promise<void> {
   const gw = await spawnGateway(setup.env);
   cleanups.push(() => gw.stop());
-  await checkAccepted(setup.name, { url: gw.url, key: setup.key });
+  await checkAccepted(setup.name, { url: gw.url, keys: setup.keys });
   await sleep(1000);
   const series: MemorySample[] = [];
   const wal = `${setup.env.TDS_DATABASE_URL!.replace(/^sqlite:/, "")}-wal`;
@@ -782,7 +801,7 @@ async function memoryRun(setup: GatewaySetup, cleanups: Array<() => Promise<void
   await sample("idle, after start", 0);
   log(`memory: ${MEMORY_SECONDS} s at ${RATE} req/s evenly paced on a fresh paid SQLite gateway`);
   const cpu0 = readCpu(gw.pid);
-  const load = paced({ url: gw.url, key: setup.key }, { seconds: MEMORY_SECONDS, rate: RATE });
+  const load = paced({ url: gw.url, keys: setup.keys }, { seconds: MEMORY_SECONDS, rate: RATE });
   for (let t = 5; t <= MEMORY_SECONDS; t += 5) {
     await sleep(5000);
     await sample(`${t} s`, t);
@@ -848,7 +867,7 @@ async function profileRun(setup: GatewaySetup, dir: string): Promise<string> {
   let skipSeconds: number;
   let requests: number;
   try {
-    const target = { url: gw.url, key: setup.key };
+    const target = { url: gw.url, keys: setup.keys };
     await checkAccepted(setup.name, target);
     log(`${setup.name} under --cpu-prof: ${WARMUP_SECONDS} s warm-up + ${PROFILE_SECONDS} s at ${CONNECTIONS} connections`);
     await saturate(target, { connections: CONNECTIONS, seconds: WARMUP_SECONDS });
@@ -872,7 +891,7 @@ async function perfRun(setup: GatewaySetup, dir: string): Promise<string> {
   const file = join(dir, `perf-${setup.id}.data`);
   const gw = await spawnGateway(setup.env, { nodeArgs: perfNodeArgs(join(dir, `v8-${setup.id}.log`)) });
   try {
-    const target = { url: gw.url, key: setup.key };
+    const target = { url: gw.url, keys: setup.keys };
     await checkAccepted(setup.name, target);
     log(`${setup.name} under perf: ${WARMUP_SECONDS} s warm-up + ${PROFILE_SECONDS} s at ${CONNECTIONS} connections`);
     await saturate(target, { connections: CONNECTIONS, seconds: WARMUP_SECONDS });

@@ -120,12 +120,12 @@ export const SETTINGS = {
     env: "TDS_BOOKKEEPING_LANES",
     file: "bookkeeping_lanes",
     parse: integer(1, 16),
-    default: 4,
+    default: 1,
     section: "database",
     summary:
       "PostgreSQL: bookkeeping transactions in flight at once (1 to 16), one organization's never two; at most `pool_size` − 2; SQLite: always 1",
     details:
-      "PostgreSQL: bookkeeping transactions (admissions and completions, grouped) this instance runs at once, 1 to 16; each organization's steps always go to the same one, so two never hold one organization's rows. At most pool_size - 2 run (the other connections are kept for reads; the start logs a warning when fewer run than set). Ignored on SQLite, which has one writer: always 1.",
+      "PostgreSQL: bookkeeping transactions (admissions and completions, grouped) this instance runs at once, 1 to 16; each organization's steps always go to the same one, so two never hold one organization's rows. At most pool_size - 2 run (the other connections are kept for reads; the start logs a warning when fewer run than set). More than 1 pays when PostgreSQL has cores of its own and a transaction's time is round trips and WAL flushes; where the gateway and PostgreSQL share a few cores, more and smaller transactions cost CPU (docs/benchmarks.md). Ignored on SQLite, which has one writer: always 1.",
   }),
   redisUrl: setting({
     env: "TDS_REDIS_URL",

@@ -54,8 +54,15 @@ describe("another process holds the SQLite write lock", { timeout: 60_000 }, () 
         headers: { authorization: `Bearer ${key.raw}`, "content-type": "application/json" },
         body: JSON.stringify(sampleRequest({ state: { i } })),
       });
-    // A second process: BEGIN IMMEDIATE, a write, then no COMMIT until the test says so (as `tds credits grant` or a
-    // backup tool could hold it), so the lock outlasts the storage wait however slowly this machine runs.
+    const warm = await decide(0);
+    if (warm.status !== 200) {
+      await gw.stop();
+      await fake.close();
+      assert.fail(`warm: ${warm.status} ${await warm.text()}`);
+    }
+    // A second process, started once the warm-up request is answered: BEGIN IMMEDIATE, a write, then no COMMIT until
+    // the test says so (as `tds credits grant` or a backup tool could hold it), so the lock outlasts the storage wait
+    // however slowly this machine runs.
     const holder = spawn(
       process.execPath,
       [
@@ -67,7 +74,6 @@ describe("another process holds the SQLite write lock", { timeout: 60_000 }, () 
       { cwd: process.cwd(), stdio: ["pipe", "pipe", "inherit"] },
     );
     try {
-      assert.equal((await decide(0)).status, 200, "warm");
       await new Promise<void>((resolve) => holder.stdout!.once("data", () => resolve()));
       const lockedAt = performance.now();
       let answered = 0;
