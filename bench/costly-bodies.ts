@@ -23,9 +23,9 @@ import { parseArgs } from "node:util";
 import { Agent, request } from "undici";
 import { DecisionRequest } from "../src/contract/decision.ts";
 import { boundDecisionRequest } from "../src/contract/decision-bound.ts";
+import { scanJson } from "../src/contract/json-members.ts";
+import { MAX_JSON_DEPTH } from "../src/contract/json-text.ts";
 import { compileBoundedSchema, summarizeFieldErrors } from "../src/contract/validation.ts";
-import { MAX_JSON_DEPTH } from "../src/http/json-body-parser.ts";
-import { scanJson } from "../src/http/json-members.ts";
 import { COSTLY_SHAPES, COSTLY_VALID_SHAPES, type CostlyShape, fitBody, MAX_REQUEST_BYTES } from "../test/support/costly-bodies.ts";
 import { OPEN_LIMITS, provisionOrg, ROOT, type Started, startGateway, startProcess } from "./support.ts";
 

@@ -8,9 +8,10 @@
  *   pipelined   the store as it is: [BEGIN, advisory locks, combined read] and [combined write, COMMIT]
  *   one by one  each statement sent after the answer to the one before (what the store did before pipelining)
  *
- * each before ANALYZE ever ran (autovacuum off: nothing analyzes) and after, and with the session settings of the
- * store (jit off, custom plans) against the server's defaults (jit on, plan_cache_mode auto) through the URL's
- * options. Then `EXPLAIN (ANALYZE, BUFFERS)` of the combined read and write of one batch, before and after ANALYZE.
+ * each before ANALYZE ever ran (autovacuum off: nothing analyzes) and after, and with the store's session settings (jit
+ * off; generic plans on the bookkeeping connections) against plan_cache_mode force_custom_plan and auto through the URL's
+ * options (which come after the store's). Then `EXPLAIN (ANALYZE, BUFFERS)` of the combined read and write of one
+ * batch, before and after ANALYZE.
  *
  *   npx tsx bench/pg-transaction-timing.ts [--records 1000000] [--batches 300] [--batch 8] [--explain-only]
  *
@@ -142,10 +143,10 @@ function push<K>(map: Map<K, number[]>, key: K, value: number): void {
   else map.set(key, [value]);
 }
 
-/** Wraps each new pooled client's query: times it, or sends it only after the previous answer (serial), or EXPLAINs it. */
+/** Wraps each new bookkeeping client's query: times it, or sends it only after the previous answer (serial), or EXPLAINs it. */
 function instrument(store: PostgresStore): Instrument {
   const inst: Instrument = { timings: null, serial: false, explain: false, plans: new Map() };
-  store.pool.on("connect", (client) => {
+  store.bookkeepingPool.on("connect", (client) => {
     const query = client.query.bind(client) as (config: unknown, ...rest: unknown[]) => Promise<pg.QueryResult> | undefined;
     let chain: Promise<unknown> = Promise.resolve();
     let begunAt = 0;
@@ -276,11 +277,11 @@ async function main(): Promise<void> {
     await fill(db.url, orgs);
     out.push(`filled in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
     const sessions: { name: string; store: PostgresStore; inst: Instrument }[] = [
-      { name: "store's session (jit off, custom plans)", store, inst },
+      { name: "store's session (jit off, generic plans)", store, inst },
     ];
     for (const [name, options] of [
-      ["jit off, plan_cache_mode auto", "-c plan_cache_mode=auto"],
-      ["server defaults (jit on, plan_cache_mode auto)", "-c jit=on -c plan_cache_mode=auto"],
+      ["plan_cache_mode force_custom_plan", "-c plan_cache_mode=force_custom_plan"],
+      ["plan_cache_mode auto", "-c plan_cache_mode=auto"],
     ] as const) {
       const other = await openPostgresStore(`${db.url}?options=${encodeURIComponent(options)}`, { poolSize: 2 });
       sessions.push({ name, store: other, inst: instrument(other) });

@@ -3,6 +3,7 @@ import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } 
 import type { Config } from "./config.ts";
 import { compileSchema } from "./contract/validation.ts";
 import { addressRanges } from "./domain/address-ranges.ts";
+import { newRequestId } from "./domain/api-keys.ts";
 import type { PurgeResult, SweepResult } from "./domain/bookkeeping.ts";
 import { type Clock, systemClock } from "./domain/clock.ts";
 import { AdmissionPolicy } from "./gateway/admission.ts";
@@ -17,7 +18,7 @@ import { InFlight } from "./http/in-flight.ts";
 import { installJsonBodyParser } from "./http/json-body-parser.ts";
 import { installOpenApi } from "./http/openapi.ts";
 import { rateLimit } from "./http/rate-limit.ts";
-import { installRequestContext, newRequestId } from "./http/request-context.ts";
+import { installRequestContext } from "./http/request-context.ts";
 import { adminRoutes } from "./http/routes/admin.ts";
 import { apiDocsRoutes } from "./http/routes/api-docs.ts";
 import { consoleRoutes } from "./http/routes/console.ts";

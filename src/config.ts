@@ -34,6 +34,8 @@ export interface Limits {
   readRequestsPerMinute: number;
   previewRequestLimit: number;
   previewGlobalRequestLimit: number;
+  /** Units of the service-wide preview limit this instance counts at once (see SharedBlock). */
+  previewGlobalBlock: number;
   reserveTokens: number;
 }
 
@@ -107,6 +109,7 @@ export const DEFAULT_LIMITS: Limits = {
   readRequestsPerMinute: SETTINGS.readRequestsPerMinute.default,
   previewRequestLimit: SETTINGS.previewRequestLimit.default,
   previewGlobalRequestLimit: SETTINGS.previewGlobalRequestLimit.default,
+  previewGlobalBlock: SETTINGS.previewGlobalBlock.default,
   reserveTokens: SETTINGS.reserveTokens.default,
 };
 
@@ -252,6 +255,7 @@ export function loadConfig(environment: Env = process.env): Config {
       readRequestsPerMinute: v.readRequestsPerMinute,
       previewRequestLimit: v.previewRequestLimit,
       previewGlobalRequestLimit: v.previewGlobalRequestLimit,
+      previewGlobalBlock: v.previewGlobalBlock,
       reserveTokens: v.reserveTokens,
     },
     connections: {

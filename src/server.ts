@@ -83,6 +83,11 @@ async function main(): Promise<void> {
       onWarning: (message) => storeLog.warn(message),
       onReopen: ({ reopened, message }) => (reopened ? storeLog.info(message) : storeLog.warn(message)),
     },
+    postgres: {
+      bookkeepingLanes: config.bookkeepingLanes,
+      keepStatisticsFresh: true,
+      onStatisticsProblem: (message) => storeLog.warn(message),
+    },
   }).catch((err: unknown) => {
     throw databaseFailure(err, config.databaseUrl);
   });

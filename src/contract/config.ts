@@ -113,6 +113,7 @@ export const ConfigFile = Type.Object(
           read_requests_per_minute: Type.Optional(Whole),
           preview_request_limit: Type.Optional(Whole),
           preview_global_request_limit: Type.Optional(Whole),
+          preview_global_block: Type.Optional(Whole),
           reserve_tokens: Type.Optional(Whole),
         },
         { additionalProperties: false },

@@ -1,4 +1,5 @@
 import { type Static, Type } from "@sinclair/typebox";
+import { ERROR_CATALOGUE, type ErrorCode } from "../domain/errors.ts";
 
 export const FieldError = Type.Object(
   {
@@ -18,3 +19,8 @@ export const ErrorResponse = Type.Object(
 
 export type FieldError = Static<typeof FieldError>;
 export type ErrorResponse = Static<typeof ErrorResponse>;
+
+/** The body of an error answer: `detail` (the catalogue's for `code` unless given); field errors are added by the caller. */
+export function errorResponse(code: ErrorCode, detail: string = ERROR_CATALOGUE[code].detail): ErrorResponse {
+  return { detail };
+}

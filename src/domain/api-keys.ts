@@ -32,6 +32,15 @@ export function newOrganizationId(): string {
   return `org_${randomId(12)}`;
 }
 
+/** The id of a request (an API call or a batch request): its usage record's key and the x-service-request-id header. */
+export function newRequestId(): string {
+  return `req_${randomId(24)}`;
+}
+
+export function newBatchId(): string {
+  return `batch_${randomId(24)}`;
+}
+
 export interface NewApiKey {
   id: string;
   /** Shown once to the user; never stored or logged. */

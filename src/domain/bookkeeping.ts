@@ -41,8 +41,11 @@ export interface AdmitCommand {
   /** The gateway process (instance) admitting it, recorded on the usage record; its work is released if it dies. */
   instanceId?: string | null;
   idempotency: { key: string; requestHash: string; lockUntilMs: number; expiresAtMs: number } | null;
-  /** Preview: the day counters to count this request in. */
-  quota: { day: string; orgLimit: number; globalLimit: number } | null;
+  /**
+   * Preview: the day counters to count this request in. `globalBlock`: how many units of the service-wide counter this
+   * process adds to it at once when it holds none (see SharedBlock); absent, 1: every request counted on it.
+   */
+  quota: { day: string; orgLimit: number; globalLimit: number; globalBlock?: number } | null;
   /** Paid: the credits to set aside; the reservation's id is the request id. */
   reservation: { amountMicrousd: number; expiresAtMs: number } | null;
 }

@@ -33,6 +33,11 @@ export const ERROR_CATALOGUE = {
       "A request with this Idempotency-Key already succeeded, but its response was too large to keep for replays; find it in Usage by request_id.",
   },
   idempotency_key_reused: { status: 422, detail: "This Idempotency-Key was already used with a different request body." },
+  batch_cancelled: { status: 409, detail: "The batch was cancelled before this request started; it was neither run nor charged." },
+  batch_expired: {
+    status: 409,
+    detail: "The batch's completion window ended before this request started; it was neither run nor charged.",
+  },
   body_too_large: { status: 413, detail: "Request body exceeds max_request_bytes." },
   token_bound_over_reserve: {
     status: 413,

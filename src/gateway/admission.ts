@@ -2,6 +2,7 @@ import type { Config } from "../config.ts";
 import type { AdmitCommand, AdmitResult, StoredResponse } from "../domain/bookkeeping.ts";
 import type { Clock } from "../domain/clock.ts";
 import { ServiceError } from "../domain/errors.ts";
+import { IDEMPOTENCY_WINDOW_MS } from "../domain/idempotency.ts";
 import { formatUsd, tokenCost } from "../domain/money.ts";
 import { msUntilUtcMidnight, utcDay } from "../domain/utc-day.ts";
 import type { TokenBound } from "../models/model-service.ts";
@@ -12,8 +13,6 @@ import { type FailureBeforeAdmission, recordFailureBeforeAdmission } from "./fai
 import type { ResolvedModel } from "./model-registry.ts";
 import { type DecisionObserver, silentObserver } from "./observer.ts";
 import type { RequestBound } from "./token-bound.ts";
-
-export const IDEMPOTENCY_WINDOW_MS = 24 * 60 * 60 * 1000;
 
 /** How a bound was found, in the words of a refusal's detail. */
 function basisOf(bound: TokenBound | RequestBound): string {
@@ -117,7 +116,12 @@ export class AdmissionPolicy {
       },
       quota:
         charging.mode === "preview"
-          ? { day: utcDay(now), orgLimit: config.limits.previewRequestLimit, globalLimit: config.limits.previewGlobalRequestLimit }
+          ? {
+              day: utcDay(now),
+              orgLimit: config.limits.previewRequestLimit,
+              globalLimit: config.limits.previewGlobalRequestLimit,
+              globalBlock: config.limits.previewGlobalBlock,
+            }
           : null,
       reservation:
         charging.mode === "paid"

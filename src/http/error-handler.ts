@@ -1,7 +1,7 @@
 import { STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import type { ErrorResponse, FieldError } from "../contract/errors.ts";
+import { errorResponse, type FieldError } from "../contract/errors.ts";
 import { MAX_FIELD_ERRORS, summarizeFieldErrors } from "../contract/validation.ts";
 import { ERROR_CATALOGUE, type ErrorCode, ServiceError, statusOf } from "../domain/errors.ts";
 import type { Store } from "../store/store.ts";
@@ -18,7 +18,7 @@ export interface ErrorReplyOptions {
 export function sendError(reply: FastifyReply, code: ErrorCode, options: ErrorReplyOptions = {}): FastifyReply {
   const entry = ERROR_CATALOGUE[code];
   let detail = options.detail ?? entry.detail;
-  const body: ErrorResponse = { detail };
+  const body = errorResponse(code, detail);
   if (options.errors && options.errors.length > 0) {
     const total = Math.max(options.totalErrors ?? 0, options.errors.length);
     body.errors = options.errors.slice(0, MAX_FIELD_ERRORS);
@@ -93,7 +93,7 @@ export interface ClientErrorLimits {
 /** A whole HTTP/1.1 answer from the catalogue, for a connection whose request could not be read (so no Fastify reply exists). */
 function rawErrorResponse(code: ErrorCode, detail?: string): string {
   const { status } = ERROR_CATALOGUE[code];
-  const body = JSON.stringify({ detail: detail ?? ERROR_CATALOGUE[code].detail } satisfies ErrorResponse);
+  const body = JSON.stringify(errorResponse(code, detail));
   return (
     `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\n` +
     `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`

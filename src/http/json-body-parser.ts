@@ -1,11 +1,8 @@
 import { createHash } from "node:crypto";
 import type { FastifyInstance, FastifyRequest } from "fastify";
+import { parseJsonText } from "../contract/json-text.ts";
 import { ServiceError } from "../domain/errors.ts";
-import { scanJson } from "./json-members.ts";
 import { createOnePerTurn } from "./one-per-turn.ts";
-
-/** The members of a decision request that are forwarded to the model service as the client wrote them. */
-const FORWARDED_MEMBERS = ["state", "questions"] as const;
 
 declare module "fastify" {
   interface FastifyRequest {
@@ -23,9 +20,6 @@ function charsetOf(contentType: string | undefined): string | null {
 }
 
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
-
-/** Deeper JSON is refused (422): no state needs it, and recursive code downstream (serialisers, prompts) would overflow. */
-export const MAX_JSON_DEPTH = 256;
 
 /** Bodies from this size on are parsed one per turn of the event loop (one-per-turn.ts); smaller ones at once. */
 const LARGE_BODY_BYTES = 64 * 1024;
@@ -75,18 +69,8 @@ function parseJsonBody(request: FastifyRequest, bytes: Buffer): { body: unknown 
   } catch {
     return new ServiceError("invalid_utf8");
   }
-  // Before parsing: a body nested too deep is refused without building it (JSON.parse would recurse into it).
-  const scanned = scanJson(text, MAX_JSON_DEPTH, FORWARDED_MEMBERS);
-  if (scanned.deeperThanLimit) {
-    return new ServiceError("invalid_json", `Request body nests arrays and objects deeper than ${MAX_JSON_DEPTH} levels.`);
-  }
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch (err) {
-    const detail = err instanceof RangeError ? `JSON nests deeper than ${MAX_JSON_DEPTH} levels` : (err as Error).message;
-    return new ServiceError("invalid_json", `Request body is not valid JSON: ${detail}`);
-  }
-  request.jsonMembers = scanned.members;
-  return { body: parsed };
+  const parsed = parseJsonText(text);
+  if ("problem" in parsed) return new ServiceError("invalid_json", `Request body ${parsed.problem}`);
+  request.jsonMembers = parsed.members;
+  return { body: parsed.body };
 }

@@ -1,15 +1,10 @@
 import type { FastifyInstance } from "fastify";
-import { randomId } from "../domain/api-keys.ts";
 
 declare module "fastify" {
   interface FastifyRequest {
     /** performance.now() when the request arrived. */
     startedAt: number;
   }
-}
-
-export function newRequestId(): string {
-  return `req_${randomId(24)}`;
 }
 
 /**

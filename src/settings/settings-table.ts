@@ -194,6 +194,16 @@ export const SETTINGS = {
     summary: "Whole service per UTC day (preview)",
     details: "Preview mode: decision requests of the whole service per UTC day (0: none allowed).",
   }),
+  previewGlobalBlock: setting({
+    env: "TDS_PREVIEW_GLOBAL_BLOCK",
+    file: "limits.preview_global_block",
+    parse: integer(1, 10_000),
+    default: 16,
+    section: "limits",
+    summary: "Units of the service-wide preview limit an instance counts at once (1: one per request)",
+    details:
+      "Preview mode: how many requests of the service-wide daily limit an instance counts at once, keeping the rest for its next requests, so that most bookkeeping transactions do not touch the service-wide counter (one row every instance writes). Never more than an eighth of what is left below the limit, so the last units go one at a time. The limit is never passed; with several instances, up to this many units per lane of each instance may be held unused near the limit, and an instance that stops without closing (a crash) leaves its unused units counted for the day. 1 counts every request on the shared row.",
+  }),
   serviceMode: setting({
     env: "TDS_SERVICE_MODE",
     file: "service_mode",

@@ -141,7 +141,11 @@ function toAuditEntry(row: DbRow): AuditEntry {
  * The cursor of a keyset page, opaque to callers: the position of the page's last row, a whole number (an audit
  * entry's id; an organization's createdAtMs) and, for organizations, the id that follows it in the order.
  */
-const CURSORS = { audit: /^audit:([1-9][0-9]{0,15})$/, org: /^org:(0|[1-9][0-9]{0,15}):(.+)$/s };
+const CURSORS = {
+  audit: /^audit:([1-9][0-9]{0,15})$/,
+  org: /^org:(0|[1-9][0-9]{0,15}):(.+)$/s,
+  batch: /^batch:(0|[1-9][0-9]{0,15}):(.+)$/s,
+};
 
 export function encodeCursor(kind: keyof typeof CURSORS, position: number, id?: string): string {
   return encodeCursorText(id === undefined ? `${kind}:${position}` : `${kind}:${position}:${id}`);

@@ -3,8 +3,12 @@ import type { AccountStore, BookkeepingStore, Store } from "./store.ts";
 
 /** What an adapter's accounts half serves: organizations and keys, their pages, and the audit log. */
 export type AccountsPart = AccountStore & Pick<AdministrationStore, "listOrganizationsPage" | "listAudit">;
-/** What an adapter's bookkeeping half serves: the books, idempotent credit grants and usage totals. */
-export type BookkeepingPart = BookkeepingStore & Pick<AdministrationStore, "grantCreditsOnce" | "usageTotals">;
+/**
+ * What an adapter's bookkeeping half serves: the books, idempotent credit grants and usage totals; and, before the
+ * store closes, the units of the service-wide preview counter it holds given back (see SharedBlock).
+ */
+export type BookkeepingPart = BookkeepingStore &
+  Pick<AdministrationStore, "grantCreditsOnce" | "usageTotals"> & { returnHeldUnits(): Promise<void> };
 
 /**
  * One Store from an adapter's two capabilities (organizations and keys; the books) and its own lifecycle.
@@ -15,7 +19,13 @@ export function composeStore<B extends Pick<Store, "dialect" | "close" | "classi
   accounts: AccountsPart,
   books: BookkeepingPart,
 ): B & Store {
-  const composed: AccountStore & BookkeepingStore & AdministrationStore = {
+  const closeBase = base.close.bind(base);
+  const composed: AccountStore & BookkeepingStore & AdministrationStore & Pick<Store, "close"> = {
+    async close() {
+      // Not given back (the database is gone): they stay counted for their day, and the limit still holds.
+      await books.returnHeldUnits().catch(() => undefined);
+      return closeBase();
+    },
     createOrganization: (input) => accounts.createOrganization(input),
     findOrganization: (idOrName) => accounts.findOrganization(idOrName),
     listOrganizations: () => accounts.listOrganizations(),

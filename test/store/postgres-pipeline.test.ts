@@ -13,6 +13,7 @@ import { writeRows } from "../../src/store/postgres/postgres-book-rows.ts";
 import { pipelinedTransaction } from "../../src/store/postgres/postgres-connection.ts";
 import { openPostgresStore, type PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres/postgres-store.ts";
 import { StoreConflictError } from "../../src/store/store-errors.ts";
+import { watchQueries } from "../support/pg-queries.ts";
 import { createTestDatabase } from "../support/postgres-db.ts";
 import { admission, checkBalanceInvariants } from "./store-contract.ts";
 
@@ -39,26 +40,21 @@ async function roundTrips(fn: () => Promise<unknown>): Promise<Label[][]> {
   const trips: Label[][] = [];
   let current: Label[] | null = null;
   let inFlight = 0;
-  const query = pg.Client.prototype.query;
-  pg.Client.prototype.query = function (this: pg.Client, config: unknown, ...rest: unknown[]) {
-    if (current === null) {
-      current = [];
-      trips.push(current);
-    }
-    current.push(labelOf(config));
-    inFlight++;
-    const answer = (query as (...a: unknown[]) => Promise<unknown>).call(this, config, ...rest);
-    const done = () => {
-      if (--inFlight === 0) current = null;
-    };
-    answer.then(done, done);
-    return answer;
-  } as typeof query;
-  try {
-    await fn().catch(() => undefined);
-  } finally {
-    pg.Client.prototype.query = query;
-  }
+  await watchQueries(
+    ({ config, answer }) => {
+      if (current === null) {
+        current = [];
+        trips.push(current);
+      }
+      current.push(labelOf(config));
+      inFlight++;
+      const done = () => {
+        if (--inFlight === 0) current = null;
+      };
+      answer.then(done, done);
+    },
+    () => fn().catch(() => undefined),
+  );
   return trips;
 }
 
@@ -114,8 +110,10 @@ describe("PostgreSQL bookkeeping transactions, pipelined", () => {
     throw new Error("no backend of the store waits for a lock");
   };
   const assertPoolIdle = (s: PostgresStore) => {
-    assert.equal(s.pool.waitingCount, 0);
-    assert.equal(s.pool.idleCount, s.pool.totalCount, "every client went back to the pool");
+    for (const pool of [s.pool, s.bookkeepingPool]) {
+      assert.equal(pool.waitingCount, 0);
+      assert.equal(pool.idleCount, pool.totalCount, "every client went back to the pool");
+    }
   };
 
   before(async () => {
@@ -142,7 +140,7 @@ describe("PostgreSQL bookkeeping transactions, pipelined", () => {
     const orgId = await organization();
     assert.deepEqual(await admitted(store, paid("req_dup", orgId)), ["admitted"]);
     const before = await store.getBalance(orgId);
-    const clients = store.pool.totalCount;
+    const clients = store.bookkeepingPool.totalCount;
     let failure: unknown;
     const trips = await roundTrips(async () => {
       failure = await store.commitBatch({ admissions: [paid("req_dup_other", orgId), paid("req_dup", orgId)], completions: [] }).then(
@@ -156,7 +154,7 @@ describe("PostgreSQL bookkeeping transactions, pipelined", () => {
     assert.deepEqual(await store.getBalance(orgId), before, "the other admission of the batch was not kept either");
     assert.equal(await store.getUsage(orgId, "req_dup_other"), null);
     assertPoolIdle(store);
-    assert.equal(store.pool.totalCount, clients, "the client was not discarded");
+    assert.equal(store.bookkeepingPool.totalCount, clients, "the client was not discarded");
     assert.deepEqual(await admitted(store, paid("req_dup_next", orgId)), ["admitted"]);
     await checkBalanceInvariants(store, orgId);
   });
@@ -165,7 +163,7 @@ describe("PostgreSQL bookkeeping transactions, pipelined", () => {
     const final = { requestId: "req_never_admitted", completedAtMs: T0, outcome: "succeeded", httpStatus: 200 } as unknown as UsageFinal;
     const counter = { scope: "org_conflict", day: "2026-01-01", count: 5 };
     await assert.rejects(
-      pipelinedTransaction(store.pool, async (p) => {
+      pipelinedTransaction(store.bookkeepingPool, async (p) => {
         writeRows(p, { ...emptyWriteSet(), usageFinals: [final], counters: [counter] });
       }),
       /^Error: Bookkeeping conflict: 1 of 1 usage records were not in flight$/,

@@ -4,9 +4,9 @@
  */
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
-import pg from "pg";
 import { clientConfig, connectionSettings } from "../../src/store/postgres/postgres-connection.ts";
 import { openPostgresStore, type PostgresStore } from "../../src/store/postgres/postgres-store.ts";
+import { watchQueries } from "../support/pg-queries.ts";
 import { createTestDatabase } from "../support/postgres-db.ts";
 
 type Db = Awaited<ReturnType<typeof createTestDatabase>>;
@@ -14,16 +14,7 @@ type Db = Awaited<ReturnType<typeof createTestDatabase>>;
 /** Every statement text any pg client of this process sends while `fn` runs (pooled connections included). */
 async function statementsSent(fn: () => Promise<void>): Promise<string[]> {
   const sent: string[] = [];
-  const query = pg.Client.prototype.query;
-  pg.Client.prototype.query = function (this: pg.Client, config: unknown, ...rest: unknown[]) {
-    sent.push(typeof config === "string" ? config : ((config as { text?: string }).text ?? ""));
-    return (query as (...a: unknown[]) => unknown).call(this, config, ...rest);
-  } as typeof query;
-  try {
-    await fn();
-  } finally {
-    pg.Client.prototype.query = query;
-  }
+  await watchQueries(({ config }) => sent.push(typeof config === "string" ? config : ((config as { text?: string }).text ?? "")), fn);
   return sent;
 }
 
@@ -31,6 +22,7 @@ interface SessionRow {
   jit: string;
   plans: string;
   plans_source: string;
+  jit_source: string;
   st: string;
   idle: string;
   path: string;
@@ -39,7 +31,7 @@ interface SessionRow {
 const SESSION =
   "SELECT current_setting('jit') AS jit, current_setting('plan_cache_mode') AS plans, current_setting('statement_timeout') AS st, " +
   "current_setting('idle_in_transaction_session_timeout') AS idle, current_setting('search_path') AS path, " +
-  "(SELECT source FROM pg_settings WHERE name = 'plan_cache_mode') AS plans_source";
+  "(SELECT source FROM pg_settings WHERE name = 'plan_cache_mode') AS plans_source, (SELECT source FROM pg_settings WHERE name = 'jit') AS jit_source";
 
 describe("PostgreSQL session settings", () => {
   let db: Db;
@@ -58,13 +50,12 @@ describe("PostgreSQL session settings", () => {
     await db.drop();
   });
 
-  it("gives every pooled connection jit off, custom plans and the timeouts from the startup packet, with no SET sent", async () => {
+  it("gives every pooled connection jit off and the timeouts from the startup packet, generic plans to the bookkeeping ones, with no SET sent", async () => {
     let rows: SessionRow[] = [];
-    // Opened first: the migration connection is not the request path; the pool opens its connections below.
-    const store = await open(db.url, { poolSize: 2, statementTimeoutMs: 2345 });
-    assert.equal(store.pool.totalCount, 0);
+    // Opened first: the migration connection is not the request path; the rows below come from pooled connections.
+    const store = await open(db.url, { poolSize: 2, statementTimeoutMs: 2345, keepStatisticsFresh: true });
     const sent = await statementsSent(async () => {
-      const clients = [await store.pool.connect(), await store.pool.connect()];
+      const clients = [await store.pool.connect(), await store.bookkeepingPool.connect()];
       try {
         rows = await Promise.all(clients.map(async (c) => (await c.query<SessionRow>(SESSION)).rows[0]!));
       } finally {
@@ -74,20 +65,34 @@ describe("PostgreSQL session settings", () => {
       await store.grantCredits({ orgId: org.id, amountMicrousd: 10, nowMs: Date.now() });
     });
     for (const row of rows) {
-      assert.deepEqual(
-        [row.jit, row.plans, row.st, row.idle],
-        ["off", "force_custom_plan", "2345ms", "2345ms"],
-        "the store's settings on a pooled connection",
-      );
+      assert.deepEqual([row.jit, row.st, row.idle], ["off", "2345ms", "2345ms"], "the store's settings on a pooled connection");
       // 'client': from the startup packet; a SET would make it 'session'.
-      assert.equal(row.plans_source, "client");
+      assert.equal(row.jit_source, "client");
     }
+    const [read, bookkeeping] = rows;
+    assert.deepEqual([read?.plans, read?.plans_source], ["auto", "default"], "reads: plan_cache_mode is left to the server");
+    assert.deepEqual(
+      [bookkeeping?.plans, bookkeeping?.plans_source],
+      ["force_generic_plan", "client"],
+      "bookkeeping transactions: generic plans, from the startup packet",
+    );
     const setting = sent.filter((text) => /^\s*(SET|RESET)\b/i.test(text) || /set_config\s*\(/i.test(text));
     assert.deepEqual(setting, [], "no statement sets a session setting");
     assert.ok(
       sent.some((text) => text.startsWith("BEGIN")),
       "the wrapper saw the store's statements",
     );
+  });
+
+  it("without statistics kept fresh (a CLI run, or tables the store could not analyze), bookkeeping connections plan each execution", async () => {
+    const store = await open(db.url, { poolSize: 2 });
+    const client = await store.bookkeepingPool.connect();
+    try {
+      const row = (await client.query<SessionRow>(SESSION)).rows[0]!;
+      assert.deepEqual([row.plans, row.plans_source], ["auto", "default"]);
+    } finally {
+      client.release();
+    }
   });
 
   it("keeps the operator's options from the URL, whose values win over the store's", async () => {
@@ -99,8 +104,7 @@ describe("PostgreSQL session settings", () => {
     assert.equal(row.path, "public,pg_catalog", "the operator's search_path");
     assert.equal(row.st, "4321ms", "the operator's statement_timeout wins over statement_timeout_ms");
     assert.equal(row.jit, "on", "the operator's jit wins");
-    assert.equal(row.plans, "force_custom_plan", "the store's own settings stay where the operator set nothing");
-    assert.equal(row.idle, "1s");
+    assert.equal(row.idle, "1s", "the store's own settings stay where the operator set nothing");
     assert.equal(row.app, "tds-session-test");
   });
 });
@@ -109,7 +113,7 @@ describe("a connection's own statement timeout", () => {
   it("comes after the operator's options, so the migrations' longer timeout is not shortened by the URL's", () => {
     const settings = connectionSettings("postgres://127.0.0.1/test?options=-c%20statement_timeout%3D3000");
     const pooled = clientConfig(settings).options ?? "";
-    const migrating = clientConfig(settings, 600_000).options ?? "";
+    const migrating = clientConfig(settings, { statementTimeoutMs: 600_000 }).options ?? "";
     assert.match(pooled, /statement_timeout=3000$/, "the operator's value wins on pooled connections");
     assert.match(migrating, /statement_timeout=600000$/, "the migration connection's own timeout wins on it");
   });

@@ -24,7 +24,7 @@ import { hashApiKey } from "../../src/domain/api-keys.ts";
 import type { AdmitCommand, AdmitResult, CompleteResult } from "../../src/domain/bookkeeping.ts";
 import { migrationReportOf, openStore } from "../../src/store/open-store.ts";
 import { postgresUsageListQuery } from "../../src/store/postgres/postgres-bookkeeping.ts";
-import { connectionSettings, parseBigint } from "../../src/store/postgres/postgres-connection.ts";
+import { connectionSettings, parseBigint, poolSizes } from "../../src/store/postgres/postgres-connection.ts";
 import { postgresFailureKind } from "../../src/store/postgres/postgres-errors.ts";
 import { MIGRATION_LOCK_KEY, POSTGRES_MIGRATIONS_DIR, readPostgresMigrations } from "../../src/store/postgres/postgres-migrations.ts";
 import { openPostgresStore, type PostgresStore, type PostgresStoreOptions } from "../../src/store/postgres/postgres-store.ts";
@@ -32,7 +32,8 @@ import type { UsageQuery } from "../../src/store/store.ts";
 import { StoreInputError } from "../../src/store/store-errors.ts";
 import { encodeUsageCursor } from "../../src/store/usage-cursor.ts";
 import { checkRowsAfter010, rowsBefore010 } from "../support/books-before-010.ts";
-import { admission, checkBalanceInvariants, completion, describeStoreContract, recordUsage, usageRecord } from "./store-contract.ts";
+import { REFUSED_STATEMENTS, SEEDED_BALANCE, seedInvariantRows } from "./refused-statements.ts";
+import { admission, checkBalanceInvariants, completion, describeStoreContract, usageRecord } from "./store-contract.ts";
 
 const BASE_URL = process.env.TDS_TEST_POSTGRES_URL ?? "postgres://postgres@127.0.0.1:5432/test";
 const SKIP = process.env.TDS_SKIP_POSTGRES === "1";
@@ -145,12 +146,14 @@ function definePostgresTests(): void {
     return client;
   }
 
-  /** Nothing checked out, nothing waiting, no more connections than the pool allows. */
+  /** Nothing checked out, nothing waiting, no more connections than the pools allow. */
   function assertPoolIdle(store: PostgresStore): void {
-    const { totalCount, idleCount, waitingCount } = store.pool;
-    assert.equal(waitingCount, 0, "no call waits for a client");
-    assert.equal(idleCount, totalCount, `every client went back to the pool (total ${totalCount}, idle ${idleCount})`);
-    assert.ok(totalCount <= store.settings.poolSize);
+    for (const pool of [store.pool, store.bookkeepingPool]) {
+      const { totalCount, idleCount, waitingCount } = pool;
+      assert.equal(waitingCount, 0, "no call waits for a client");
+      assert.equal(idleCount, totalCount, `every client went back to the pool (total ${totalCount}, idle ${idleCount})`);
+    }
+    assert.ok(store.pool.totalCount + store.bookkeepingPool.totalCount <= Math.max(2, store.settings.poolSize));
   }
 
   async function waitFor<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 5000): Promise<T> {
@@ -201,24 +204,31 @@ function definePostgresTests(): void {
   describeStoreContract("postgres (fresh schema per test)", async () => openPostgresStore((await freshSchema()).url));
 
   describe("PostgreSQL store: connections", () => {
-    it("gives every connection statement_timeout, idle_in_transaction_session_timeout, application_name and custom plans; the pool size is set", async () => {
+    it("gives every connection statement_timeout, idle_in_transaction_session_timeout and application_name; the pool size is set", async () => {
       const { url } = await freshSchema();
-      const store = await open(url, { poolSize: 3, statementTimeoutMs: 1234, applicationName: "tds-test-settings" });
+      const store = await open(url, {
+        poolSize: 3,
+        statementTimeoutMs: 1234,
+        applicationName: "tds-test-settings",
+        keepStatisticsFresh: true,
+      });
       assert.equal(store.dialect, "postgres");
       assert.deepEqual(store.settings, { poolSize: 3, statementTimeoutMs: 1234, applicationName: "tds-test-settings" });
-      assert.equal(store.pool.options.max, 3);
-      const clients = await Promise.all([store.pool.connect(), store.pool.connect(), store.pool.connect()]);
+      // pool_size 3: two connections for reads, one for the bookkeeping transactions (with generic plans: the store keeps
+      // the statistics fresh).
+      assert.deepEqual([store.pool.options.max, store.bookkeepingPool.options.max], [2, 1]);
+      const clients = await Promise.all([store.pool.connect(), store.pool.connect(), store.bookkeepingPool.connect()]);
       try {
         const pids = new Set<number>();
-        for (const client of clients) {
+        for (const [i, client] of clients.entries()) {
           const row = (
             await client.query<{ st: string; idle: string; app: string; plans: string; pid: number }>(
               "SELECT current_setting('statement_timeout') AS st, current_setting('idle_in_transaction_session_timeout') AS idle, " +
                 "current_setting('application_name') AS app, current_setting('plan_cache_mode') AS plans, pg_backend_pid() AS pid",
             )
           ).rows[0]!;
-          // Prepared bookkeeping statements are planned for their parameters each time, never with a plan made on empty tables.
-          assert.deepEqual([row.st, row.idle, row.app, row.plans], ["1234ms", "1234ms", "tds-test-settings", "force_custom_plan"]);
+          const plans = i === 2 ? "force_generic_plan" : "auto";
+          assert.deepEqual([row.st, row.idle, row.app, row.plans], ["1234ms", "1234ms", "tds-test-settings", plans]);
           pids.add(row.pid);
         }
         assert.equal(pids.size, 3, "three connections");
@@ -243,7 +253,7 @@ function definePostgresTests(): void {
         statementTimeoutMs: 100,
       });
       assert.equal(store.settings.poolSize, 2);
-      assert.equal(store.pool.options.max, 2);
+      assert.deepEqual([store.pool.options.max, store.bookkeepingPool.options.max], [1, 1]);
       const row = (
         await store.pool.query<{ st: string; app: string }>(
           "SELECT current_setting('statement_timeout') AS st, current_setting('application_name') AS app",
@@ -251,6 +261,16 @@ function definePostgresTests(): void {
       ).rows[0];
       assert.deepEqual([row?.st, row?.app], ["777ms", "tds-from-url"], "application_name in the URL is pg's own parameter and wins");
       await store.close();
+    });
+
+    it("shares pool_size between the bookkeeping pool (lanes + 1) and the reads (at least 2)", () => {
+      assert.deepEqual(poolSizes(10, 1), { bookkeeping: 2, reads: 8 });
+      assert.deepEqual(poolSizes(10, 4), { bookkeeping: 5, reads: 5 });
+      assert.deepEqual(poolSizes(10, 8), { bookkeeping: 8, reads: 2 }, "the reads keep 2");
+      assert.deepEqual(poolSizes(10), { bookkeeping: 8, reads: 2 }, "without lanes: as many as lanesFor allows");
+      assert.deepEqual(poolSizes(3, 4), { bookkeeping: 1, reads: 2 });
+      assert.deepEqual(poolSizes(2, 1), { bookkeeping: 1, reads: 1 });
+      assert.deepEqual(poolSizes(1), { bookkeeping: 1, reads: 1 }, "one connection of each kind at least");
     });
 
     it("parses the adapter's URL parameters and refuses bad values without showing the password", () => {
@@ -544,7 +564,7 @@ function definePostgresTests(): void {
         await client.end();
       }
       const store = await open(url);
-      assert.deepEqual(store.migrations.applied, [{ version: 10, name: "reservations_on_usage_records" }]);
+      assert.deepEqual(store.migrations.applied[0], { version: 10, name: "reservations_on_usage_records" });
       await checkRowsAfter010(store);
       assert.equal((await store.pool.query("SELECT to_regclass('reservations') AS t")).rows[0].t, null, "the table is gone");
       await store.close();
@@ -1200,34 +1220,11 @@ function definePostgresTests(): void {
     it("the schema itself refuses balances, reservations, ledger entries, usage records and idempotency entries that break the invariants", async () => {
       const { schema, url } = await freshSchema();
       const store = await open(url);
-      await store.createOrganization({ id: "org_1", name: "Acme", nowMs: 1 });
-      await store.grantCredits({ orgId: "org_1", amountMicrousd: 1000, nowMs: 2 });
-      await recordUsage(store, [usageRecord({ requestId: "q2", orgId: "org_1" })]);
-      assert.deepEqual(await admitOne(store, paidAdmission("q1", "org_1", 100, 3, 10)), { kind: "admitted" });
+      await seedInvariantRows(store);
       const client = await rawClient(schemaUrl(schema));
       try {
         const refused = [
-          "UPDATE org_balances SET available = available + 1",
-          "UPDATE org_balances SET available = -1, granted = granted - 901",
-          "UPDATE org_balances SET reserved = reserved - 101, granted = granted - 101",
-          "UPDATE usage_records SET reservation_status = 'settled', outcome = 'succeeded', completed_at_ms = 4, cost_microusd = 101 WHERE request_id = 'q1'",
-          "UPDATE usage_records SET reservation_status = 'released', outcome = 'model_error', completed_at_ms = 4, cost_microusd = 1 WHERE request_id = 'q1'",
-          "UPDATE usage_records SET reservation_status = 'expired' WHERE request_id = 'q1'",
-          "UPDATE usage_records SET reservation_status = 'pending', outcome = 'gateway_error', completed_at_ms = 4 WHERE request_id = 'q1'",
-          "UPDATE usage_records SET reservation_status = 'cancelled' WHERE request_id = 'q1'",
-          "UPDATE usage_records SET reserved_microusd = NULL WHERE request_id = 'q1'",
-          "UPDATE usage_records SET reserved_microusd = -1 WHERE request_id = 'q1'",
-          "UPDATE usage_records SET reservation_status = 'pending', reserved_microusd = 1, reservation_expires_at_ms = 1 WHERE request_id = 'q2'",
-          "INSERT INTO ledger_entries (org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms) VALUES ('org_1', 'grant', NULL, 5, 0, 0, 4, 5)",
-          "INSERT INTO ledger_entries (org_id, kind, reservation_id, available_delta, reserved_delta, spent_delta, granted_delta, created_at_ms) VALUES ('org_1', 'settle', NULL, 0, 0, 0, 0, 5)",
-          "INSERT INTO org_balances (org_id) VALUES ('org_missing')",
-          "INSERT INTO preview_counters (scope, day, count) VALUES ('org_1', '2026-1-1', 1)",
-          "INSERT INTO idempotency_keys (org_id, key, request_hash, request_id, state, lock_until_ms, expires_at_ms) VALUES ('org_1', 'k', 'h', 'q', 'completed', 1, 2)",
-          "INSERT INTO idempotency_keys (org_id, key, request_hash, request_id, state, response_body, lock_until_ms, expires_at_ms) VALUES ('org_1', 'k', 'h', 'q', 'in_progress', '{}', 1, 2)",
-          "UPDATE usage_records SET http_status = 200 WHERE request_id = 'q1'",
-          "UPDATE usage_records SET completed_at_ms = 5 WHERE request_id = 'q1'",
-          "UPDATE usage_records SET completed_at_ms = NULL WHERE request_id = 'q2'",
-          "UPDATE usage_records SET outcome = 'cancelled' WHERE request_id = 'q2'",
+          ...REFUSED_STATEMENTS,
           `INSERT INTO api_keys (id, org_id, hash, created_at_ms) VALUES ('k1', 'org_1', '${hashApiKey("x").toUpperCase()}', 1)`,
           "INSERT INTO usage_records (request_id, org_id, key_id, created_at_ms, source, model, mode, outcome, http_status, input_tokens, output_tokens, cost_microusd, gateway_latency_ms) VALUES ('u', 'org_1', 'k', 1, 'api', 'm', 'paid', 'succeeded', 200, 1, 1, 1, 'NaN')",
         ];
@@ -1237,7 +1234,7 @@ function definePostgresTests(): void {
       } finally {
         await client.end();
       }
-      assert.deepEqual(await store.getBalance("org_1"), { available: 900, reserved: 100, spent: 0, granted: 1000 });
+      assert.deepEqual(await store.getBalance("org_1"), SEEDED_BALANCE);
       await store.close();
     });
 

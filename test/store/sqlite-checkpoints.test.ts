@@ -8,6 +8,7 @@ import type { AdmitCommand, CompleteCommand } from "../../src/domain/bookkeeping
 import { utcDay } from "../../src/domain/utc-day.ts";
 import { openSqliteStore, SERVING_SQLITE } from "../../src/store/sqlite/sqlite-store.ts";
 import { eventually } from "../support/timer-race.ts";
+import { admission, completion } from "./store-contract.ts";
 
 /**
  * How many times the WAL was started over: its header's checkpoint sequence number (big-endian at byte 12),
@@ -119,36 +120,15 @@ describe("SQLite checkpoints of a serving store", () => {
     try {
       await store.createOrganization({ id: "org_books", name: "books", nowMs: 1 });
       await store.createApiKey({ id: "key_books", orgId: "org_books", name: "k", hash: "0".repeat(64), nowMs: 1 });
-      const admission = (i: number): AdmitCommand => ({
-        requestId: `req_${i}`,
-        orgId: "org_books",
-        keyId: "key_books",
-        source: "api",
-        model: "m",
-        mode: "preview",
-        nowMs: Date.now(),
-        idempotency: null,
-        quota: { day: utcDay(Date.now()), orgLimit: 1_000_000, globalLimit: 1_000_000 },
-        reservation: null,
-      });
-      const completion = (a: AdmitCommand): CompleteCommand => ({
-        requestId: a.requestId,
-        orgId: a.orgId,
-        nowMs: Date.now(),
-        outcome: "succeeded",
-        httpStatus: 200,
-        inputTokens: 1,
-        outputTokens: 1,
-        costMicrousd: 0,
-        latencyMs: 1,
-        gatewayLatencyMs: 1,
-        errorDetail: null,
-        overReservation: false,
-        deployment: "d",
-        attempts: 1,
-        reserved: false,
-        idempotency: null,
-      });
+      const next = (i: number): AdmitCommand =>
+        admission({
+          requestId: `req_${i}`,
+          orgId: "org_books",
+          keyId: "key_books",
+          nowMs: Date.now(),
+          quota: { day: utcDay(Date.now()), orgLimit: 1_000_000, globalLimit: 1_000_000 },
+        });
+      const completed = (a: AdmitCommand): CompleteCommand => completion({ requestId: a.requestId, orgId: a.orgId, nowMs: Date.now() });
       // Writes one after the other with no pause: an organization (through the store's write wait) and a batch of the
       // books completing the previous request and admitting the next (as the group commit runs it).
       const MAX_WRITES = 2000;
@@ -156,13 +136,13 @@ describe("SQLite checkpoints of a serving store", () => {
       let previous: AdmitCommand | null = null;
       while (written < MAX_WRITES && walRestarts(file) < 4) {
         await store.createOrganization({ id: `org_${written}`, name: `${written} ${"x".repeat(2000)}`, nowMs: 1 });
-        const next = admission(written);
-        const result = await store.commitBatch({ admissions: [next], completions: previous ? [completion(previous)] : [] });
+        const admitted = next(written);
+        const result = await store.commitBatch({ admissions: [admitted], completions: previous ? [completed(previous)] : [] });
         assert.deepEqual(
           [...result.admissions, ...result.completions].map((r) => r.kind),
           previous ? ["admitted", "completed"] : ["admitted"],
         );
-        previous = next;
+        previous = admitted;
         written++;
       }
       t.diagnostic(`${written} rounds of writes, ${walRestarts(file)} restarts`);

@@ -1878,6 +1878,8 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           [a({ quota: { ...quota, day: "2026-1-1" } }), "quota.day"],
           [a({ quota: { ...quota, orgLimit: -1 } }), "quota.orgLimit"],
           [a({ quota: { ...quota, globalLimit: 1.5 } }), "quota.globalLimit"],
+          [a({ quota: { ...quota, globalBlock: 0 } }), "quota.globalBlock"],
+          [a({ quota: { ...quota, globalBlock: 2.5 } }), "quota.globalBlock"],
           [a({ orgId: "*", quota }), "orgId"],
           [a({ reservation: { ...reservation, amountMicrousd: -1 } }), "reservation.amountMicrousd"],
           [a({ reservation: { ...reservation, amountMicrousd: 2 ** 53 } }), "reservation.amountMicrousd"],

@@ -3,25 +3,46 @@ import type { Balance } from "../../domain/credits.ts";
 import { checkAmount, checkCount, checkDay, checkEpochMs, checkHttpStatus, checkPreviewOrg, checkText } from "../input-checks.ts";
 import type { BookkeepingStore } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
-import { batchProgram, grantProgram, orphanProgram, sweepProgram } from "./programs.ts";
+import { batchProgram, grantProgram, orphanProgram, returnUnitsProgram, sweepProgram } from "./programs.ts";
 import { type BookProgram, CounterLimitPassed, type RunProgram } from "./rows.ts";
+import { BlockUse, type SharedBlock } from "./shared-blocks.ts";
 
 /**
  * The writing half of BookkeepingStore for any adapter that can run a program in one transaction: the
  * arguments are checked here, the decisions are made by programs.ts, and the adapter only reads and writes rows.
+ * `block`: the units of the service-wide preview counter this process holds (one per store, whatever runs it).
  */
-export function bookkeepingWrites(run: RunProgram): Pick<BookkeepingStore, "commitBatch" | "sweep" | "releaseOrphans" | "grantCredits"> {
+export function bookkeepingWrites(
+  run: RunProgram,
+  block: SharedBlock,
+): Pick<BookkeepingStore, "commitBatch" | "sweep" | "releaseOrphans" | "grantCredits"> & { returnHeldUnits(): Promise<void> } {
+  const commit = async (batch: Parameters<BookkeepingStore["commitBatch"]>[0], lockShared: boolean) => {
+    const units = new BlockUse(block);
+    try {
+      const results = await run(() => batchProgram(batch.admissions, batch.completions, units, lockShared));
+      units.committed();
+      return results;
+    } catch (err) {
+      if (err instanceof CounterLimitPassed) units.rolledBack();
+      throw err;
+    }
+  };
   return {
     async commitBatch(batch) {
       batch.admissions.forEach(checkAdmit);
       batch.completions.forEach(checkComplete);
       try {
-        return await run(() => batchProgram(batch.admissions, batch.completions));
+        return await commit(batch, false);
       } catch (err) {
         if (!(err instanceof CounterLimitPassed)) throw err;
       }
       // Another transaction took the last units of a shared counter since it was read: once more, with it locked.
-      return run(() => batchProgram(batch.admissions, batch.completions, true));
+      return commit(batch, true);
+    },
+    /** Gives the units of the service-wide counter this process holds back to it (when the store closes). */
+    async returnHeldUnits() {
+      const held = block.drain();
+      if (held) await run(() => returnUnitsProgram(held.day, held.count));
     },
     async sweep(input) {
       checkEpochMs(input.nowMs, "nowMs");
@@ -80,6 +101,9 @@ function checkAdmit(a: AdmitCommand): void {
     checkDay(a.quota.day, "quota.day");
     checkCount(a.quota.orgLimit, "quota.orgLimit");
     checkCount(a.quota.globalLimit, "quota.globalLimit");
+    const block = a.quota.globalBlock;
+    if (block !== undefined && (!Number.isSafeInteger(block) || block < 1))
+      throw new StoreInputError("quota.globalBlock must be a whole number, 1 or more", "quota.globalBlock");
   }
   if (a.reservation) {
     checkAmount(a.reservation.amountMicrousd, "reservation.amountMicrousd");

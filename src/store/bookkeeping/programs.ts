@@ -27,6 +27,7 @@ import {
   type UsageState,
   type WriteSet,
 } from "./rows.ts";
+import { type BlockUse, blockSize } from "./shared-blocks.ts";
 
 /**
  * The bookkeeping decisions, the same for every database: each program reads the rows it needs (locked),
@@ -55,7 +56,11 @@ class BatchState {
   readonly #idempotency = new Map<string, { ref: IdempotencyKeyRef; row: IdempotencyRow | null; existed: boolean; changed: boolean }>();
   readonly #completed = new Set<string>();
 
-  constructor(private readonly snapshot: Snapshot) {}
+  /** `units`: the transaction's units of the service-wide counter (batches of admissions only). */
+  constructor(
+    private readonly snapshot: Snapshot,
+    private readonly units: BlockUse | null = null,
+  ) {}
 
   balance(orgId: string): Balance {
     return this.#balance(orgId).value;
@@ -128,12 +133,25 @@ class BatchState {
     this.#counter(scope, day).count += 1;
   }
 
-  /** Counts one more on a shared counter, found below `limit`: with the count the database holds then, it must still be. */
-  countShared(scope: string, day: string, limit: number): void {
+  /** Adds `n` to a shared counter, found at most `limit` - `n`: with the count the database holds then, it must still be. */
+  countShared(scope: string, day: string, limit: number, n: number): void {
     const entry = this.#counter(scope, day);
     entry.shared = true;
-    entry.maxRead = Math.min(entry.maxRead, limit - 1 - (entry.count - entry.read));
-    entry.count += 1;
+    entry.maxRead = Math.min(entry.maxRead, limit - n - (entry.count - entry.read));
+    entry.count += n;
+  }
+
+  /** A unit of the shared counter can be had: the transaction holds one, or the counter is below `limit`. */
+  mayTakeShared(scope: string, day: string, limit: number): boolean {
+    return this.units?.holds(day) === true || this.counter(scope, day) < limit;
+  }
+
+  /** Takes a unit of the shared counter: one the transaction holds, else a block of them added to the counter. */
+  takeShared(scope: string, day: string, limit: number, block: number): void {
+    if (this.units?.use(day)) return;
+    const n = this.units ? blockSize(limit - this.counter(scope, day), block) : 1;
+    this.countShared(scope, day, limit, n);
+    this.units?.add(day, n);
   }
 
   entry(orgId: string, key: string): IdempotencyRow | null {
@@ -330,7 +348,7 @@ function admit(batch: BatchState, a: AdmitCommand): AdmitResult {
   }
   if (a.quota) {
     if (batch.counter(a.orgId, a.quota.day) >= a.quota.orgLimit) return { kind: "quota_exhausted", scope: "org" };
-    if (batch.counter(GLOBAL_PREVIEW_SCOPE, a.quota.day) >= a.quota.globalLimit) return { kind: "quota_exhausted", scope: "global" };
+    if (!batch.mayTakeShared(GLOBAL_PREVIEW_SCOPE, a.quota.day, a.quota.globalLimit)) return { kind: "quota_exhausted", scope: "global" };
   }
   if (a.reservation) {
     const amount = a.reservation.amountMicrousd;
@@ -342,7 +360,7 @@ function admit(batch: BatchState, a: AdmitCommand): AdmitResult {
   }
   if (a.quota) {
     batch.count(a.orgId, a.quota.day);
-    batch.countShared(GLOBAL_PREVIEW_SCOPE, a.quota.day, a.quota.globalLimit);
+    batch.takeShared(GLOBAL_PREVIEW_SCOPE, a.quota.day, a.quota.globalLimit, a.quota.globalBlock ?? 1);
   }
   if (idem) {
     batch.setEntry(a.orgId, idem.key, {
@@ -397,37 +415,56 @@ const NOTHING_SPENT = {
   attempts: 0,
 } as const;
 
-/** Decides a batch against its snapshot: completions first (they may return credits), then admissions in order. */
+/**
+ * Decides a batch against its snapshot: completions first (they may return credits), then admissions in order, taking
+ * units of the service-wide counter from `units` when given.
+ */
 export function planBatch(
   admissions: readonly AdmitCommand[],
   completions: readonly CompleteCommand[],
   snapshot: Snapshot,
+  units: BlockUse | null = null,
 ): { writes: WriteSet; results: { admissions: AdmitResult[]; completions: CompleteResult[] } } {
-  const batch = new BatchState(snapshot);
+  const batch = new BatchState(snapshot, units);
   const completed = completions.map((c) => complete(batch, snapshot, c));
   const admitted = admissions.map((a) => admit(batch, a));
   return { writes: batch.finish(), results: { admissions: admitted, completions: completed } };
 }
 
 /**
- * One batch in one transaction. The shared counters are read without a lock and added to within their limits by the
- * write; when another transaction took the last units meanwhile (CounterLimitPassed), the batch runs again with
- * `lockShared`: they are then locked by a second read, after every row of the first (the lock order of
- * docs/architecture.md, "Lanes and the service-wide counter").
+ * One batch in one transaction. Its preview admissions take units of the service-wide counter from `units` first;
+ * the counter is read only for a day whose admissions those do not cover. Shared counters are read without a lock
+ * and added to within their limits by the write; when another transaction took the last units meanwhile
+ * (CounterLimitPassed), the batch runs again with `lockShared`: they are then locked by a second read, after every
+ * row of the first (the lock order of docs/architecture.md, "Lanes and the service-wide counter").
  */
 export function* batchProgram(
   admissions: readonly AdmitCommand[],
   completions: readonly CompleteCommand[],
+  units: BlockUse,
   lockShared = false,
 ): BookProgram<{ admissions: AdmitResult[]; completions: CompleteResult[] }> {
-  const { sharedCounters, ...rows } = batchQuery(admissions, completions);
+  const { sharedCounters: shared = [], ...rows } = batchQuery(admissions, completions);
+  const need = new Map<string, number>();
+  for (const a of admissions) if (a.quota) need.set(a.quota.day, (need.get(a.quota.day) ?? 0) + 1);
+  const sharedCounters = shared.filter((k) => units.reserve(k.day, need.get(k.day)!) < need.get(k.day)!);
   const snapshot = (yield { read: lockShared ? rows : { ...rows, sharedCounters } })!;
-  if (lockShared && sharedCounters?.length) {
+  if (lockShared && sharedCounters.length) {
     for (const [key, count] of (yield { read: { counters: sharedCounters } })!.counters) snapshot.counters.set(key, count);
   }
-  const plan = planBatch(admissions, completions, snapshot);
+  const plan = planBatch(admissions, completions, snapshot, units);
+  units.decided();
   yield { write: plan.writes };
   return plan.results;
+}
+
+/** Gives `count` unused units of the service-wide counter of `day` back to it (a stopping process's block). */
+export function* returnUnitsProgram(day: string, count: number): BookProgram<void> {
+  const key = { scope: GLOBAL_PREVIEW_SCOPE, day };
+  const held = (yield { read: { counters: [key] } })!.counters.get(counterKey(key.scope, day)) ?? 0;
+  const writes = emptyWriteSet();
+  writes.counters.push({ ...key, count: Math.max(0, held - count) });
+  yield { write: writes };
 }
 
 /** How requests completed without an answer are recorded: their reservation's resolution and the record's detail. */

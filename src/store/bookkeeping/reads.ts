@@ -33,8 +33,11 @@ const READS = {
   balance: `SELECT ${orgBalances.list(BALANCE_FIELDS)} FROM org_balances WHERE org_id = ?`,
   reservation: `SELECT ${usageRecords.list(RESERVATION_WITH)} FROM usage_records WHERE request_id = ?`,
   ledger: `SELECT ${ledgerEntries.list()} FROM ledger_entries WHERE org_id = ? ORDER BY id`,
-  // Both counters from one statement, so from one snapshot.
-  previewCounters: "SELECT scope, count FROM preview_counters WHERE day = ? AND scope IN (?, ?)",
+  // Both figures from one statement, so from one snapshot. The service-wide one is the requests counted, the
+  // organizations' sum: the '*' row also holds the units that processes keep in blocks (see SharedBlock).
+  previewUsage:
+    "SELECT CAST(COALESCE(SUM(CASE WHEN scope = ? THEN count END), 0) AS BIGINT) AS org, CAST(COALESCE(SUM(count), 0) AS BIGINT) AS global " +
+    `FROM preview_counters WHERE day = ? AND scope <> '${GLOBAL_PREVIEW_SCOPE}'`,
   usage: `SELECT ${USAGE_COLUMNS} FROM usage_records WHERE org_id = ? AND request_id = ?`,
 } as const;
 
@@ -133,12 +136,9 @@ export abstract class BookkeepingReads implements Pick<BookkeepingPart, ReadMeth
   async previewUsage(orgId: string, day: string): Promise<{ org: number; global: number }> {
     checkPreviewOrg(orgId);
     checkDay(day);
-    const scopes = this.holds(orgId) ? [orgId, GLOBAL_PREVIEW_SCOPE] : [GLOBAL_PREVIEW_SCOPE, GLOBAL_PREVIEW_SCOPE];
-    const rows = await this.rows<{ scope: string; count: number }>(READS.previewCounters, [day, ...scopes]);
-    return {
-      org: rows.find((r) => r.scope === orgId)?.count ?? 0,
-      global: rows.find((r) => r.scope === GLOBAL_PREVIEW_SCOPE)?.count ?? 0,
-    };
+    // Text the database cannot hold is no organization's id: "" is none either.
+    const [row] = await this.rows<{ org: number; global: number }>(READS.previewUsage, [this.holds(orgId) ? orgId : "", day]);
+    return { org: Number(row?.org ?? 0), global: Number(row?.global ?? 0) };
   }
 
   async getUsage(orgId: string, requestId: string): Promise<UsageRecord | null> {

@@ -18,7 +18,7 @@ function uniqueKey(err: pg.DatabaseError): string {
   return `${err.table}.${/^Key \(([^)]*)\)=/.exec(err.detail ?? "")?.[1] ?? err.constraint}`;
 }
 
-const postgresRunner = (pool: pg.Pool): SqlRunner => ({
+export const postgresRunner = (pool: pg.Pool): SqlRunner => ({
   read: (program) => withClient(pool, (c) => runSqlAsync(program(), statementsOf(c))),
   write: (program) => transaction(pool, (c) => runSqlAsync(program(), statementsOf(c))),
   violation: (err) =>

@@ -18,6 +18,7 @@ import { bookkeepingWrites, checkGrant, type GrantInput, grantOf } from "../book
 import { checkLease, ENDED_LEASES_KEPT_MS, type LeaseInput } from "../bookkeeping/leases.ts";
 import { BookkeepingReads, type TotalsRows, type UsageListDialect, usagePageStatement } from "../bookkeeping/reads.ts";
 import { type BookProgram, NO_WORK_IN_FLIGHT, runAsync } from "../bookkeeping/rows.ts";
+import { SharedBlock } from "../bookkeeping/shared-blocks.ts";
 import type { BookkeepingPart } from "../compose-store.ts";
 import { checkCount, checkDay, checkEpochMs } from "../input-checks.ts";
 import { postgres } from "../schema/table.ts";
@@ -63,19 +64,25 @@ const ADMIN_IDEMPOTENCY_LOCK = "SELECT pg_advisory_xact_lock(hashtext('admin-ide
 /**
  * The books in PostgreSQL. Every write is one READ COMMITTED transaction of a bookkeeping program, whose rows are
  * read and locked in one shared order (see postgres-book-rows.ts), pipelined: BEGIN goes with the first read, COMMIT
- * with the last write, so a batch costs two round trips. Reads are single statements.
+ * with the last write, so a batch costs two round trips; they run on the bookkeeping pool (force_generic_plan). Reads
+ * are single statements, on the other pool.
  */
 export class PostgresBookkeeping extends BookkeepingReads implements BookkeepingPart {
   readonly commitBatch: BookkeepingStore["commitBatch"];
   readonly sweep: BookkeepingStore["sweep"];
   readonly releaseOrphans: BookkeepingStore["releaseOrphans"];
+  readonly returnHeldUnits: BookkeepingPart["returnHeldUnits"];
   readonly #grantCredits: BookkeepingStore["grantCredits"];
   protected readonly usageList = USAGE_LIST;
 
-  constructor(private readonly pool: pg.Pool) {
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly bookkeepingPool: pg.Pool,
+  ) {
     super();
-    const writes = bookkeepingWrites((program) => pipelinedTransaction(pool, (p) => run(p, program())));
+    const writes = bookkeepingWrites((program) => pipelinedTransaction(bookkeepingPool, (p) => run(p, program())), new SharedBlock());
     this.commitBatch = writes.commitBatch;
+    this.returnHeldUnits = writes.returnHeldUnits;
     this.sweep = writes.sweep;
     this.releaseOrphans = writes.releaseOrphans;
     this.#grantCredits = writes.grantCredits;
@@ -116,7 +123,7 @@ export class PostgresBookkeeping extends BookkeepingReads implements Bookkeeping
     if (audit === undefined) return this.#grantCredits(input);
     checkGrant(input);
     checkAudit(audit);
-    return pipelinedTransaction(this.pool, (p) => grantAudited(p, input, audit));
+    return pipelinedTransaction(this.bookkeepingPool, (p) => grantAudited(p, input, audit));
   }
 
   /**
@@ -126,7 +133,7 @@ export class PostgresBookkeeping extends BookkeepingReads implements Bookkeeping
   async grantCreditsOnce(input: GrantOnceInput): Promise<GrantOnceResult> {
     checkGrantOnce(input);
     const { key, requestHash } = input.idempotency;
-    return pipelinedTransaction(this.pool, async (p): Promise<GrantOnceResult> => {
+    return pipelinedTransaction(this.bookkeepingPool, async (p): Promise<GrantOnceResult> => {
       p.send({ text: ADMIN_IDEMPOTENCY_LOCK, values: [key] });
       const found = p.send<AdminIdempotencyRow>({
         text: "SELECT request_hash, response, expires_at_ms FROM admin_idempotency WHERE key = $1",

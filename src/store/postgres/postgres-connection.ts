@@ -1,4 +1,5 @@
 import pg from "pg";
+import { CONNECTIONS_KEPT_FOR_READS } from "../group-commit.ts";
 import { StoreConflictError, StoreInputError } from "../store-errors.ts";
 
 /**
@@ -46,7 +47,7 @@ function wholeNumber(value: unknown, field: string, max: number): number {
  * The connection settings of a `postgres://` or `postgresql://` URL. Two query parameters belong to the
  * adapter and are taken out before the URL goes to pg; when present they override the `options` argument:
  *
- *   pool_size=N             at most N connections in this instance's pool (default 10)
+ *   pool_size=N             at most N connections in this instance's two pools together (default 10; see poolSizes)
  *   statement_timeout_ms=N  statement_timeout of every connection, in ms (default 5000); a transaction left
  *                           idle that long is ended by the server too (idle_in_transaction_session_timeout)
  *
@@ -113,16 +114,19 @@ const TYPES: pg.CustomTypesConfig = {
  * What every session of the gateway needs, sent in the startup packet's `options` (`-c name=value`), so that a
  * connection has it from its first statement and no statement on the request path sets anything: no JIT (the
  * bookkeeping statements are cheap, and JIT compiling one costs milliseconds whenever an estimate crosses
- * jit_above_cost), custom plans for the prepared bookkeeping statements (planned for their parameters each time,
- * never with a plan made on small tables), and the timeouts. Only settings every supported server knows (PostgreSQL
- * 12 or newer): an unknown name makes the server refuse the connection.
+ * jit_above_cost), and the timeouts. The bookkeeping connections (`genericPlans`) also get
+ * plan_cache_mode=force_generic_plan: their prepared statements are planned once per connection and after each ANALYZE
+ * of a table they use (postgres-statistics.ts), never at each execution, which the server's `auto` would do for the
+ * lookups by `= ANY($1)` (their generic plan assumes 10 keys). The other connections follow the server's plan_cache_mode.
+ * Only settings every supported server knows (PostgreSQL 12 or newer): an unknown name makes the server refuse the
+ * connection.
  */
-function sessionOptions(statementTimeoutMs: number, idleInTransactionMs: number): string {
+function sessionOptions(statementTimeoutMs: number, idleInTransactionMs: number, genericPlans: boolean): string {
   const settings = {
     jit: "off",
-    plan_cache_mode: "force_custom_plan",
     statement_timeout: statementTimeoutMs,
     idle_in_transaction_session_timeout: idleInTransactionMs,
+    ...(genericPlans ? { plan_cache_mode: "force_generic_plan" } : {}),
   };
   return Object.entries(settings)
     .map(([name, value]) => `-c ${name}=${value}`)
@@ -157,14 +161,18 @@ function operatorOptions(connectionString: string): { connectionString: string; 
  * Clients are pipelined (pg's `pipeline`): a statement is sent without waiting for the answers to those before it;
  * a caller that awaits each statement sees no difference, and `pipelinedTransaction` sends several at once.
  */
-export function clientConfig(settings: ConnectionSettings, statementTimeoutMs = settings.statementTimeoutMs): pg.ClientConfig {
+export function clientConfig(
+  settings: ConnectionSettings,
+  own: { statementTimeoutMs?: number; genericPlans?: boolean } = {},
+): pg.ClientConfig {
+  const statementTimeoutMs = own.statementTimeoutMs ?? settings.statementTimeoutMs;
   const operator = operatorOptions(settings.connectionString);
-  const ours = sessionOptions(statementTimeoutMs, settings.statementTimeoutMs);
+  const ours = sessionOptions(statementTimeoutMs, settings.statementTimeoutMs, own.genericPlans ?? false);
   // A timeout of this connection's own (the migrations' longer one) comes last: the operator's must not shorten it.
-  const own = statementTimeoutMs === settings.statementTimeoutMs ? "" : ` -c statement_timeout=${statementTimeoutMs}`;
+  const last = statementTimeoutMs === settings.statementTimeoutMs ? "" : ` -c statement_timeout=${statementTimeoutMs}`;
   return {
     connectionString: operator.connectionString,
-    options: (operator.options?.trim() ? `${ours} ${operator.options.trim()}` : ours) + own,
+    options: (operator.options?.trim() ? `${ours} ${operator.options.trim()}` : ours) + last,
     application_name: settings.applicationName,
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
     keepAlive: true,
@@ -174,11 +182,32 @@ export function clientConfig(settings: ConnectionSettings, statementTimeoutMs = 
   };
 }
 
-export function openPool(settings: ConnectionSettings, onIdleError?: (err: Error) => void): pg.Pool {
-  const pool = new pg.Pool({ ...clientConfig(settings), max: settings.poolSize, idleTimeoutMillis: IDLE_TIMEOUT_MS });
+/**
+ * How pool_size is shared by the two pools of a store: the bookkeeping transactions' (one connection per lane, and one
+ * more for the sweep, a grant or a release running beside them) and everything else's (reads, key lookups, the
+ * accounts, the readiness check), which keeps at least CONNECTIONS_KEPT_FOR_READS. Without a lane count the
+ * bookkeeping pool may grow to the most lanes lanesFor allows (pool_size − 2). Below 3, pool_size still opens one
+ * connection of each kind.
+ */
+export function poolSizes(poolSize: number, lanes?: number): { bookkeeping: number; reads: number } {
+  const mostForBookkeeping = poolSize - CONNECTIONS_KEPT_FOR_READS;
+  const bookkeeping = Math.max(1, lanes === undefined ? mostForBookkeeping : Math.min(lanes + 1, mostForBookkeeping));
+  return { bookkeeping, reads: Math.max(1, poolSize - bookkeeping) };
+}
+
+export function openPool(
+  settings: ConnectionSettings,
+  size: number,
+  own: { genericPlans?: boolean; onIdleError?: ((err: Error) => void) | undefined } = {},
+): pg.Pool {
+  const pool = new pg.Pool({
+    ...clientConfig(settings, { genericPlans: own.genericPlans ?? false }),
+    max: size,
+    idleTimeoutMillis: IDLE_TIMEOUT_MS,
+  });
   // An idle pooled connection that fails (server restart, pg_terminate_backend, network) has already been
   // removed by pg-pool; the next call opens a new one. Without a listener the 'error' event would crash the process.
-  pool.on("error", (err) => onIdleError?.(err));
+  pool.on("error", (err) => own.onIdleError?.(err));
   pool.on("connect", (client) => {
     // A connection killed while pg-pool is still handing it out has neither pg-pool's idle listener nor ours
     // (withClient/transaction) attached: a permanent no-op listener keeps that 'error' from crashing the process.

@@ -24,12 +24,13 @@ function describe(err: unknown): string {
 }
 
 /**
- * The write check of a pool: a session that is read-only (the database or role set default_transaction_read_only, or
- * the server is a standby) is `read_only`; no connection is `unavailable`; then what the latest transactions met (a
- * full disk, 53100, shows only there), shared by the calls of a second (see SharedCheck). PostgreSQL needs no
- * reopening: broken and read-only sessions are discarded, and the pool opens new ones.
+ * The write check of a store's pools (the session checked on the first; the transactions of all heard): a session that
+ * is read-only (the database or role set default_transaction_read_only, or the server is a standby) is `read_only`; no
+ * connection is `unavailable`; then what the latest transactions met (a full disk, 53100, shows only there), shared by
+ * the calls of a second (see SharedCheck). PostgreSQL needs no reopening: broken and read-only sessions are discarded,
+ * and the pools open new ones.
  */
-export function postgresWriteCheck(pool: pg.Pool): () => Promise<WriteCheck> {
+export function postgresWriteCheck(pool: pg.Pool, ...otherPools: pg.Pool[]): () => Promise<WriteCheck> {
   const outcomes = new WriteOutcomes();
   const shared = new SharedCheck(async () => {
     try {
@@ -39,13 +40,15 @@ export function postgresWriteCheck(pool: pg.Pool): () => Promise<WriteCheck> {
     }
     return outcomes.latest() ?? { state: "ok" };
   });
-  observeOutcomes(pool, (failure) => {
-    if (failure === null) return outcomes.succeeded();
-    const state = postgresWritability(failure);
-    if (state !== null) shared.invalidate();
-    if (state !== null && state !== "unavailable") outcomes.failed({ state, reason: describe(failure) });
-  });
-  // An idle connection lost (the server restarted, the database dropped, a failover): check anew at the next call.
-  pool.on("error", () => shared.invalidate());
+  for (const observed of [pool, ...otherPools]) {
+    observeOutcomes(observed, (failure) => {
+      if (failure === null) return outcomes.succeeded();
+      const state = postgresWritability(failure);
+      if (state !== null) shared.invalidate();
+      if (state !== null && state !== "unavailable") outcomes.failed({ state, reason: describe(failure) });
+    });
+    // An idle connection lost (the server restarted, the database dropped, a failover): check anew at the next call.
+    observed.on("error", () => shared.invalidate());
+  }
   return () => shared.check();
 }

@@ -1,10 +1,11 @@
 import type { Balance, LedgerEntry, Reservation, ReservationStatus } from "../../domain/credits.ts";
 import type { UsageRecord } from "../../domain/usage-records.ts";
+import type { BatchRequestRow, BatchRow } from "../batches/batch-rows.ts";
 import { bigint, boolean, float, int, Table, text } from "./table.ts";
 
 /**
- * The tables of the books, described once for both dialects (the migrations create them). A column added to a table
- * is added here, to the two migrations, and to the code that sets its value.
+ * The tables of the books and of batches, described once for both dialects (the migrations create them). A column
+ * added to a table is added here, to the two migrations, and to the code that sets its value.
  */
 
 /**
@@ -173,3 +174,44 @@ export const usageDaily = new Table<UsageDailyDelta>("usage_daily", {
 
 /** The counts of a day's row (what a change adds). */
 export const USAGE_DAILY_COUNTS = usageDaily.fieldsExcept("orgId", "dayStartMs");
+
+/** Batch submissions (migration 011). */
+export const batches = new Table<BatchRow>("batches", {
+  id: text("id"),
+  orgId: text("org_id"),
+  keyId: text("key_id"),
+  model: text("model"),
+  status: text("status"),
+  createdAtMs: bigint("created_at_ms"),
+  startedAtMs: bigint("started_at_ms"),
+  endedAtMs: bigint("ended_at_ms"),
+  expiresAtMs: bigint("expires_at_ms"),
+  touchedAtMs: bigint("touched_at_ms"),
+  total: int("total"),
+  succeeded: int("succeeded"),
+  failed: int("failed"),
+  expired: int("expired"),
+  costMicrousd: bigint("cost_microusd"),
+  inputBytes: bigint("input_bytes"),
+  idempotencyKey: text("idempotency_key"),
+  requestHash: text("request_hash"),
+});
+
+/** The fields of a BatchRecord. */
+export const BATCH_FIELDS = batches.fieldsExcept("touchedAtMs", "expired", "idempotencyKey", "requestHash");
+
+/** The requests of batches, one row per input line (migration 011). */
+export const batchRequests = new Table<BatchRequestRow>("batch_requests", {
+  batchId: text("batch_id"),
+  position: int("position"),
+  customId: text("custom_id"),
+  body: text("body"),
+  state: text("state"),
+  requestId: text("request_id"),
+  claimedBy: text("claimed_by"),
+  leaseUntilMs: bigint("lease_until_ms"),
+  resultStatus: int("result_status"),
+  resultBody: text("result_body"),
+  costMicrousd: bigint("cost_microusd"),
+  finishedAtMs: bigint("finished_at_ms"),
+});

@@ -10,11 +10,12 @@ import { Worker } from "node:worker_threads";
  * SQLite starts the WAL over (writes from its beginning again) when a writer begins while every frame has been
  * copied, and under steady writes a PASSIVE checkpoint rarely catches up with the newest frame. So once the WAL holds
  * `restartPages` pages, the thread catches up between two writes of the serving connection, which counts its write
- * transactions in shared memory (`write`, `counted`: odd while one runs). First it waits for a write to end and checkpoints at
- * once, in the pause before the next, until a checkpoint copied the last frame with no write in between
- * (OPPORTUNE_PASSES at most). If none did, it closes a gate that the serving connection's next writes wait for
- * asynchronously (`closed`), waits for the running write to end, checkpoints, and opens the gate. The next write then
- * starts the WAL over by itself, with no lock held by anyone else; it only syncs the WAL's new header.
+ * transactions in shared memory (`write`, `ifOpen`: odd while one runs, and for a moment while one finds the gate
+ * closed and backs off). First it waits for a write to end and checkpoints at once, in the pause before the next, until
+ * a checkpoint copied the last frame with no write in between (OPPORTUNE_PASSES at most). If none did, it closes a
+ * gate that the serving connection's next writes wait for asynchronously (`closed`), waits for the running write to
+ * end, checkpoints, and opens the gate. The next write then starts the WAL over by itself, with no lock held by anyone
+ * else; it only syncs the WAL's new header.
  *
  * When that fails too (writes from other processes) and the WAL holds `forcedPages` pages, a RESTART checkpoint
  * takes the write lock (waiting at most BUSY_MS, in this thread), and writers wait asynchronously meanwhile, as for
@@ -50,19 +51,24 @@ const [WRITES, GATE] = [${WRITES}, ${GATE}];
 const walBytes = () => statSync(workerData.path + "-wal", { throwIfNoEntry: false })?.size ?? 0;
 const passive = () => db.pragma("wal_checkpoint(PASSIVE)")[0];
 
-// The write count once no write runs (waiting at most until the deadline for the running one to end), or null.
+// The write count once no write runs, waiting at most until the deadline, or null. Waits for every odd count it reads:
+// the running write, then, when woken late, the next one, or one that found the gate closed and is backing off.
 function betweenWrites(deadline) {
-  const seen = Atomics.load(shared, WRITES);
-  if (seen % 2 === 0) return seen;
-  Atomics.wait(shared, WRITES, seen, Math.max(1, deadline - Date.now()));
-  const now = Atomics.load(shared, WRITES);
-  return now % 2 === 0 ? now : null;
+  for (;;) {
+    const seen = Atomics.load(shared, WRITES);
+    if (seen % 2 === 0) return seen;
+    const left = deadline - Date.now();
+    if (left <= 0) return null;
+    Atomics.wait(shared, WRITES, seen, left);
+  }
 }
 
-// A PASSIVE checkpoint between two writes; its result, with log 0 when the next write starts the WAL over.
-function passBetween(seen) {
+// A PASSIVE checkpoint between two writes; its result, with log 0 when the next write starts the WAL over: it copied
+// the last frame, and no write started meanwhile (none can while the gate is closed; the count may still read odd then).
+function passBetween(seen, gated) {
   const result = passive();
-  return result.checkpointed === result.log && Atomics.load(shared, WRITES) === seen ? { ...result, log: 0 } : result;
+  const noWriteSince = gated || Atomics.load(shared, WRITES) === seen;
+  return result.checkpointed === result.log && noWriteSince ? { ...result, log: 0 } : result;
 }
 
 function catchUp(first) {
@@ -71,13 +77,13 @@ function catchUp(first) {
   for (let pass = 0; pass < workerData.opportunePasses && Date.now() < deadline; pass++) {
     const seen = betweenWrites(deadline);
     if (seen === null) continue;
-    result = passBetween(seen);
+    result = passBetween(seen, false);
     if (result.log < restartPages) return result;
   }
   Atomics.store(shared, GATE, 1);
   try {
     const seen = betweenWrites(Date.now() + workerData.gateWaitMs);
-    return seen === null ? result : passBetween(seen);
+    return seen === null ? result : passBetween(seen, true);
   } finally {
     Atomics.store(shared, GATE, 0);
     Atomics.notify(shared, GATE);
@@ -119,8 +125,11 @@ export interface Checkpointer {
    * once when the gate is open, else once it opens (or GATE_WAIT_MS passed).
    */
   write<T>(write: () => T): T | Promise<T>;
-  /** The same, for a caller that waited for `closed()` itself and must run the write synchronously. */
-  counted<T>(write: () => T): T;
+  /**
+   * The same, synchronously, for a caller that waited for `closed()` itself: runs the write when the gate is open,
+   * else returns `{ ran: false }` without running it (the gate closed again meanwhile: wait for `closed()` again).
+   */
+  ifOpen<T>(write: () => T): { ran: true; value: T } | { ran: false };
   /** While the thread checkpoints with the gate closed: when it opens (or GATE_WAIT_MS passed). Null when open. */
   closed(): Promise<void> | null;
   stop(): Promise<void>;
@@ -173,32 +182,35 @@ export function startCheckpointer(
     Atomics.add(shared, WRITES, 1);
     Atomics.notify(shared, WRITES);
   };
-  const counted = <T>(write: () => T): T => {
+  const ifOpen = <T>(write: () => T): { ran: true; value: T } | { ran: false } => {
+    // Counted as started before the gate is read, and the thread reads the count after closing it: either this
+    // write sees the gate closed, or the thread sees the write running and waits for its end.
     Atomics.add(shared, WRITES, 1);
-    try {
-      return write();
-    } finally {
-      ended();
+    if (Atomics.load(shared, GATE) === 0) {
+      try {
+        return { ran: true, value: write() };
+      } finally {
+        ended();
+      }
+    }
+    // Not started after all: the count is as before, so that a checkpoint meanwhile still counts as between two writes.
+    Atomics.sub(shared, WRITES, 1);
+    Atomics.notify(shared, WRITES);
+    return { ran: false };
+  };
+  const whenOpen = async <T>(write: () => T): Promise<T> => {
+    for (;;) {
+      await closed();
+      const result = ifOpen(write);
+      if (result.ran) return result.value;
     }
   };
   return {
     write(write) {
-      // Counted as started before the gate is read, and the thread reads the count after closing it: either this
-      // write sees the gate closed, or the thread sees the write running and waits for its end.
-      Atomics.add(shared, WRITES, 1);
-      if (Atomics.load(shared, GATE) === 0) {
-        try {
-          return write();
-        } finally {
-          ended();
-        }
-      }
-      // Not started after all: the count is as before, so that a checkpoint meanwhile still counts as between two writes.
-      Atomics.sub(shared, WRITES, 1);
-      Atomics.notify(shared, WRITES);
-      return (closed() ?? Promise.resolve()).then(() => counted(write));
+      const result = ifOpen(write);
+      return result.ran ? result.value : whenOpen(write);
     },
-    counted,
+    ifOpen,
     closed,
     stop() {
       if (!stopped) {

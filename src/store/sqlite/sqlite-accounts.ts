@@ -18,7 +18,7 @@ function statementsOf(db: Database.Database, ahead: readonly string[] = []): (st
   };
 }
 
-function sqliteRunner(db: Database.Database, write: <T>(fn: () => T) => Promise<T>): SqlRunner {
+export function sqliteRunner(db: Database.Database, write: <T>(fn: () => T) => Promise<T>): SqlRunner {
   // Prepared on opening, so that a statement the schema cannot run fails at once.
   const run = statementsOf(db, ACCOUNT_STATEMENTS);
   return {

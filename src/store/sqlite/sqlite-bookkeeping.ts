@@ -20,6 +20,7 @@ import { bookkeepingWrites, checkGrant, type GrantInput, grantOf } from "../book
 import { checkLease, ENDED_LEASES_KEPT_MS, type LeaseInput } from "../bookkeeping/leases.ts";
 import { BookkeepingReads, type TotalsRows, type UsageListDialect, usagePageStatement } from "../bookkeeping/reads.ts";
 import { type BookProgram, NO_WORK_IN_FLIGHT, runSync } from "../bookkeeping/rows.ts";
+import { SharedBlock } from "../bookkeeping/shared-blocks.ts";
 import type { BookkeepingPart } from "../compose-store.ts";
 import { checkCount, checkDay, checkEpochMs } from "../input-checks.ts";
 import type { DbRow } from "../schema/table.ts";
@@ -71,7 +72,7 @@ export class SqliteBookkeeping extends BookkeepingReads implements BookkeepingPa
   readonly #totals: Database.Transaction<(query: UsageTotalsQuery) => TotalsRows>;
   readonly #putLease: Statement<[string, number, number]>;
   readonly #dropEndedLeases: Statement<[number]>;
-  readonly #writes: Pick<BookkeepingStore, "commitBatch" | "sweep" | "releaseOrphans" | "grantCredits">;
+  readonly #writes: Pick<BookkeepingPart, "commitBatch" | "sweep" | "releaseOrphans" | "grantCredits" | "returnHeldUnits">;
   protected readonly usageList = USAGE_LIST;
 
   constructor(
@@ -115,10 +116,12 @@ export class SqliteBookkeeping extends BookkeepingReads implements BookkeepingPa
         organizations: (one ? totals.oneOrg : totals.orgs).all(...params),
       };
     });
-    const failFast = bookkeepingWrites(async (program) => this.#runNow(() => this.#run(program())));
-    const patient = bookkeepingWrites((program) => this.write(() => this.#runNow(() => this.#run(program()))));
+    const block = new SharedBlock();
+    const failFast = bookkeepingWrites(async (program) => this.#runNow(() => this.#run(program())), block);
+    const patient = bookkeepingWrites((program) => this.write(() => this.#runNow(() => this.#run(program()))), block);
     this.#writes = {
       commitBatch: failFast.commitBatch,
+      returnHeldUnits: patient.returnHeldUnits,
       sweep: patient.sweep,
       releaseOrphans: patient.releaseOrphans,
       grantCredits: patient.grantCredits,
@@ -172,6 +175,10 @@ export class SqliteBookkeeping extends BookkeepingReads implements BookkeepingPa
 
   commitBatch(batch: Parameters<BookkeepingStore["commitBatch"]>[0]) {
     return this.#writes.commitBatch(batch);
+  }
+
+  returnHeldUnits(): Promise<void> {
+    return this.#writes.returnHeldUnits();
   }
 
   sweep(input: { nowMs: number; inFlightBeforeMs: number; limit: number }): Promise<SweepResult> {

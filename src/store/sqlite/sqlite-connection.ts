@@ -160,11 +160,16 @@ export class SqliteConnection {
   }
 
   #partsOf(db: Database.Database): Parts {
-    const write: Write = async (fn) => {
-      await this.#checkpointer?.closed();
-      const value = await this.hooks.write(() => (this.#checkpointer ? this.#checkpointer.counted(fn) : fn()));
-      this.#outcomes.succeeded();
-      return value;
+    const write: Write = async <T>(fn: () => T): Promise<T> => {
+      // Until it ran with the gate open: the gate may close again between the wait and the write.
+      for (;;) {
+        await this.#checkpointer?.closed();
+        const result = await this.hooks.write(() => this.#checkpointer?.ifOpen(fn) ?? { ran: true as const, value: fn() });
+        if (result.ran) {
+          this.#outcomes.succeeded();
+          return result.value;
+        }
+      }
     };
     return { db, accounts: new SqliteAccounts(db, write), books: new SqliteBookkeeping(db, write) };
   }
