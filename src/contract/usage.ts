@@ -28,7 +28,11 @@ export const UsageRecordJson = Type.Object(
       description: "ISO-8601 time the final outcome was recorded; null while in flight",
     }),
     key_id: Type.String({ description: "Id of the API key used (never the key)" }),
-    source: Type.Union([Type.Literal("api"), Type.Literal("playground")]),
+    source: Type.Union([Type.Literal("api"), Type.Literal("playground"), Type.Literal("batch")], {
+      description:
+        "api: a decision request; playground: a request sent with x-tds-source: playground (the console's Playground); " +
+        "batch: a request of a batch submission (reserved: this version does not serve batches yet)",
+    }),
     model: Type.String(),
     service_mode: ServiceMode,
     outcome: UsageOutcome,

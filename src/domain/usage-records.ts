@@ -3,7 +3,8 @@
 /** The two ways a request is served: free with day quotas, or paid from credits. */
 export type ServiceMode = "preview" | "paid";
 
-export type UsageSource = "api" | "playground";
+/** api: a decision request; playground: one sent by the console's Playground; batch: a request of a batch. */
+export type UsageSource = "api" | "playground" | "batch";
 /** `in_flight` until the request's completion commits; every other outcome is final. */
 export type UsageOutcome = "in_flight" | "succeeded" | "model_error" | "context_rejected" | "reservation_expired" | "gateway_error";
 export type FinalOutcome = Exclude<UsageOutcome, "in_flight">;

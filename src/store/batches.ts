@@ -235,6 +235,25 @@ function* batchById(id: string): SqlProgram<BatchRecord | null> {
   return row ? toBatch(row) : null;
 }
 
+/** The batch submissions of a Store (`store.batches`), written once for both databases by `Batches` (its methods say what each does). */
+export interface BatchStore {
+  beginBatch(input: BeginBatchInput): Promise<BatchRecord>;
+  findIdempotentBatch(orgId: string, key: string, nowMs: number): Promise<{ batch: BatchRecord; requestHash: string } | null>;
+  addLines(batchId: string, lines: readonly BatchLine[], nowMs: number): Promise<void>;
+  openBatch(input: OpenBatchInput): Promise<OpenBatchOutcome>;
+  dropBatch(batchId: string): Promise<boolean>;
+  getBatch(orgId: string, id: string): Promise<BatchRecord | null>;
+  listBatches(orgId: string, page: { limit: number; cursor?: string }): Promise<{ batches: BatchRecord[]; nextCursor: string | null }>;
+  claimRequests(input: ClaimInput): Promise<ClaimedRequest[]>;
+  renewClaims(instanceId: string, leaseUntilMs: number): Promise<number>;
+  releaseClaims(instanceId: string): Promise<number>;
+  finishRequest(input: FinishInput): Promise<boolean>;
+  cancelBatch(orgId: string, id: string, nowMs: number): Promise<BatchRecord | null>;
+  expireBatches(nowMs: number, limit?: number): Promise<number>;
+  results(orgId: string, id: string, page: { afterPosition: number; limit: number }): Promise<BatchResult[] | null>;
+  purgeBatches(input: PurgeInput): Promise<number>;
+}
+
 export interface BatchesOptions {
   /** The id of a request at its first claim (default: the API's newRequestId). */
   newRequestId?: () => string;
@@ -249,7 +268,7 @@ export interface BatchesOptions {
  * ended: the runner runs it with the Idempotency-Key `batch:<batch id>:<position>`, so a re-run replays the first and
  * both holders of a request hold the same decision. Whichever finishes first writes the result.
  */
-export class Batches {
+export class Batches implements BatchStore {
   readonly #claim: string;
   readonly #postgres: boolean;
   readonly #newRequestId: () => string;

@@ -1,4 +1,5 @@
 import type { AdministrationStore } from "./administration.ts";
+import type { BatchStore } from "./batches.ts";
 import type { AccountStore, BookkeepingStore, Store } from "./store.ts";
 
 /** What an adapter's accounts half serves: organizations and keys, their pages, and the audit log. */
@@ -11,16 +12,18 @@ export type BookkeepingPart = BookkeepingStore &
   Pick<AdministrationStore, "grantCreditsOnce" | "usageTotals"> & { returnHeldUnits(): Promise<void> };
 
 /**
- * One Store from an adapter's two capabilities (organizations and keys; the books) and its own lifecycle.
+ * One Store from an adapter's capabilities (organizations and keys; the books; batch submissions) and its own lifecycle.
  * Every adapter composes itself here, so the method list is written once.
  */
 export function composeStore<B extends Pick<Store, "dialect" | "close" | "classifyFailure" | "connectionStats">>(
   base: B,
   accounts: AccountsPart,
   books: BookkeepingPart,
+  batches: BatchStore,
 ): B & Store {
   const closeBase = base.close.bind(base);
-  const composed: AccountStore & BookkeepingStore & AdministrationStore & Pick<Store, "close"> = {
+  const composed: AccountStore & BookkeepingStore & AdministrationStore & Pick<Store, "close" | "batches"> = {
+    batches,
     async close() {
       // Not given back (the database is gone): they stay counted for their day, and the limit still holds.
       await books.returnHeldUnits().catch(() => undefined);

@@ -4,6 +4,7 @@ import type { Balance, LedgerEntry, Reservation } from "../domain/credits.ts";
 import type { ApiKeyRecord, Organization } from "../domain/organizations.ts";
 import type { UsageOutcome, UsageRecord } from "../domain/usage-records.ts";
 import type { AdministrationStore } from "./administration.ts";
+import type { BatchStore } from "./batches.ts";
 import type { StoreFailureKind } from "./store-errors.ts";
 
 export interface UsageQuery {
@@ -132,6 +133,8 @@ export interface WriteCheck {
 /** Everything the service keeps. One interface, one adapter per database. */
 export interface Store extends AccountStore, BookkeepingStore, AdministrationStore {
   readonly dialect: "sqlite" | "postgres";
+  /** Batch submissions and their requests (issue 23). */
+  readonly batches: BatchStore;
   close(): Promise<void>;
   /**
    * How an error thrown by one of this store's calls reads, from its own driver's codes: busy storage that can be run

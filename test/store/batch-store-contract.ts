@@ -1,7 +1,7 @@
 /**
  * The batch storage contract (src/store/batches.ts): every adapter runs this suite unchanged.
  *
- *   describeBatchStoreContract("sqlite", async (options) => sqliteFixture(options));
+ *   describeBatchStoreContract("sqlite", async () => sqliteFixture());
  *
  * `makeFixture` is called once per test and must return a database with no batches; the suite closes it.
  */
@@ -11,10 +11,9 @@ import { ERROR_CATALOGUE } from "../../src/domain/errors.ts";
 import { IDEMPOTENCY_WINDOW_MS } from "../../src/domain/idempotency.ts";
 import {
   BATCH_ROWS_PER_CHUNK,
-  type Batches,
-  type BatchesOptions,
   type BatchLine,
   type BatchRecord,
+  type BatchStore,
   type ClaimedRequest,
   DuplicateCustomIdError,
   MAX_LINE_BYTES_PER_CALL,
@@ -29,7 +28,7 @@ const HOUR = 3_600_000;
 const DAY = 24 * HOUR;
 
 export interface BatchStoreFixture {
-  batches: Batches;
+  batches: BatchStore;
   createOrganization(id: string): Promise<void>;
   /** The rows of batch_requests of a batch (whatever its state). */
   countRequests(batchId: string): Promise<number>;
@@ -48,15 +47,13 @@ export function lines(count: number, from = 0): BatchLine[] {
 const CANCELLED_BODY = JSON.stringify({ detail: ERROR_CATALOGUE.batch_cancelled.detail });
 const EXPIRED_BODY = JSON.stringify({ detail: ERROR_CATALOGUE.batch_expired.detail });
 
-export function describeBatchStoreContract(name: string, makeFixture: (options: BatchesOptions) => Promise<BatchStoreFixture>): void {
+export function describeBatchStoreContract(name: string, makeFixture: () => Promise<BatchStoreFixture>): void {
   describe(`Batch store contract: ${name}`, () => {
     let fixture: BatchStoreFixture;
-    let store: Batches;
-    let issued = 0;
+    let store: BatchStore;
 
     beforeEach(async () => {
-      issued = 0;
-      fixture = await makeFixture({ newRequestId: () => `req_t${++issued}` });
+      fixture = await makeFixture();
       store = fixture.batches;
       for (const org of ["org_a", "org_b", "org_c"]) await fixture.createOrganization(org);
     });
@@ -164,9 +161,13 @@ export function describeBatchStoreContract(name: string, makeFixture: (options: 
         model: "jev-1",
         customId: "c7",
         body: lines(1, 7)[0]!.body,
-        requestId: "req_t8",
+        requestId: claimed[7]!.requestId,
         leaseUntilMs: T0 + 2 * SECOND + 30 * SECOND,
       });
+      assert.ok(
+        claimed.every((c) => /^req_\w+$/.test(c.requestId)),
+        "the API's request ids",
+      );
       assert.equal(new Set(claimed.map((c) => c.requestId)).size, 305, "a request id each");
       const running = await store.getBatch("org_a", "batch_1");
       assert.deepEqual([running?.status, running?.startedAtMs], ["running", T0 + 2 * SECOND]);
@@ -326,7 +327,8 @@ export function describeBatchStoreContract(name: string, makeFixture: (options: 
       await submit("batch_b", 3, { orgId: "org_b", createdAtMs: T0 + 1 });
       await submit("batch_a2", 2, { orgId: "org_a", createdAtMs: T0 + 2 });
       const now = T0 + SECOND;
-      assert.deepEqual(at(await claim(now, 4)), ["batch_a1:0", "batch_a1:1", "batch_a1:2", "batch_b:0"]);
+      const firstClaims = await claim(now, 4);
+      assert.deepEqual(at(firstClaims), ["batch_a1:0", "batch_a1:1", "batch_a1:2", "batch_b:0"]);
       assert.deepEqual(at(await claim(now, 2, "i2", 4)), ["batch_b:1", "batch_b:2"], "the older batch first");
       const third = await claim(now, 10, "i2", 4);
       assert.deepEqual(at(third), ["batch_a2:0"], "org_a has room for one more");
@@ -336,8 +338,7 @@ export function describeBatchStoreContract(name: string, makeFixture: (options: 
       // A finished claim frees room for the organization.
       const a1 = await store.results("org_a", "batch_a1", { afterPosition: -1, limit: 10 });
       assert.deepEqual(a1, []);
-      const claimedA1 = { batchId: "batch_a1", position: 0, requestId: "req_t1" } as ClaimedRequest;
-      assert.equal(await finish(claimedA1, now), true);
+      assert.equal(await finish(firstClaims[0]!, now), true);
       assert.deepEqual(at(await claim(now, 10, "i2", 4)), ["batch_a2:1"]);
       const statuses = await Promise.all(["batch_a1", "batch_a2"].map((id) => store.getBatch("org_a", id)));
       assert.deepEqual(

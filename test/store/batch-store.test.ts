@@ -4,17 +4,16 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { ERROR_CATALOGUE } from "../../src/domain/errors.ts";
-import { BATCH_ROWS_PER_CHUNK, Batches, type BatchesOptions, type ClaimedRequest, MAX_LINES_PER_CALL } from "../../src/store/batches.ts";
+import { BATCH_ROWS_PER_CHUNK, Batches, type BatchStore, type ClaimedRequest, MAX_LINES_PER_CALL } from "../../src/store/batches.ts";
 import { readMigrations } from "../../src/store/migration-files.ts";
-import { PostgresBatches } from "../../src/store/postgres/postgres-batches.ts";
 import { POSTGRES_MIGRATIONS_DIR } from "../../src/store/postgres/postgres-migrations.ts";
 import { openPostgresStore, type PostgresStore } from "../../src/store/postgres/postgres-store.ts";
 import type { SqlProgram, SqlRunner } from "../../src/store/sql-program.ts";
 import { SQLITE_MIGRATIONS_DIR } from "../../src/store/sqlite/migrations.ts";
 import { sqliteRunner } from "../../src/store/sqlite/sqlite-accounts.ts";
-import { SqliteBatches } from "../../src/store/sqlite/sqlite-batches.ts";
 import { openSqliteStore, type SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
 import { createTestDatabase } from "../support/postgres-db.ts";
+import { eventually } from "../support/timer-race.ts";
 import { type BatchStoreFixture, describeBatchStoreContract, lines, T0 } from "./batch-store-contract.ts";
 
 const SKIP_POSTGRES = process.env.TDS_SKIP_POSTGRES === "1";
@@ -31,8 +30,6 @@ function migrationsBefore(dir: string, version: number): string {
   for (const m of readMigrations(dir).filter((m) => m.version < version)) copyFileSync(join(dir, m.file), join(copy, m.file));
   return copy;
 }
-
-const sqliteBatches = (store: SqliteStore, options?: BatchesOptions) => new SqliteBatches(store.db, (fn) => Promise.resolve(fn()), options);
 
 /** Runs `fn` on a new SQLite store at `path` holding the organization org_a, then closes it. */
 async function onSqliteStore(path: string, fn: (store: SqliteStore) => Promise<void>): Promise<void> {
@@ -91,16 +88,16 @@ const REFUSED = [
   "INSERT INTO batch_requests (batch_id, position, custom_id, body) VALUES ('missing', 0, 'c', '{}')",
 ];
 
-async function seedRefusable(batches: SqliteBatches | PostgresBatches): Promise<void> {
+async function seedRefusable(batches: BatchStore): Promise<void> {
   await batches.beginBatch({ id: "b", orgId: "org_a", keyId: "k", model: null, nowMs: T0, expiresAtMs: T0 + DAY });
   await batches.addLines("b", lines(2), T0);
   await batches.openBatch({ batchId: "b", total: 2, inputBytes: 2, nowMs: T0, idempotency: null });
 }
 
-describeBatchStoreContract("sqlite (temp file)", async (options): Promise<BatchStoreFixture> => {
+describeBatchStoreContract("sqlite (temp file)", async (): Promise<BatchStoreFixture> => {
   const store = openSqliteStore(tempFile());
   return {
-    batches: sqliteBatches(store, options),
+    batches: store.batches,
     createOrganization: async (id) => void (await store.createOrganization({ id, name: `name of ${id}`, nowMs: T0 })),
     countRequests: async (batchId) =>
       (store.db.prepare("SELECT count(*) AS n FROM batch_requests WHERE batch_id = ?").get(batchId) as { n: number }).n,
@@ -122,7 +119,7 @@ describe("batches on SQLite", () => {
         name: "batches",
       });
       assert.equal((await store.findOrganization("org_a"))?.name, "Acme");
-      const batches = sqliteBatches(store);
+      const { batches } = store;
       await seedRefusable(batches);
       assert.equal((await batches.getBatch("org_a", "b"))?.total, 2);
     } finally {
@@ -130,9 +127,38 @@ describe("batches on SQLite", () => {
     }
   });
 
+  it("the store's batches report a connection gone, and use the connection the store opens again", async () => {
+    const reopened: string[] = [];
+    const store = openSqliteStore(tempFile(), { onReopen: (event) => reopened.push(event.message) });
+    try {
+      await store.createOrganization({ id: "org_a", name: "Acme", nowMs: T0 });
+      await seedRefusable(store.batches);
+      const first = store.db;
+      first.close();
+      const claim = { instanceId: "i", nowMs: T0 + 1, leaseUntilMs: T0 + 9, limit: 5 };
+      await assert.rejects(store.batches.claimRequests(claim), /The database connection is not open/);
+      // Only the batch store's failure told the store: it opens the file again on its own.
+      await eventually("the store to open its file again", () => (store.db !== first && store.db.open ? true : undefined), 10_000);
+      assert.equal(reopened.length, 1);
+      assert.match(reopened[0]!, /takes writes again/);
+      const claimed = await store.batches.claimRequests(claim);
+      assert.deepEqual(
+        claimed.map((c) => c.position),
+        [0, 1],
+      );
+      for (const c of claimed)
+        assert.equal(await store.batches.finishRequest({ ...c, status: 200, body: "{}", costMicrousd: 3, nowMs: T0 + 2 }), true);
+      const batch = await store.batches.getBatch("org_a", "b");
+      assert.deepEqual([batch?.status, batch?.succeeded, batch?.costMicrousd], ["completed", 2, 6]);
+      assert.equal(store.db.prepare("SELECT count(*) FROM batch_requests WHERE state = 'done'").pluck().get(), 2);
+    } finally {
+      await store.close();
+    }
+  });
+
   it("the migration's checks and keys refuse inconsistent rows", () =>
     onSqliteStore(tempFile(), async (store) => {
-      await seedRefusable(sqliteBatches(store));
+      await seedRefusable(store.batches);
       for (const sql of REFUSED) assert.throws(() => store.db.exec(sql), /constraint failed/, sql);
     }));
 
@@ -160,7 +186,7 @@ describe("batches on SQLite", () => {
 
   it("a cancel interrupted between chunks is finished by the next expiry pass", () =>
     onSqliteStore(tempFile(), async (store) => {
-      const batches = sqliteBatches(store);
+      const { batches } = store;
       await batches.beginBatch({ id: "b", orgId: "org_a", keyId: "k", model: null, nowMs: T0, expiresAtMs: T0 + DAY });
       await batches.addLines("b", lines(5), T0);
       await batches.openBatch({ batchId: "b", total: 5, inputBytes: 1, nowMs: T0, idempotency: null });
@@ -259,10 +285,10 @@ describe("batches on PostgreSQL", { skip: SKIP_POSTGRES }, () => {
   const countRequests = async (batchId: string) =>
     (await store.pool.query<{ n: number }>("SELECT count(*) AS n FROM batch_requests WHERE batch_id = $1", [batchId])).rows[0]!.n;
 
-  describeBatchStoreContract("postgres", async (options): Promise<BatchStoreFixture> => {
+  describeBatchStoreContract("postgres", async (): Promise<BatchStoreFixture> => {
     const s = await emptied();
     return {
-      batches: new PostgresBatches(s.pool, options),
+      batches: s.batches,
       createOrganization: async (id) => void (await s.createOrganization({ id, name: `name of ${id}`, nowMs: T0 })),
       countRequests,
       close: async () => undefined,
@@ -274,7 +300,7 @@ describe("batches on PostgreSQL", { skip: SKIP_POSTGRES }, () => {
     const other = await openPostgresStore(database.url);
     opened.push(other);
     for (const org of ["org_a", "org_b"]) await store.createOrganization({ id: org, name: org, nowMs: T0 });
-    const instances = [new PostgresBatches(store.pool), new PostgresBatches(other.pool)];
+    const instances = [store.batches, other.batches];
     const sizes = { batch_1: 200, batch_2: 150, batch_3: 100 };
     for (const [i, [id, count]] of Object.entries(sizes).entries()) {
       await instances[0]!.beginBatch({
@@ -339,7 +365,7 @@ describe("batches on PostgreSQL", { skip: SKIP_POSTGRES }, () => {
     await emptied();
     const other = await openPostgresStore(database.url);
     opened.push(other);
-    const instances = [new PostgresBatches(store.pool), new PostgresBatches(other.pool)];
+    const instances = [store.batches, other.batches];
     for (const [i, org] of ["org_a", "org_b"].entries()) {
       await store.createOrganization({ id: org, name: org, nowMs: T0 });
       for (const n of [1, 2]) {
@@ -378,9 +404,9 @@ describe("batches on PostgreSQL", { skip: SKIP_POSTGRES }, () => {
       await old.close();
       const migrated = await openPostgresStore(fresh.url);
       try {
-        assert.deepEqual(migrated.migrations.applied, [{ version: 11, name: "batches" }]);
+        assert.deepEqual(migrated.migrations.applied[0], { version: 11, name: "batches" }, "011 first, then any later one");
         assert.equal((await migrated.findOrganization("org_a"))?.name, "Acme");
-        await seedRefusable(new PostgresBatches(migrated.pool));
+        await seedRefusable(migrated.batches);
         for (const sql of REFUSED) await assert.rejects(migrated.pool.query(sql), /violates/, sql);
       } finally {
         await migrated.close();

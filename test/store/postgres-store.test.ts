@@ -32,6 +32,7 @@ import type { UsageQuery } from "../../src/store/store.ts";
 import { StoreInputError } from "../../src/store/store-errors.ts";
 import { encodeUsageCursor } from "../../src/store/usage-cursor.ts";
 import { checkRowsAfter010, rowsBefore010 } from "../support/books-before-010.ts";
+import { SOURCES_AFTER_012, usageRowsBefore012, usageRowWithSource } from "../support/usage-before-012.ts";
 import { REFUSED_STATEMENTS, SEEDED_BALANCE, seedInvariantRows } from "./refused-statements.ts";
 import { admission, checkBalanceInvariants, completion, describeStoreContract, usageRecord } from "./store-contract.ts";
 
@@ -568,6 +569,70 @@ function definePostgresTests(): void {
       await checkRowsAfter010(store);
       assert.equal((await store.pool.query("SELECT to_regclass('reservations') AS t")).rows[0].t, null, "the table is gone");
       await store.close();
+    });
+
+    it("012 allows source 'batch' in usage_records: rows, columns, other constraints and indexes as before", async () => {
+      const dir = mkdtempSync(join(tmpdir(), "tds-pg-migrations-"));
+      tempDirs.push(dir);
+      for (const m of readPostgresMigrations().filter((m) => m.version < 12))
+        copyFileSync(join(POSTGRES_MIGRATIONS_DIR, m.file), join(dir, m.file));
+      const { schema, url } = await freshSchema();
+      await (await open(url, { migrationsDir: dir })).close();
+      const shape = async (client: pg.Client) => ({
+        rows: (await client.query("SELECT * FROM usage_records ORDER BY request_id")).rows,
+        columns: (
+          await client.query(
+            "SELECT column_name, data_type, collation_name, is_nullable, column_default FROM information_schema.columns " +
+              "WHERE table_schema = current_schema() AND table_name = 'usage_records' ORDER BY ordinal_position",
+          )
+        ).rows,
+        constraints: (
+          await client.query(
+            "SELECT conname, pg_get_constraintdef(oid) AS def, convalidated FROM pg_constraint " +
+              "WHERE conrelid = 'usage_records'::regclass ORDER BY conname",
+          )
+        ).rows,
+        indexes: (
+          await client.query(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'usage_records' ORDER BY indexname",
+          )
+        ).rows,
+      });
+      const client = await rawClient(schemaUrl(schema));
+      try {
+        await client.query(usageRowsBefore012(String));
+        const before = await shape(client);
+        await assert.rejects(client.query(usageRowWithSource("req_batch", "batch", String)), /usage_records_source_check/);
+        assert.equal(before.rows.length, 3);
+        assert.deepEqual(
+          before.indexes.map((i) => i.indexname),
+          ["usage_records_by_org_outcome_time", "usage_records_by_org_time", "usage_records_in_flight", "usage_records_pkey"],
+        );
+        const store = await open(url);
+        assert.deepEqual(store.migrations.applied, [{ version: 12, name: "usage_source_batch" }]);
+        const sourceCheck = (c: { conname: string }) => c.conname === "usage_records_source_check";
+        const after = await shape(client);
+        assert.deepEqual(
+          { ...after, constraints: after.constraints.filter((c) => !sourceCheck(c)) },
+          { ...before, constraints: before.constraints.filter((c) => !sourceCheck(c)) },
+        );
+        assert.deepEqual(after.constraints.find(sourceCheck), {
+          conname: "usage_records_source_check",
+          def: "CHECK ((source = ANY (ARRAY['api'::text, 'playground'::text, 'batch'::text])))",
+          convalidated: true,
+        });
+        await client.query(usageRowWithSource("req_batch", "batch", String));
+        assert.equal((await store.getUsage("org_1", "req_batch"))?.source, "batch");
+        await assert.rejects(client.query(usageRowWithSource("req_nope", "nope", String)), /usage_records_source_check/);
+        assert.equal(await store.getUsage("org_1", "req_nope"), null);
+        assert.deepEqual(
+          (await store.listUsage("org_1", { limit: 10 })).records.map((r) => [r.requestId, r.source]),
+          SOURCES_AFTER_012,
+        );
+        await store.close();
+      } finally {
+        await client.end();
+      }
     });
 
     it("003 keeps the rows of a database made by 001 and 002: usage records become final at their creation time", async () => {

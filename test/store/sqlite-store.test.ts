@@ -15,6 +15,7 @@ import { openSqliteStore, SERVING_SQLITE, type SqliteStore, usageListQuery } fro
 import type { UsageQuery } from "../../src/store/store.ts";
 import { decodeUsageCursor, encodeUsageCursor } from "../../src/store/usage-cursor.ts";
 import { checkRowsAfter010, rowsBefore010 } from "../support/books-before-010.ts";
+import { SOURCES_AFTER_012, usageRowsBefore012, usageRowWithSource } from "../support/usage-before-012.ts";
 import { finalRecord, seedUsage } from "../support/usage-fixtures.ts";
 import { REFUSED_STATEMENTS, SEEDED_BALANCE, seedInvariantRows } from "./refused-statements.ts";
 import { admission, checkBalanceInvariants, describeStoreContract, recordUsage, T0, usageRecord } from "./store-contract.ts";
@@ -675,6 +676,7 @@ describe("SQLite migrations", () => {
         "organization_name_keys",
         "reservations_on_usage_records",
         "batches",
+        "usage_source_batch",
       ],
     );
   });
@@ -759,6 +761,63 @@ describe("SQLite migrations", () => {
     const store = openSqliteStore(path);
     try {
       await checkRowsAfter010(store);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("012 rebuilds usage_records to allow source 'batch': rows, columns, constraints and indexes as before", async () => {
+    const dir = tempDir("migrations-011");
+    for (const m of readMigrations(SQLITE_MIGRATIONS_DIR).filter((m) => m.version < 12))
+      copyFileSync(join(SQLITE_MIGRATIONS_DIR, m.file), join(dir, m.file));
+    const path = tempFile("from-011");
+    const bool = (b: boolean) => (b ? "1" : "0");
+    const shape = (db: Database.Database) => ({
+      rows: db.prepare("SELECT * FROM usage_records ORDER BY request_id").all(),
+      columns: db.prepare("SELECT * FROM pragma_table_xinfo('usage_records')").all(),
+      indexes: db.prepare("SELECT name, sql FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'usage_records' ORDER BY name").all(),
+      indexColumns: db
+        .prepare(
+          "SELECT l.name, l.\"unique\", l.partial, c.seqno, c.name AS column, c.desc FROM pragma_index_list('usage_records') l, " +
+            "pragma_index_xinfo(l.name) c ORDER BY l.name, c.seqno",
+        )
+        .all(),
+      dependents: db.prepare("SELECT type, name FROM sqlite_schema WHERE type IN ('trigger', 'view') ORDER BY name").all(),
+      // The table's definition without comments and white space, and with the one change 012 makes.
+      definition: (db.prepare("SELECT sql FROM sqlite_schema WHERE name = 'usage_records'").pluck().get() as string)
+        .replace(/--[^\n]*/g, "")
+        .replace(/\s+/g, "")
+        .replace("('api','playground','batch')", "('api','playground')"),
+    });
+    const old = new Database(path);
+    let before: ReturnType<typeof shape>;
+    try {
+      assert.deepEqual(applyMigrations(old, readMigrations(dir)).at(-1), 11);
+      old.exec(usageRowsBefore012(bool));
+      before = shape(old);
+      assert.throws(() => old.exec(usageRowWithSource("req_batch", "batch", bool)), /CHECK constraint failed/);
+    } finally {
+      old.close();
+    }
+    assert.equal(before.rows.length, 3);
+    assert.deepEqual(
+      before.indexes.map((i) => (i as { name: string }).name),
+      ["sqlite_autoindex_usage_records_1", "usage_records_by_org_outcome_time", "usage_records_by_org_time", "usage_records_in_flight"],
+    );
+    const store = openSqliteStore(path);
+    try {
+      assert.equal(store.db.prepare("SELECT max(version) FROM schema_migrations").pluck().get(), 12);
+      assert.deepEqual(shape(store.db), before);
+      assert.deepEqual(store.db.prepare("PRAGMA foreign_key_check").all(), []);
+      assert.equal(store.db.prepare("PRAGMA integrity_check").pluck().get(), "ok");
+      store.db.exec(usageRowWithSource("req_batch", "batch", bool));
+      assert.equal((await store.getUsage("org_1", "req_batch"))?.source, "batch");
+      assert.throws(() => store.db.exec(usageRowWithSource("req_nope", "nope", bool)), /CHECK constraint failed/);
+      assert.equal(await store.getUsage("org_1", "req_nope"), null);
+      assert.deepEqual(
+        (await store.listUsage("org_1", { limit: 10 })).records.map((r) => [r.requestId, r.source]),
+        SOURCES_AFTER_012,
+      );
     } finally {
       await store.close();
     }

@@ -507,9 +507,11 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           latencyMs: 1234.5678,
           overReservation: true,
         });
-        await recordUsage(store, [full, charged]);
+        const batched = usageRecord({ requestId: "req_batch", orgId: "org_a", source: "batch", mode: "preview" });
+        await recordUsage(store, [full, charged, batched]);
         assert.deepEqual(await store.getUsage("org_a", "req_1"), full);
         assert.deepEqual(await store.getUsage("org_a", "req_2"), charged);
+        assert.deepEqual(await store.getUsage("org_a", "req_batch"), batched);
         assert.equal(await store.getUsage("org_a", "req_3"), null);
       });
 

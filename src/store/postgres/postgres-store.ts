@@ -3,6 +3,7 @@ import { composeStore } from "../compose-store.ts";
 import type { Store, WriteCheck } from "../store.ts";
 import type { StoreFailureKind } from "../store-errors.ts";
 import { PostgresAccounts } from "./postgres-accounts.ts";
+import { PostgresBatches } from "./postgres-batches.ts";
 import { PostgresBookkeeping } from "./postgres-bookkeeping.ts";
 import { type ConnectionSettings, clientConfig, connectionSettings, openPool, poolSizes } from "./postgres-connection.ts";
 import { postgresFailureKind } from "./postgres-errors.ts";
@@ -102,10 +103,12 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
     new PostgresHandle(pool, bookkeepingPool, migrations, settings, statistics),
     new PostgresAccounts(pool),
     new PostgresBookkeeping(pool, bookkeepingPool),
+    // On the read pool: batch claims and finishes are short transactions that do not need the bookkeeping pool's generic plans.
+    new PostgresBatches(pool),
   );
 }
 
-/** The pools and what opening did; the methods come from postgres-accounts.ts and postgres-bookkeeping.ts. */
+/** The pools and what opening did; the methods come from postgres-accounts.ts, postgres-bookkeeping.ts and postgres-batches.ts. */
 class PostgresHandle {
   readonly dialect = "postgres" as const;
   readonly settings: Omit<ConnectionSettings, "connectionString">;

@@ -18,9 +18,9 @@ function statementsOf(db: Database.Database, ahead: readonly string[] = []): (st
   };
 }
 
-export function sqliteRunner(db: Database.Database, write: <T>(fn: () => T) => Promise<T>): SqlRunner {
-  // Prepared on opening, so that a statement the schema cannot run fails at once.
-  const run = statementsOf(db, ACCOUNT_STATEMENTS);
+/** A SqlRunner on `db`; `ahead`: statements prepared on opening, so that one the schema cannot run fails at once. */
+export function sqliteRunner(db: Database.Database, write: <T>(fn: () => T) => Promise<T>, ahead: readonly string[] = []): SqlRunner {
+  const run = statementsOf(db, ahead);
   return {
     read: async (program) => runSqlSync(program(), run),
     write: (program) => write(() => db.transaction(() => runSqlSync(program(), run)).immediate()),
@@ -40,7 +40,7 @@ export function sqliteRunner(db: Database.Database, write: <T>(fn: () => T) => P
  */
 export class SqliteAccounts extends Accounts {
   constructor(db: Database.Database, write: <T>(fn: () => T) => Promise<T>) {
-    super(sqliteRunner(db, write));
+    super(sqliteRunner(db, write, ACCOUNT_STATEMENTS));
   }
 }
 

@@ -1,9 +1,11 @@
 import Database from "better-sqlite3";
+import type { BatchStore } from "../batches.ts";
 import type { AccountsPart, BookkeepingPart } from "../compose-store.ts";
 import type { WriteCheck } from "../store.ts";
 import { SharedCheck, WriteOutcomes } from "../write-outcomes.ts";
 import type { Checkpointer } from "./checkpointer.ts";
 import { SqliteAccounts } from "./sqlite-accounts.ts";
+import { SqliteBatches } from "./sqlite-batches.ts";
 import { SqliteBookkeeping } from "./sqlite-bookkeeping.ts";
 import { curedByReopening, probeWrite, restoreSideFileModes, sqliteWritability } from "./sqlite-writability.ts";
 
@@ -36,6 +38,7 @@ interface Parts {
   db: Database.Database;
   accounts: SqliteAccounts;
   books: SqliteBookkeeping;
+  batches: SqliteBatches;
 }
 
 /** What every connection of the store is set to (journal_mode = WAL is kept in the file itself). */
@@ -98,7 +101,7 @@ export class SqliteConnection {
   #reopening: Promise<boolean> | null = null;
   #lastFailure = "";
   #closing: Promise<void> | null = null;
-  /** The accounts and books of the connection in use, whichever it is at each call. */
+  /** The accounts, books and batches of the connection in use, whichever it is at each call. */
   readonly accounts: AccountsPart = forwarding(
     () => this.#parts.accounts,
     (method, result) => this.#observed(method, result),
@@ -107,6 +110,10 @@ export class SqliteConnection {
     () => this.#parts.books,
     (method, result) => this.#observed(method, result),
     (method, run) => (SELF_COMMITTING.has(method) ? this.#writing(run) : run()),
+  );
+  readonly batches: BatchStore = forwarding(
+    () => this.#parts.batches,
+    (method, result) => this.#observed(method, result),
   );
 
   constructor(
@@ -171,7 +178,7 @@ export class SqliteConnection {
         }
       }
     };
-    return { db, accounts: new SqliteAccounts(db, write), books: new SqliteBookkeeping(db, write) };
+    return { db, accounts: new SqliteAccounts(db, write), books: new SqliteBookkeeping(db, write), batches: new SqliteBatches(db, write) };
   }
 
   /**

@@ -112,7 +112,7 @@ export function openSqliteStore(path: string, options: SqliteStoreOptions = {}):
       startCheckpoints,
       ...(options.onReopen ? { onReopen: options.onReopen } : {}),
     });
-    return composeStore(new SqliteHandle(connection), connection.accounts, connection.books);
+    return composeStore(new SqliteHandle(connection), connection.accounts, connection.books, connection.batches);
   } catch (err) {
     db.close();
     throw err;
@@ -182,7 +182,7 @@ function enableWal(db: Database.Database): void {
   }
 }
 
-/** The store's lifecycle over its connection; the methods come from sqlite-accounts.ts and sqlite-bookkeeping.ts. */
+/** The store's lifecycle over its connection; the methods come from sqlite-accounts.ts, sqlite-bookkeeping.ts and sqlite-batches.ts. */
 class SqliteHandle {
   readonly dialect = "sqlite" as const;
 
