@@ -37,10 +37,6 @@ export function newRequestId(): string {
   return `req_${randomId(24)}`;
 }
 
-export function newBatchId(): string {
-  return `batch_${randomId(24)}`;
-}
-
 export interface NewApiKey {
   id: string;
   /** Shown once to the user; never stored or logged. */

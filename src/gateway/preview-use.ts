@@ -12,10 +12,10 @@ export interface PreviewUse {
 
 /** Today's preview use of one organization, as GET /v1/organization and the administration show it. */
 export async function previewUse(
-  store: Pick<BookkeepingStore, "previewUsage">,
+  store: Pick<BookkeepingStore, "previewCount">,
   query: { orgId: string; limit: number; nowMs: number },
 ): Promise<PreviewUse> {
   const day = utcDay(query.nowMs);
-  const used = (await store.previewUsage(query.orgId, day)).org;
+  const used = await store.previewCount(query.orgId, day);
   return { day, used, limit: query.limit, resetsAtMs: query.nowMs + msUntilUtcMidnight(query.nowMs) };
 }

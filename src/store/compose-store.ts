@@ -52,6 +52,7 @@ export function composeStore<B extends Pick<Store, "dialect" | "close" | "classi
     getReservation: (id) => books.getReservation(id),
     listLedger: (orgId) => books.listLedger(orgId),
     previewUsage: (orgId, day) => books.previewUsage(orgId, day),
+    previewCount: (orgId, day) => books.previewCount(orgId, day),
     getUsage: (orgId, requestId) => books.getUsage(orgId, requestId),
     listUsage: (orgId, query) => books.listUsage(orgId, query),
     usageTotals: (query) => books.usageTotals(query),

@@ -111,6 +111,8 @@ export interface BookkeepingStore {
    * (`global`: not the service-wide counter's row, which also holds the units instances keep in blocks).
    */
   previewUsage(orgId: string, day: string): Promise<{ org: number; global: number }>;
+  /** The organization's preview requests counted on one UTC day: one key lookup (previewUsage reads the day's rows). */
+  previewCount(orgId: string, day: string): Promise<number>;
 
   /** Scoped to the organization: another organization's record is null. */
   getUsage(orgId: string, requestId: string): Promise<UsageRecord | null>;

@@ -1484,6 +1484,12 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         assert.deepEqual(await consume("org_a", 3, 10), ADMITTED, "a higher limit allows more");
         assert.deepEqual(await store.previewUsage("org_a", DAY), { org: 3, global: 4 });
         assert.equal((await store.listUsage("org_a", { limit: 10 })).records.length, 3, "one usage record per counted request");
+        // The one-key read of the organization's own count agrees; another day, and an organization with none, count 0.
+        assert.deepEqual(
+          [await store.previewCount("org_a", DAY), await store.previewCount("org_b", DAY), await store.previewCount("org_a", "2026-01-09")],
+          [3, 1, 0],
+        );
+        assert.equal(await store.previewCount("org_none", DAY), 0);
       });
 
       it("the service-wide limit counts every organization; a refused request counts nothing", async () => {

@@ -35,6 +35,7 @@ const READS = {
   ledger: `SELECT ${ledgerEntries.list()} FROM ledger_entries WHERE org_id = ? ORDER BY id`,
   // Both figures from one statement, so from one snapshot. The service-wide one is the requests counted, the
   // organizations' sum: the '*' row also holds the units that processes keep in blocks (see SharedBlock).
+  previewCount: "SELECT count FROM preview_counters WHERE scope = ? AND day = ?",
   previewUsage:
     "SELECT CAST(COALESCE(SUM(CASE WHEN scope = ? THEN count END), 0) AS BIGINT) AS org, CAST(COALESCE(SUM(count), 0) AS BIGINT) AS global " +
     `FROM preview_counters WHERE day = ? AND scope <> '${GLOBAL_PREVIEW_SCOPE}'`,
@@ -97,7 +98,15 @@ export function usagePageStatement(orgId: string, query: UsageQuery, dialect: Us
   return { sql: `${sql} LIMIT ?`, params: [...params, query.limit + 1] };
 }
 
-type ReadMethod = "getBalance" | "getReservation" | "listLedger" | "previewUsage" | "getUsage" | "listUsage" | "usageTotals";
+type ReadMethod =
+  | "getBalance"
+  | "getReservation"
+  | "listLedger"
+  | "previewUsage"
+  | "previewCount"
+  | "getUsage"
+  | "listUsage"
+  | "usageTotals";
 
 export abstract class BookkeepingReads implements Pick<BookkeepingPart, ReadMethod> {
   /** The rows of one statement written with `?` placeholders. */
@@ -131,6 +140,13 @@ export abstract class BookkeepingReads implements Pick<BookkeepingPart, ReadMeth
   async listLedger(orgId: string): Promise<LedgerEntry[]> {
     if (!this.holds(orgId)) return [];
     return (await this.rows(READS.ledger, [orgId])).map((row) => ledgerEntries.fromRow(row));
+  }
+
+  async previewCount(orgId: string, day: string): Promise<number> {
+    checkPreviewOrg(orgId);
+    checkDay(day);
+    const [row] = this.holds(orgId) ? await this.rows<{ count: number }>(READS.previewCount, [orgId, day]) : [];
+    return Number(row?.count ?? 0);
   }
 
   async previewUsage(orgId: string, day: string): Promise<{ org: number; global: number }> {
