@@ -48,12 +48,11 @@ import { closeSync, existsSync, mkdtempSync, openSync, readdirSync, readFileSync
 import { cpus, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
-import autocannon from "autocannon";
 import pg from "pg";
-import { Pool } from "undici";
 import { createTestDatabase, TEST_POSTGRES_URL } from "../test/support/postgres-db.ts";
 import { freePort } from "../test/support/redis-server.ts";
 import { summarizeProfile } from "./cpu-profile.ts";
+import { type Endpoint, headersOf, median, paced as pacedLoad, percentile, type Samples, saturate as saturateLoad } from "./load.ts";
 import { perfAvailable, perfNodeArgs, perfRecord, perfSummary, removePerfMap } from "./perf-profile.ts";
 import { addCpu, type CpuReading, cpuSince, postgresCpuSince, readCpu, readPostgresCpu } from "./proc-cpu.ts";
 import { storeCosts } from "./store-costs.ts";
@@ -105,113 +104,8 @@ const f1 = (v: number) => (Number.isFinite(v) ? v.toFixed(1) : "–");
 const f2 = (v: number) => (Number.isFinite(v) ? v.toFixed(2) : "–");
 const signed = (v: number) => (Number.isFinite(v) ? `${v >= 0 ? "+" : ""}${v.toFixed(2)}` : "–");
 
-function median(xs: number[]): number {
-  const s = xs.filter(Number.isFinite).sort((a, b) => a - b);
-  if (s.length === 0) return Number.NaN;
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-}
-
-function percentile(times: number[], p: number): number {
-  if (times.length === 0) return Number.NaN;
-  const sorted = Float64Array.from(times).sort();
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))]!;
-}
-
-// ── load ─────────────────────────────────────────────────────────────────────────────────────
-
-interface Endpoint {
-  url: string;
-  /** The API keys the requests take in turn (none: no authorization header). */
-  keys?: readonly string[];
-}
-
-/** What a load saw: every 2xx response time (ms), the requests answered, the failures, the wall time. */
-interface Samples {
-  times: number[];
-  requests: number;
-  failures: number;
-  seconds: number;
-}
-
-/** The headers of a target's `n`th request. */
-const headersOf = (t: Endpoint, n = 0) => {
-  const key = t.keys?.length ? t.keys[n % t.keys.length] : undefined;
-  return { "content-type": "application/json", ...(key ? { authorization: `Bearer ${key}` } : {}) };
-};
-
-/** Closed loop at `connections` (autocannon): `amount` requests, or for `seconds`. */
-async function saturate(target: Endpoint, opts: { connections: number; amount?: number; seconds?: number }): Promise<Samples> {
-  let sentByAutocannon = 0;
-  const times: number[] = [];
-  let answered = 0;
-  const t0 = performance.now();
-  let instance!: autocannon.Instance;
-  const done = new Promise<autocannon.Result>((resolve, reject) => {
-    instance = autocannon(
-      {
-        url: `${target.url}/v1/systemone`,
-        method: "POST",
-        headers: headersOf(target),
-        body: BODY,
-        // Several keys: each request takes the next (one key: the same headers throughout, as before).
-        ...((target.keys?.length ?? 0) > 1
-          ? { requests: [{ setupRequest: (req: autocannon.Request) => ({ ...req, headers: headersOf(target, sentByAutocannon++) }) }] }
-          : {}),
-        connections: opts.connections,
-        ...(opts.amount ? { amount: opts.amount } : { duration: opts.seconds ?? 1 }),
-      },
-      (err, result) => (err ? reject(err) : resolve(result)),
-    );
-  });
-  instance.on("response", (_client: unknown, status: number, _bytes: number, ms: number) => {
-    answered++;
-    if (status >= 200 && status < 300) times.push(ms);
-  });
-  const result = await done;
-  return { times, requests: answered, failures: result.errors + result.non2xx, seconds: (performance.now() - t0) / 1000 };
-}
-
-/**
- * Open loop at an even pace (one request every 1000/rate ms, whatever the answers do), with undici; unlike
- * autocannon's overallRate, which lets each connection send its share of a second back to back.
- */
-async function paced(target: Endpoint, opts: { seconds: number; rate: number }): Promise<Samples> {
-  const pool = new Pool(target.url, { connections: 64, pipelining: 1 });
-  const times: number[] = [];
-  let failures = 0;
-  let sent = 0;
-  const total = Math.round(opts.rate * opts.seconds);
-  const inFlight = new Set<Promise<void>>();
-  const one = async (n: number) => {
-    const t0 = performance.now();
-    try {
-      const res = await pool.request({ method: "POST", path: "/v1/systemone", headers: headersOf(target, n), body: BODY });
-      await res.body.arrayBuffer();
-      if (res.statusCode >= 200 && res.statusCode < 300) times.push(performance.now() - t0);
-      else failures++;
-    } catch {
-      failures++;
-    }
-  };
-  const start = performance.now();
-  await new Promise<void>((resolve) => {
-    const tick = setInterval(() => {
-      const due = Math.min(total, Math.floor(((performance.now() - start) * opts.rate) / 1000) + 1);
-      while (sent < due) {
-        const p = one(sent++).finally(() => inFlight.delete(p));
-        inFlight.add(p);
-      }
-      if (sent >= total) {
-        clearInterval(tick);
-        resolve();
-      }
-    }, 1);
-  });
-  await Promise.all(inFlight);
-  const seconds = (performance.now() - start) / 1000;
-  await pool.close();
-  return { times, requests: sent, failures, seconds };
-}
+const saturate = (target: Endpoint, opts: { connections: number; amount?: number; seconds?: number }) => saturateLoad(target, BODY, opts);
+const paced = (target: Endpoint, opts: { seconds: number; rate: number }) => pacedLoad(target, BODY, opts);
 
 // ── processes ────────────────────────────────────────────────────────────────────────────────
 

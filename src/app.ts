@@ -1,5 +1,10 @@
 import { maxHeaderSize } from "node:http";
 import Fastify, { type FastifyBaseLogger, type FastifyInstance, LogController } from "fastify";
+import { BatchRequestRun } from "./batches/batch-request-run.ts";
+import { BatchRunner } from "./batches/batch-runner.ts";
+import { BatchShare } from "./batches/batch-share.ts";
+import { cachedKeyLookup } from "./batches/cached-key-lookup.ts";
+import { FinishGroup } from "./batches/finish-group.ts";
 import type { Config } from "./config.ts";
 import { compileSchema } from "./contract/validation.ts";
 import { addressRanges } from "./domain/address-ranges.ts";
@@ -21,6 +26,7 @@ import { rateLimit } from "./http/rate-limit.ts";
 import { installRequestContext } from "./http/request-context.ts";
 import { adminRoutes } from "./http/routes/admin.ts";
 import { apiDocsRoutes } from "./http/routes/api-docs.ts";
+import { batchRoutes } from "./http/routes/batches.ts";
 import { consoleRoutes } from "./http/routes/console.ts";
 import { decisionRoutes } from "./http/routes/decisions.ts";
 import { healthRoutes } from "./http/routes/health.ts";
@@ -70,10 +76,16 @@ export interface AppDeps {
   logger?: boolean | Record<string, unknown>;
   /** A pino logger shared with the rest of the process (wins over `logger`). */
   loggerInstance?: FastifyBaseLogger;
+  /** Run the batch requests of this instance's share (default true); false leaves submitted batches queued (tests). */
+  runBatches?: boolean;
 }
 
 /** The whole request (headers and body) must arrive within this. */
 export const REQUEST_TIMEOUT_MS = 30_000;
+/** How long close() lets in-flight decisions finish before abandoning their model calls. */
+export const SHUTDOWN_GRACE_MS = 10_000;
+/** Beyond the drain, the time the close hooks (the abandoned calls winding up, the jobs, the runner) may take. */
+export const CLOSE_HOOKS_MS = 10_000;
 /** The request line and headers must arrive within this. */
 export const HEADERS_TIMEOUT_MS = 10_000;
 
@@ -87,6 +99,8 @@ declare module "fastify" {
     modelRegistry: ModelRegistry;
     /** This gateway process's id: recorded on the requests it admits and kept alive by its lease. */
     instanceId: string;
+    /** This instance's share of the batch work (its jobs can be run now: tests, operations). */
+    batchRunner: BatchRunner;
   }
 }
 
@@ -94,6 +108,7 @@ declare module "fastify" {
 export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyInstance> {
   const clock = deps.clock ?? systemClock;
   const requestTimeoutMs = deps.requestTimeoutMs ?? REQUEST_TIMEOUT_MS;
+  const shutdownGraceMs = deps.shutdownGraceMs ?? SHUTDOWN_GRACE_MS;
   const headersTimeoutMs = deps.headersTimeoutMs ?? HEADERS_TIMEOUT_MS;
   const trustedProxies = addressRanges(config.trustedProxies);
   const app = Fastify({
@@ -105,6 +120,8 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     genReqId: newRequestId,
     logController: new LogController({ requestIdLogLabel: "request_id" }),
     return503OnClosing: true,
+    // Fastify times the close hooks too: the in-flight drain (shutdownGraceMs) and what follows it must fit.
+    pluginTimeout: shutdownGraceMs + CLOSE_HOOKS_MS,
     // Time to receive a whole request (headers and body) from the client; a body that never
     // completes (a lying Content-Length, a trickle) cannot hold a connection open past it.
     requestTimeout: requestTimeoutMs,
@@ -233,14 +250,53 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     onModelFailure: (report) => app.log[modelFailureLevel(report)](report, "model call failed"),
   });
 
+  const finishes = new FinishGroup((inputs) => store.batches.finishRequests(inputs));
+  const batchRun = new BatchRequestRun({
+    store,
+    finish: (input) => finishes.finish(input),
+    pipeline,
+    clock,
+    keyOf: cachedKeyLookup(store, clock),
+    signal: inFlight.signal,
+    onUnexpected: (err, requestId) =>
+      app.log.error({ err, request_id: requestId }, "unexpected error in a batch request; its result is 500"),
+  });
+  const batchRunner: BatchRunner = new BatchRunner({
+    store: store.batches,
+    clock,
+    instanceId,
+    run: (claim) => batchRun.run(claim),
+    perOrgConcurrency: config.batches.concurrency,
+    globalConcurrency: config.batches.globalConcurrency,
+    interactiveInFlight: (): number => Math.max(0, inFlight.size - batchRunner.running),
+    share: () => batchShare.share,
+    retentionDays: config.batches.retentionDays,
+    track: (work) => inFlight.track(work),
+    onError: (err, job, suppressed) =>
+      app.log.warn(
+        { err, component: "batches", ...(suppressed > 0 ? { failures_not_logged: suppressed } : {}) },
+        `batch ${job} failed; it is tried again`,
+      ),
+    onRunFailed: (err, claim) =>
+      app.log.warn(
+        { err, batch_id: claim.batchId, position: claim.position },
+        "a batch request could not be finished; it runs again later",
+      ),
+  });
+  // Interactive requests are the tracked work the runner did not start.
+  const batchShare = new BatchShare(config.batches.globalConcurrency, () => inFlight.started - batchRunner.started);
+  // Before the drain: no batch request starts once the server is closing.
+  app.addHook("preClose", async () => batchRunner.stopClaiming());
   app.addHook("preClose", async () => {
-    const { finished } = await inFlight.drain(deps.shutdownGraceMs ?? 10_000);
+    const { finished } = await inFlight.drain(shutdownGraceMs);
     if (!finished)
       app.log.warn(
         "shutdown deadline passed: abandoned in-flight model calls (their reservations are released by the next sweep or the next instance to start)",
       );
   });
   app.addHook("onClose", async () => {
+    batchShare.stop();
+    await batchRunner.close();
     await jobs.stop();
     await registry.close();
     if (!deps.rateLimiter) await limiter.close();
@@ -249,10 +305,21 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   app.decorate("purgeBooks", () => jobs.purgeNow());
   app.decorate("modelRegistry", registry);
   app.decorate("instanceId", instanceId);
+  app.decorate("batchRunner", batchRunner);
 
   metricsRoutes(app, { metrics, token: config.metricsToken });
   healthRoutes(app, { store, registry });
   decisionRoutes(app, { store, pipeline, maxRequestBytes: config.limits.maxRequestBytes, inFlight, rateLimit: decisionLimit });
+  batchRoutes(app, {
+    store,
+    config,
+    registry,
+    pipeline,
+    clock,
+    rateLimit: decisionLimit,
+    readRateLimit: readLimit,
+    onQueued: () => batchRunner.nudge(),
+  });
   modelRoutes(app, { store, registry });
   usageRoutes(app, { store, rateLimit: readLimit });
   serviceConfigRoutes(app, config, registry);
@@ -261,5 +328,11 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   consoleRoutes(app);
   apiDocsRoutes(app);
   await jobs.started;
+  // After the start's release of the requests stopped processes left in flight: their batch requests are then
+  // re-run at once. The one process serving a SQLite file takes over the claims of the processes before it.
+  if (deps.runBatches !== false) {
+    batchShare.start();
+    batchRunner.start({ takeOver: store.dialect === "sqlite" });
+  }
   return app;
 }

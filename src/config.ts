@@ -6,6 +6,7 @@ import { ConfigFile } from "./contract/config.ts";
 import type { ServiceMode } from "./contract/decision.ts";
 import { compileSchema, toFieldErrors } from "./contract/validation.ts";
 import { octal, readableByOthers } from "./private-files.ts";
+import { millionthsOf } from "./settings/parsers.ts";
 import { envText, fileValue, readSettings } from "./settings/read-settings.ts";
 import type { Setting } from "./settings/setting.ts";
 import { type LogFormat, type LogLevel, SETTINGS } from "./settings/settings-table.ts";
@@ -49,6 +50,26 @@ export interface ConnectionLimits {
   maxConnectionsPerAddress: number;
 }
 
+/** Batch decisions: what one submission may hold, how many of its requests run at once, how long it lives, its price. */
+export interface BatchConfig {
+  /** Request lines one submission may hold. */
+  maxRequests: number;
+  /** Largest submission body in bytes. */
+  maxBytes: number;
+  /** Requests of one organization's batches running at once, across all instances (the store counts every instance's claims). */
+  concurrency: number;
+  /** Batch requests this instance runs at once, all organizations together. */
+  globalConcurrency: number;
+  /** A request not started this long after its batch's submission ends with batch_expired. */
+  completionWindowMs: number;
+  /** An ended batch and its results are deleted this many days after it ends. */
+  retentionDays: number;
+  /** Paid mode: the model's prices are multiplied by this exact decimal ("0.5") for batch requests. */
+  priceFactor: string;
+  /** priceFactor in millionths (0.5 → 500000n). */
+  priceFactorMillionths: bigint;
+}
+
 export interface Config {
   host: string;
   port: number;
@@ -84,6 +105,7 @@ export interface Config {
   /** How requests are spread over a model's deployments and when a deployment is taken out (file: `routing`). */
   routing: RoutingConfig;
   reservationTtlSeconds: number;
+  batches: BatchConfig;
   bootstrap: boolean;
   /** Where a non-terminal start writes the first API key; null = next to the SQLite file, or ./data/. */
   bootstrapKeyFile: string | null;
@@ -274,6 +296,16 @@ export function loadConfig(environment: Env = process.env): Config {
       healthCheckIntervalMs: v.healthCheckIntervalMs,
     },
     reservationTtlSeconds: v.reservationTtlSeconds,
+    batches: {
+      maxRequests: v.maxBatchRequests,
+      maxBytes: v.maxBatchBytes,
+      concurrency: v.batchConcurrency,
+      globalConcurrency: v.batchGlobalConcurrency,
+      completionWindowMs: v.batchCompletionWindowHours * 3_600_000,
+      retentionDays: v.batchRetentionDays,
+      priceFactor: v.batchPriceFactor,
+      priceFactorMillionths: millionthsOf(v.batchPriceFactor)!,
+    },
     bootstrap: v.bootstrap,
     bootstrapKeyFile: v.bootstrapKeyFile,
     configFile: configPath ? { path: resolve(configPath), secrets: secretsIn(file) } : null,

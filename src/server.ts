@@ -1,4 +1,4 @@
-import { buildApp } from "./app.ts";
+import { buildApp, CLOSE_HOOKS_MS, SHUTDOWN_GRACE_MS } from "./app.ts";
 import { bootstrapAndDeliver, bootstrapKeyFilePath } from "./bootstrap.ts";
 import { type Config, ConfigError, configFileWarning, loadConfig, servingProblems } from "./config.ts";
 import { engineKey, listingServices } from "./config-models.ts";
@@ -20,7 +20,8 @@ import { SERVING_SQLITE } from "./store/sqlite/sqlite-store.ts";
 import { SERVICE_NAME, SERVICE_VERSION } from "./version.ts";
 
 /** The process exits by then even if something hangs; in-flight decisions get 10 s of it (buildApp's grace). */
-const SHUTDOWN_DEADLINE_MS = 15_000;
+/** A shutdown that has not ended by then exits 1: the drain and the close hooks, then closing the services and the store. */
+const SHUTDOWN_DEADLINE_MS = SHUTDOWN_GRACE_MS + CLOSE_HOOKS_MS + 5000;
 /** How long the start-up summary waits for the model services to list their models. */
 const LIST_WAIT_MS = 2000;
 
@@ -153,11 +154,17 @@ async function main(): Promise<void> {
       process.exit(1);
     }, SHUTDOWN_DEADLINE_MS);
     timer.unref();
-    await app.close();
+    let code = 0;
+    try {
+      await app.close();
+    } catch (err) {
+      app.log.error({ err }, "closing the server failed; closing the rest");
+      code = 1;
+    }
     await rateLimiter?.close();
     await Promise.all([...modelServices.values(), ...engines.values()].map((s) => s.close()));
     await store.close();
-    process.exit(0);
+    process.exit(code);
   };
   process.on("SIGINT", () => void shutdown("SIGINT"));
   process.on("SIGTERM", () => void shutdown("SIGTERM"));

@@ -145,6 +145,104 @@ describe("the settings table", () => {
     assert.match(problem!, /^metrics_token must be at least 32 characters \(got 5\); generate one with: openssl rand -hex 32$/);
   });
 
+  test("the batch settings: defaults, the environment, the config file's batches.*, and bad values refused by name", () => {
+    assert.deepEqual(loadConfig({}).batches, {
+      maxRequests: 50_000,
+      maxBytes: 209_715_200,
+      concurrency: 16,
+      globalConcurrency: 32,
+      completionWindowMs: 24 * 3_600_000,
+      retentionDays: 7,
+      priceFactor: "1",
+      priceFactorMillionths: 1_000_000n,
+    });
+    assert.deepEqual(
+      loadConfig({
+        TDS_MAX_BATCH_REQUESTS: "1000000",
+        TDS_MAX_BATCH_BYTES: "4294967296",
+        TDS_BATCH_CONCURRENCY: "1",
+        TDS_BATCH_GLOBAL_CONCURRENCY: "4096",
+        TDS_BATCH_COMPLETION_WINDOW_HOURS: "168",
+        TDS_BATCH_RETENTION_DAYS: "3650",
+        TDS_BATCH_PRICE_FACTOR: "0.250",
+      }).batches,
+      {
+        maxRequests: 1_000_000,
+        maxBytes: 4_294_967_296,
+        concurrency: 1,
+        globalConcurrency: 4096,
+        completionWindowMs: 168 * 3_600_000,
+        retentionDays: 3650,
+        priceFactor: "0.25",
+        priceFactorMillionths: 250_000n,
+      },
+    );
+    const fromFile = withFile(
+      {
+        batches: {
+          max_requests: 10,
+          max_bytes: 1024,
+          concurrency: 1024,
+          global_concurrency: 1,
+          completion_window_hours: 1,
+          retention_days: 1,
+          price_factor: "0.000001",
+        },
+      },
+      { TDS_BATCH_CONCURRENCY: "3" },
+    )();
+    assert.deepEqual(fromFile.batches, {
+      maxRequests: 10,
+      maxBytes: 1024,
+      concurrency: 3,
+      globalConcurrency: 1,
+      completionWindowMs: 3_600_000,
+      retentionDays: 1,
+      priceFactor: "0.000001",
+      priceFactorMillionths: 1n,
+    });
+    assert.equal(loadConfig({ TDS_BATCH_PRICE_FACTOR: "0" }).batches.priceFactorMillionths, 0n);
+    assert.equal(loadConfig({ TDS_BATCH_PRICE_FACTOR: "100.000000" }).batches.priceFactor, "100");
+
+    assert.deepEqual(
+      problemsOf(() =>
+        loadConfig({
+          TDS_MAX_BATCH_REQUESTS: "1000001",
+          TDS_MAX_BATCH_BYTES: "1023",
+          TDS_BATCH_CONCURRENCY: "0",
+          TDS_BATCH_GLOBAL_CONCURRENCY: "4097",
+          TDS_BATCH_COMPLETION_WINDOW_HOURS: "169",
+          TDS_BATCH_RETENTION_DAYS: "3651",
+          TDS_BATCH_PRICE_FACTOR: "100.000001",
+        }),
+      ),
+      [
+        'TDS_MAX_BATCH_REQUESTS must be a whole number from 1 to 1000000 (got "1000001")',
+        'TDS_MAX_BATCH_BYTES must be a whole number from 1024 to 4294967296 (got "1023")',
+        'TDS_BATCH_CONCURRENCY must be a whole number from 1 to 1024 (got "0")',
+        'TDS_BATCH_GLOBAL_CONCURRENCY must be a whole number from 1 to 4096 (got "4097")',
+        'TDS_BATCH_COMPLETION_WINDOW_HOURS must be a whole number from 1 to 168 (got "169")',
+        'TDS_BATCH_RETENTION_DAYS must be a whole number from 1 to 3650 (got "3651")',
+        'TDS_BATCH_PRICE_FACTOR must be a decimal number from 0 to 100 with at most 6 decimal places, such as "0.5" (got "100.000001")',
+      ],
+    );
+    for (const given of ["-0.5", ".5", "1.", "0.1234567", "1e-3", "0x1", "01", "half", "1,5", "1000"]) {
+      assert.deepEqual(
+        problemsOf(() => loadConfig({ TDS_BATCH_PRICE_FACTOR: given })),
+        [
+          `TDS_BATCH_PRICE_FACTOR must be a decimal number from 0 to 100 with at most 6 decimal places, such as "0.5" (got ${JSON.stringify(given)})`,
+        ],
+      );
+    }
+    assert.deepEqual(problemsOf(withFile({ batches: { retention_days: 0, price_factor: "2.5.1" } })), [
+      "batches.retention_days must be a whole number from 1 to 3650 (got 0)",
+      'batches.price_factor must be a decimal number from 0 to 100 with at most 6 decimal places, such as "0.5" (got "2.5.1")',
+    ]);
+    const [wrongType] = problemsOf(withFile({ batches: { price_factor: 0.5 } }));
+    assert.match(wrongType!, /^TDS_CONFIG .*price_factor/);
+    assert.match(problemsOf(withFile({ batches: { max_request: 5 } }))[0]!, /^TDS_CONFIG /, "an unknown key under batches is refused");
+  });
+
   test("a variable that does not parse falls back to the file, then the default, and every problem is one line", () => {
     const problems = problemsOf(withFile({ port: 9000 }, { PORT: "http", TDS_MAX_CONNECTIONS: "0" }));
     assert.deepEqual(problems, [

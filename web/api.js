@@ -40,7 +40,7 @@ function createRequester(getBearer, fixedHeaders = {}) {
     const h = { accept: "application/json", ...fixedHeaders, ...headers };
     const bearer = getBearer();
     if (auth && bearer) h.authorization = `Bearer ${bearer}`;
-    if (body !== undefined) h["content-type"] = "application/json";
+    if (body !== undefined && !h["content-type"]) h["content-type"] = "application/json";
     const started = performance.now();
     const res = await fetch(new URL(path.replace(/^\//, ""), API_ROOT), {
       method,
@@ -83,6 +83,30 @@ export function createApi(getKey) {
     usageSummary: (days) => call("GET", `/v1/usage/summary?days=${days}`),
     /** POST /v1/systemone as the Playground: resolves for every status (the caller shows errors). */
     decide: (bodyText) => send("POST", "/v1/systemone", { body: bodyText, headers: { "x-tds-source": "playground" } }),
+    batches: ({ limit, cursor } = {}) => call("GET", `/v1/batches${query({ limit, cursor })}`),
+    batch: (id) => call("GET", `/v1/batches/${seg(id)}`),
+    /** POST /v1/batches with the file (a File or Blob) as the NDJSON body; `model` for the lines that name none. */
+    submitBatch: (file, model) =>
+      call("POST", `/v1/batches${query({ model })}`, { body: file, headers: { "content-type": "application/x-ndjson" } }),
+    cancelBatch: (id) => call("POST", `/v1/batches/${seg(id)}/cancel`),
+    /** GET /v1/batches/{id}/results: the NDJSON as a Blob (not parsed); ApiError for non-2xx. */
+    async batchResults(id) {
+      const key = getKey();
+      const res = await fetch(new URL(`v1/batches/${seg(id)}/results`, API_ROOT), {
+        headers: { accept: "application/x-ndjson", ...(key ? { authorization: `Bearer ${key}` } : {}) },
+        cache: "no-store",
+        credentials: "omit",
+      });
+      if (res.ok) return await res.blob();
+      const text = await res.text();
+      let json = null;
+      try {
+        json = text ? JSON.parse(text) : null;
+      } catch {
+        json = null;
+      }
+      throw new ApiError({ status: res.status, ok: false, headers: res.headers, text, json, ms: 0 });
+    },
   };
 }
 

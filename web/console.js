@@ -1,9 +1,10 @@
-// Entry point of the console: sign-in with an API key (sessionStorage only), the status strip, the two pages of an
-// organization (Playground, Usage) and the Admin page (its own sign-in with the admin token), chosen by the URL hash.
+// Entry point of the console: sign-in with an API key (sessionStorage only), the status strip, the pages of an
+// organization (Playground, Usage, Batches) and the Admin page (its own sign-in with the admin token), chosen by the URL hash.
 // The two sessions are independent: either, both or neither may be signed in.
 
 import { createAdmin } from "./admin.js";
 import { createApi } from "./api.js";
+import { createBatches } from "./batches.js";
 import { $, announce } from "./dom.js";
 import { createPlayground } from "./playground.js";
 import { forgetKey, loadKey, saveKey } from "./session.js";
@@ -19,10 +20,11 @@ let entering = null;
 const api = createApi(() => key);
 const playground = createPlayground({ api, afterRun: () => afterRun(), unauthorized: (message) => signOut(message) });
 const usage = createUsage({ api, unauthorized: (message) => signOut(message) });
+const batches = createBatches({ api, unauthorized: (message) => signOut(message) });
 const admin = createAdmin({ getConfig: () => config, onSessionChange: () => updateNav() });
 
 /** The pages of the signed-in organization (API key). */
-const PAGES = { playground: "Playground", usage: "Usage" };
+const PAGES = { playground: "Playground", usage: "Usage", batches: "Batches" };
 
 function currentPage() {
   const name = location.hash.replace(/^#\/?/, "");
@@ -49,6 +51,7 @@ function route(focusHeading = false) {
     $("#status-strip").hidden = true;
     for (const name of Object.keys(PAGES)) $(`#page-${name}`).hidden = true;
     $("#page-admin").hidden = false;
+    batches.hide();
     void admin.show(focusHeading);
     return;
   }
@@ -70,6 +73,8 @@ function route(focusHeading = false) {
   document.title = `${PAGES[page]} · Typed Decision Service`;
   if (focusHeading) $(`#${page}-title`).focus();
   if (page === "usage") void usage.show();
+  if (page === "batches") void batches.show();
+  else batches.hide();
 }
 
 async function refreshStatus() {
@@ -109,8 +114,10 @@ async function loadModels() {
   try {
     const { models } = await api.models();
     playground.setModels(models, config?.default_model ?? null);
+    batches.setModels(models, config?.default_model ?? null);
   } catch (err) {
     playground.setModels([], config?.default_model ?? null);
+    batches.setModels([], config?.default_model ?? null);
     if (err?.status === 401) signOut(err.detail);
   }
 }
@@ -118,6 +125,7 @@ async function loadModels() {
 function showSignIn(message) {
   signedIn = false;
   clearTimeout(modelsTimer);
+  batches.hide();
   $("#account").hidden = true;
   for (const name of Object.keys(PAGES)) $(`#page-${name}`).hidden = true;
   hideStatus();
@@ -168,6 +176,7 @@ function signOut(message) {
   key = null;
   playground.reset();
   usage.reset();
+  batches.reset();
   $("#api-key").value = "";
   showSignIn(message ? `Signed out: ${message}` : undefined);
   $("#api-key").focus();

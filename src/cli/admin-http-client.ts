@@ -1,33 +1,13 @@
 import type { TSchema } from "@sinclair/typebox";
-import { Ajv, type ValidateFunction } from "ajv";
 import { AdminError } from "../admin/admin-error.ts";
 import { ERROR_CATALOGUE } from "../domain/errors.ts";
+import { answerProblem, answerValidator } from "./answer-schemas.ts";
 import { describeAnswer, PROBE_PATH, probeGateway } from "./gateway-probe.ts";
 import { safeText } from "./output.ts";
 
 /** Sent as x-tds-client (`cli:` and the operator when known): the audit log records admin API changes with this client. */
 export const CLI_CLIENT = "cli";
 const DEFAULT_TIMEOUT_MS = 30_000;
-
-// Answers are checked against the contract's schemas; fields a newer gateway adds are dropped rather than refused.
-const ajv = new Ajv({
-  allErrors: false,
-  coerceTypes: false,
-  removeAdditional: "all",
-  useDefaults: false,
-  strict: false,
-  validateFormats: false,
-});
-const validators = new WeakMap<TSchema, ValidateFunction>();
-
-function validatorOf(schema: TSchema): ValidateFunction {
-  let validate = validators.get(schema);
-  if (!validate) {
-    validate = ajv.compile(schema);
-    validators.set(schema, validate);
-  }
-  return validate;
-}
 
 export interface AdminRequest {
   method: "GET" | "POST" | "PATCH" | "DELETE";
@@ -92,9 +72,9 @@ export class AdminHttpClient {
     } catch {
       throw await this.diagnosed(this.unexpected(request, "not JSON"), response, text, request);
     }
-    const validate = validatorOf(schema);
+    const validate = answerValidator(schema);
     if (!validate(body)) {
-      const problem = ajv.errorsText(validate.errors, { dataVar: "body" });
+      const problem = answerProblem(validate);
       throw await this.diagnosed(this.unexpected(request, problem), response, text, request);
     }
     return { body: body as T, headers: response.headers };

@@ -3,6 +3,7 @@ import { AdminError } from "../admin/admin-error.ts";
 import { operatorProblem, osOperator } from "../admin/operator.ts";
 import { SERVICE_NAME, SERVICE_VERSION } from "../version.ts";
 import { auditCommands } from "./audit-command.ts";
+import { batchCommands } from "./batch-commands.ts";
 import { CliError, type Command, type CommandGroup, type CommandInput, type OptionSpec, UsageError } from "./command.ts";
 import { type Connection, chooseTransport, connect } from "./connection.ts";
 import { creditCommands } from "./credit-commands.ts";
@@ -24,6 +25,7 @@ export const COMMAND_GROUPS: CommandGroup[] = [
   keyCommands,
   creditCommands,
   usageCommands,
+  batchCommands,
   auditCommands,
   migrateCommands,
 ];
@@ -44,7 +46,7 @@ const GLOBAL_OPTIONS: Record<string, OptionSpec> = {
   url: {
     type: "string",
     valueName: "URL",
-    description: "Work through the admin API of the gateway at URL (default: TDS_URL), such as http://127.0.0.1:8080",
+    description: "Work through the admin API (tds batch: the API) of the gateway at URL (default: TDS_URL), such as http://127.0.0.1:8080",
   },
   actor: {
     type: "string",
@@ -98,15 +100,17 @@ const FOOTER = [
   "With --url URL (or TDS_URL) it works through that gateway's admin API, with the admin token from the environment",
   "variable TDS_ADMIN_TOKEN or the file TDS_ADMIN_TOKEN_FILE names (never an option: it would show in ps).",
   "tds migrate works on the database only.",
+  "tds batch works through the gateway's API (--url URL or TDS_URL) with the API key in TDS_API_KEY, never the database.",
   "Every change is recorded in the audit log (tds audit) with who made it: --actor NAME, else the OS user name.",
-  "Exit codes: 0 success, 1 error (such as an unknown organization or key), 2 bad usage.",
+  "Exit codes: 0 success, 1 error (such as an unknown organization or key), 2 bad usage,",
+  "3 tds batch submit --wait: the batch ended cancelled or expired.",
 ];
 
 export function usageText(): string {
   return [
     "Usage: tds <group> <command> [arguments] [options]",
     "",
-    "Administer the Typed Decision Service: organizations, API keys, credits, usage records and the audit log.",
+    "Administer the Typed Decision Service: organizations, API keys, credits, usage records and the audit log; submit batches.",
     "",
     "Commands:",
     ...commandTable(COMMAND_GROUPS),
@@ -331,6 +335,11 @@ function withoutGroupWord(argv: string[], groupName: string): string[] {
   return argv;
 }
 
+/** A command's exit code: the number it returned, else 0 (what `return ctx.out.line(…)` passes on is no code). */
+function exitCodeOf(returned: unknown): number {
+  return typeof returned === "number" ? returned : 0;
+}
+
 /** Parses the command's arguments (`rest`: everything but the group and command words), connects on demand and runs it. */
 async function runCommand(group: CommandGroup, command: Command, rest: string[], io: CliIo): Promise<number> {
   const print = (sink: TextSink, text: string) => sink.write(text.endsWith("\n") ? text : `${text}\n`);
@@ -349,6 +358,15 @@ async function runCommand(group: CommandGroup, command: Command, rest: string[],
         `"${words}" takes ${expected}, got ${given.length === 0 ? "none" : given.map((g) => JSON.stringify(g)).join(" ")}`,
       );
     }
+    const out = createOutput(io.stdout, io.stderr, parsed.json);
+    const nowMs = io.nowMs ?? Date.now;
+    if (command.usesApiKey) {
+      if (parsed.database !== undefined)
+        throw new UsageError(`"${words}" works through the gateway's API (--url or TDS_URL), not on a database: leave out --database`);
+      const noAdministration = () => Promise.reject(new CliError(`"${words}" works through the gateway's API, not the administration`));
+      const ctx = { out, nowMs, env: io.env, stdout: io.stdout, stderr: io.stderr, admin: noAdministration, store: async () => null };
+      return exitCodeOf(await command.run(ctx, parsed.input));
+    }
     const transport = chooseTransport(
       { ...(parsed.url === undefined ? {} : { url: parsed.url }), ...(parsed.database === undefined ? {} : { database: parsed.database }) },
       io.env,
@@ -364,8 +382,6 @@ async function runCommand(group: CommandGroup, command: Command, rest: string[],
         `Using the gateway at ${transport.url}: ${transport.via} takes the gateway's URL, without ${transport.droppedPath}.`,
       );
     }
-    const out = createOutput(io.stdout, io.stderr, parsed.json);
-    const nowMs = io.nowMs ?? Date.now;
     const opened = connect(transport, {
       env: io.env,
       nowMs,
@@ -374,8 +390,8 @@ async function runCommand(group: CommandGroup, command: Command, rest: string[],
       onImplicitDatabase: (description) => print(io.stderr, `Using the ${description}.`),
     });
     connection = opened;
-    await command.run({ out, nowMs, admin: () => opened.admin(), store: () => opened.store() }, parsed.input);
-    return 0;
+    const ctx = { out, nowMs, env: io.env, stdout: io.stdout, stderr: io.stderr, admin: () => opened.admin(), store: () => opened.store() };
+    return exitCodeOf(await command.run(ctx, parsed.input));
   } catch (err) {
     if (err instanceof UsageError || (err instanceof AdminError && err.reason === "invalid")) {
       print(io.stderr, `tds: ${err.message}\n\n${commandUsageText(group, command)}`);

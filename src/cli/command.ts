@@ -1,7 +1,7 @@
 import { checkName } from "../admin/names.ts";
 import type { AdminOperations } from "../admin/operations.ts";
 import type { Store } from "../store/store.ts";
-import type { Output } from "./output.ts";
+import type { Output, TextSink } from "./output.ts";
 
 /**
  * The shape of the `tds` command table. A command group (org, key, and later credits, usage, …) is one file
@@ -33,6 +33,11 @@ export interface CommandContext {
   store(): Promise<Store | null>;
   out: Output;
   nowMs(): number;
+  /** The environment the CLI runs in. */
+  env: Record<string, string | undefined>;
+  /** stdout and stderr themselves (isTTY on a terminal), for commands that stream output or redraw a progress line. */
+  stdout: TextSink & { isTTY?: boolean };
+  stderr: TextSink & { isTTY?: boolean };
 }
 
 export interface Command {
@@ -50,7 +55,14 @@ export interface Command {
   createsDatabase?: boolean;
   /** Appended to a "not found" failure, such as "See: tds org list" (the default). */
   notFoundHint?: string;
-  run(ctx: CommandContext, input: CommandInput): Promise<void>;
+  /**
+   * Works through the gateway's /v1 API with an API key (tds batch): neither the database nor the admin API is
+   * opened, TDS_URL asks for no admin token, and --database is a usage error.
+   */
+  usesApiKey?: boolean;
+  /** The exit code when it returns one (default 0); a CliError is 1, a UsageError 2. */
+  // biome-ignore lint/suspicious/noConfusingVoidType: most commands return nothing
+  run(ctx: CommandContext, input: CommandInput): Promise<void | number>;
 }
 
 export interface CommandGroup {

@@ -22,7 +22,7 @@ const EXAMPLE_URL = "http://127.0.0.1:8080";
 const GATEWAY_PATH =
   /(?:\/admin(?:\/.*)?|\/v1(?:\/.*)?|\/api\/config|\/console(?:\/.*)?|\/docs(?:\/.*)?|\/openapi\.json|\/healthz|\/readyz|\/metrics)\/*$/i;
 
-function gatewayUrl(via: string, text: string): { url: string; droppedPath?: string } {
+export function gatewayUrl(via: string, text: string): { url: string; droppedPath?: string } {
   let url: URL;
   try {
     url = new URL(text.trim());

@@ -119,6 +119,20 @@ export const ConfigFile = Type.Object(
         { additionalProperties: false },
       ),
     ),
+    batches: Type.Optional(
+      Type.Object(
+        {
+          max_requests: Type.Optional(Whole),
+          max_bytes: Type.Optional(Whole),
+          concurrency: Type.Optional(Whole),
+          global_concurrency: Type.Optional(Whole),
+          completion_window_hours: Type.Optional(Whole),
+          retention_days: Type.Optional(Whole),
+          price_factor: Type.Optional(Text),
+        },
+        { additionalProperties: false },
+      ),
+    ),
     admin_token: Type.Optional(Type.String()),
     metrics_token: Type.Optional(Type.String()),
     routing: Type.Optional(
@@ -208,6 +222,23 @@ export const ServiceConfigResponse = Type.Object(
           description: "The most input (and output) tokens one paid request may reserve; a larger token bound is refused (413)",
         }),
         max_input_tokens: Type.Integer({ description: "Same setting as reserve_tokens" }),
+        max_batch_requests: Type.Integer({ description: "The most request lines one batch submission may hold" }),
+        max_batch_bytes: Type.Integer({ description: "Largest batch submission body in bytes" }),
+        batch_concurrency: Type.Integer({
+          description: "The most requests of one organization's batches running at once, across all instances",
+        }),
+        batch_global_concurrency: Type.Integer({
+          description: "The most batch requests one gateway instance runs at once, all organizations together",
+        }),
+        batch_completion_window_hours: Type.Integer({
+          description: "A batch request not started this many hours after its submission ends with batch_expired",
+        }),
+        batch_retention_days: Type.Integer({ description: "Ended batches and their results are deleted this many days after they end" }),
+        batch_price_factor: Type.String({
+          pattern: "^(0|[1-9][0-9]{0,2})(\\.[0-9]{1,6})?$",
+          description:
+            "Paid mode: batch requests are charged at the model's prices times this decimal factor, each price rounded up to a whole microUSD",
+        }),
       },
       { additionalProperties: false },
     ),

@@ -31,7 +31,7 @@ export const UsageRecordJson = Type.Object(
     source: Type.Union([Type.Literal("api"), Type.Literal("playground"), Type.Literal("batch")], {
       description:
         "api: a decision request; playground: a request sent with x-tds-source: playground (the console's Playground); " +
-        "batch: a request of a batch submission (reserved: this version does not serve batches yet)",
+        "batch: a request of a batch submission",
     }),
     model: Type.String(),
     service_mode: ServiceMode,

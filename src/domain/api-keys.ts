@@ -37,6 +37,11 @@ export function newRequestId(): string {
   return `req_${randomId(24)}`;
 }
 
+/** The id of a batch submission: the path segment of GET /v1/batches/{id}. */
+export function newBatchId(): string {
+  return `batch_${randomId(24)}`;
+}
+
 export interface NewApiKey {
   id: string;
   /** Shown once to the user; never stored or logged. */

@@ -52,3 +52,9 @@ export function cappedTokenCost(price: Price, inputTokens: number, outputTokens:
   const cost = (scaled + 999_999n) / 1_000_000n;
   return cost > BigInt(cap) ? { cost: cap, capped: true } : { cost: Number(cost), capped: false };
 }
+
+/** A price times a factor given in millionths (batch_price_factor), each part rounded up to a whole microUSD per million tokens. */
+export function scaledPrice(price: Price, factorMillionths: bigint): Price {
+  const scale = (perMillion: bigint) => (perMillion * factorMillionths + 999_999n) / 1_000_000n;
+  return { inputPerMillion: scale(price.inputPerMillion), outputPerMillion: scale(price.outputPerMillion) };
+}

@@ -3,7 +3,7 @@ import type { AdmitCommand, AdmitResult, StoredResponse } from "../domain/bookke
 import type { Clock } from "../domain/clock.ts";
 import { ServiceError } from "../domain/errors.ts";
 import { IDEMPOTENCY_WINDOW_MS } from "../domain/idempotency.ts";
-import { formatUsd, tokenCost } from "../domain/money.ts";
+import { formatUsd, scaledPrice, tokenCost } from "../domain/money.ts";
 import { msUntilUtcMidnight, utcDay } from "../domain/utc-day.ts";
 import type { TokenBound } from "../models/model-service.ts";
 import type { Books } from "./books.ts";
@@ -38,7 +38,7 @@ export interface Replayed {
 export interface AdmissionDeps {
   books: Books;
   clock: Clock;
-  config: Pick<Config, "serviceMode" | "limits" | "reservationTtlSeconds">;
+  config: Pick<Config, "serviceMode" | "limits" | "reservationTtlSeconds"> & { batches: Pick<Config["batches"], "priceFactorMillionths"> };
   observer?: DecisionObserver;
   /** This gateway process, recorded on what it admits: if it dies, its work is released by the others. */
   instanceId?: string;
@@ -96,7 +96,7 @@ export class AdmissionPolicy {
     bound: BoundSource,
   ): Promise<Admitted | Replayed> {
     const { books, clock, config } = this.deps;
-    const charging = await this.chargingOf(model, bound);
+    const charging = await this.chargingOf(ctx.source === "batch" ? this.batchPriced(model) : model, bound);
     const now = clock.nowMs();
     const command: AdmitCommand = {
       requestId: ctx.requestId,
@@ -162,6 +162,19 @@ export class AdmissionPolicy {
     if (this.deps.config.serviceMode !== "paid") return { mode: "preview" };
     const reservation = this.reservationAmount(model, typeof bound === "function" ? await bound() : bound);
     return { mode: "paid", price: model.price, priceInputUsd: model.priceInputUsd, reservation };
+  }
+
+  /** The model at batch prices: its prices times batch_price_factor. */
+  private batchPriced(model: ResolvedModel): ResolvedModel {
+    const factor = this.deps.config.batches.priceFactorMillionths;
+    if (factor === 1_000_000n) return model;
+    const price = scaledPrice(model.price, factor);
+    return {
+      ...model,
+      price,
+      priceInputUsd: formatUsd(price.inputPerMillion),
+      priceOutputUsd: model.priceOutputUsd === null ? null : formatUsd(price.outputPerMillion),
+    };
   }
 
   /** The error of an admission the books refused. */

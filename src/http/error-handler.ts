@@ -1,7 +1,7 @@
 import { STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from "fastify";
-import { errorResponse, type FieldError } from "../contract/errors.ts";
+import { errorBody, errorResponse, type FieldError, serviceErrorAnswer, validationDetail } from "../contract/errors.ts";
 import { MAX_FIELD_ERRORS, summarizeFieldErrors } from "../contract/validation.ts";
 import { ERROR_CATALOGUE, type ErrorCode, ServiceError, statusOf } from "../domain/errors.ts";
 import type { Store } from "../store/store.ts";
@@ -17,27 +17,16 @@ export interface ErrorReplyOptions {
 /** Sends `{detail, errors?}` with the catalogue's status; errors[] is bounded and the detail says so. */
 export function sendError(reply: FastifyReply, code: ErrorCode, options: ErrorReplyOptions = {}): FastifyReply {
   const entry = ERROR_CATALOGUE[code];
-  let detail = options.detail ?? entry.detail;
-  const body = errorResponse(code, detail);
-  if (options.errors && options.errors.length > 0) {
-    const total = Math.max(options.totalErrors ?? 0, options.errors.length);
-    body.errors = options.errors.slice(0, MAX_FIELD_ERRORS);
-    if (total > MAX_FIELD_ERRORS) detail = `${detail} (showing the first ${MAX_FIELD_ERRORS} of ${total} problems)`;
-    body.detail = detail;
-  }
+  const body = errorBody(code, options);
   if (entry.status === 401) reply.header("www-authenticate", "Bearer");
-  if (options.retryAfterMs !== undefined) {
-    const ms = Math.max(0, Math.ceil(options.retryAfterMs));
-    reply.header("retry-after", String(Math.ceil(ms / 1000)));
-    reply.header("retry-after-ms", String(ms));
-  }
+  if (options.retryAfterMs !== undefined) retryAfter(reply, options.retryAfterMs);
   return reply.code(entry.status).type("application/json; charset=utf-8").send(body);
 }
 
-function validationDetail(errors: FieldError[], total = errors.length): string {
-  const first = errors[0];
-  const summary = first ? `${first.field}: ${first.message}` : "";
-  return total > 1 ? `Invalid request body: ${summary} (and ${total - 1} more)` : `Invalid request body: ${summary}`;
+function retryAfter(reply: FastifyReply, retryAfterMs: number): void {
+  const ms = Math.max(0, Math.ceil(retryAfterMs));
+  reply.header("retry-after", String(Math.ceil(ms / 1000)));
+  reply.header("retry-after-ms", String(ms));
 }
 
 /** The catalogue code of a status Fastify or a plugin gave an error of its own (never its message: it may echo the URL). */
@@ -138,13 +127,10 @@ export function installErrorHandling(app: FastifyInstance, store: Pick<Store, "c
   app.setErrorHandler((error: FastifyError | ServiceError, request, reply) => {
     if (error instanceof ServiceError) {
       if (error.code === "internal") request.log.error({ err: error }, "unhandled error");
-      const errors = error.extra.errors;
-      const detail = error.detail ?? (errors && errors.length > 0 ? validationDetail(errors) : undefined);
-      return sendError(reply, error.code, {
-        ...(detail !== undefined ? { detail } : {}),
-        ...(errors ? { errors } : {}),
-        ...(error.extra.retryAfterMs !== undefined ? { retryAfterMs: error.extra.retryAfterMs } : {}),
-      });
+      const answer = serviceErrorAnswer(error);
+      if (error.status === 401) reply.header("www-authenticate", "Bearer");
+      if (answer.retryAfterMs !== undefined) retryAfter(reply, answer.retryAfterMs);
+      return reply.code(answer.status).type("application/json; charset=utf-8").send(answer.body);
     }
     const fe = error as FastifyError;
     if (fe.validation) {

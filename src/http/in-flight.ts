@@ -8,6 +8,7 @@ import { setMaxListeners } from "node:events";
 export class InFlight {
   private readonly running = new Set<Promise<unknown>>();
   private readonly controller = new AbortController();
+  #started = 0;
 
   constructor() {
     // Every concurrent model call listens on this one signal.
@@ -23,7 +24,13 @@ export class InFlight {
     return this.running.size;
   }
 
+  /** Work tracked so far (a count that only grows). */
+  get started(): number {
+    return this.#started;
+  }
+
   track<T>(work: Promise<T>): Promise<T> {
+    this.#started++;
     this.running.add(work);
     const done = () => this.running.delete(work);
     work.then(done, done);

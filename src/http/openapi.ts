@@ -8,12 +8,13 @@ interface RouteDoc {
 
 const STATUS_TEXT: Record<string, string> = {
   "200": "Success",
+  "202": "Accepted",
   "401": "Missing, invalid or revoked API key",
   "402": "Credits cannot cover the reservation (paid mode)",
   "403": "Organization paused pending billing review",
   "404": "Not found in this organization",
   "409": "Reservation expired, or the same Idempotency-Key is still running",
-  "413": "Body over max_request_bytes",
+  "413": "Body over max_request_bytes (a batch: over max_batch_bytes, or a line over max_request_bytes)",
   "422": "Invalid body or query, unknown model, or context rejected",
   "429": "Rate limit or daily preview quota reached",
   "502": "Model unavailable, timed out or invalid; nothing charged",
@@ -31,6 +32,11 @@ const ADMIN_STATUS_TEXT: Record<string, string> = {
   "422": "Invalid body, query or header, or an Idempotency-Key reused with another grant",
   "503": "Storage unavailable",
 };
+
+/** A response documented per media type, as Fastify takes it: `{ content: { "<type>": { schema } } }`. */
+function isMediaTypeMap(body: unknown): body is { content: Record<string, unknown> } {
+  return typeof body === "object" && body !== null && !("type" in body) && typeof (body as { content?: unknown }).content === "object";
+}
 
 function toOpenApiPath(url: string): string {
   return url.replace(/:([A-Za-z0-9_]+)/g, "{$1}");
@@ -80,7 +86,8 @@ function build(routes: RouteDoc[], info: { title: string; version: string; descr
     const texts = route.url.startsWith("/admin/") ? ADMIN_STATUS_TEXT : STATUS_TEXT;
     for (const [status, body] of Object.entries((schema.response as Record<string, unknown>) ?? {})) {
       const description = texts[status] ?? "Response";
-      responses[status] = status === "204" ? { description } : { description, content: { "application/json": { schema: body } } };
+      const content = isMediaTypeMap(body) ? body.content : { "application/json": { schema: body } };
+      responses[status] = status === "204" ? { description } : { description, content };
     }
     const operation: Record<string, unknown> = {
       summary: schema.summary,
@@ -90,6 +97,10 @@ function build(routes: RouteDoc[], info: { title: string; version: string; descr
       responses,
     };
     if (schema.body) operation.requestBody = { required: true, content: { "application/json": { schema: schema.body } } };
+    if (schema.streamedBody) {
+      const { mediaType, schema: lineSchema, description } = schema.streamedBody as StreamedBody;
+      operation.requestBody = { required: true, ...(description ? { description } : {}), content: { [mediaType]: { schema: lineSchema } } };
+    }
     if (schema.headers) {
       const headers = schema.headers as { properties?: Record<string, unknown> };
       for (const [name, prop] of Object.entries(headers.properties ?? {})) {
@@ -125,5 +136,14 @@ declare module "fastify" {
     description?: string;
     security?: Array<Record<string, string[]>>;
     hide?: boolean;
+    /** A body the route reads as a stream (not parsed as JSON): documented only, never validated by Fastify. */
+    streamedBody?: StreamedBody;
   }
+}
+
+/** The media type of a streamed body and the schema of each of its lines. */
+export interface StreamedBody {
+  mediaType: string;
+  schema: unknown;
+  description?: string;
 }

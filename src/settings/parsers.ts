@@ -81,6 +81,26 @@ export function usd(): Parser<string> {
   return { fromText: check, fromFile: (value) => check(value as string) };
 }
 
+const DECIMAL = /^(0|[1-9][0-9]{0,8})(?:\.([0-9]{1,6}))?$/;
+
+/** A decimal with at most 6 decimal places in millionths ("0.25" → 250000n); null for any other text. */
+export function millionthsOf(given: string): bigint | null {
+  const match = DECIMAL.exec(given);
+  if (!match) return null;
+  return BigInt(match[1]!) * 1_000_000n + BigInt((match[2] ?? "").padEnd(6, "0"));
+}
+
+/** A decimal factor from 0 to max with at most 6 decimal places, normalised ("0.50" → "0.5"); in the file a JSON string. */
+export function decimalFactor(max: number): Parser<string> {
+  const check = (given: string): Parsed<string> => {
+    const millionths = millionthsOf(given);
+    return millionths === null || millionths > BigInt(max) * 1_000_000n
+      ? problem(`must be a decimal number from 0 to ${max} with at most 6 decimal places, such as "0.5" ${got(given)}`)
+      : ok(formatUsd(millionths));
+  };
+  return { fromText: check, fromFile: (value) => check(value as string) };
+}
+
 /** Addresses, CIDR ranges and loopback / linklocal / uniquelocal: comma-separated, or a JSON array in the file. */
 export function addressRangeList(): Parser<string[]> {
   const check = (entries: string[]): Parsed<string[]> => {

@@ -8,6 +8,7 @@ export const SECTIONS = {
   database: "Database",
   limits: "Rate limits and quotas",
   paid: "Service mode and paid mode",
+  batches: "Batch decisions",
   models: "Models",
   engine: "In-process engine (node-llama-cpp, an optional dependency)",
   admin: "Administration and metrics",

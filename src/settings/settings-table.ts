@@ -1,5 +1,18 @@
 import { DEFAULT_EMBEDDED_MODEL, ROUTER_DEFAULTS } from "../config-defaults.ts";
-import { addressRangeList, aliasMap, boolean, choice, databaseUrl, integer, integerOrNull, redisUrl, text, token, usd } from "./parsers.ts";
+import {
+  addressRangeList,
+  aliasMap,
+  boolean,
+  choice,
+  databaseUrl,
+  decimalFactor,
+  integer,
+  integerOrNull,
+  redisUrl,
+  text,
+  token,
+  usd,
+} from "./parsers.ts";
 import { documented, setting } from "./setting.ts";
 
 export const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
@@ -251,6 +264,72 @@ export const SETTINGS = {
     section: "paid",
     summary: "Credit reservations expire after this; must exceed the model timeout",
     details: "Seconds after which an unsettled credit reservation expires (1 to 86400); must be longer than TDS_MODEL_TIMEOUT_MS.",
+  }),
+  maxBatchRequests: setting({
+    env: "TDS_MAX_BATCH_REQUESTS",
+    file: "batches.max_requests",
+    parse: integer(1, 1_000_000),
+    default: 50_000,
+    section: "batches",
+    summary: "The most request lines one batch submission may hold (1 to 1000000)",
+    details: "The most request lines (decision requests) one batch submission may hold (1 to 1000000).",
+  }),
+  maxBatchBytes: setting({
+    env: "TDS_MAX_BATCH_BYTES",
+    file: "batches.max_bytes",
+    parse: integer(1024, 4 * 1024 * 1024 * 1024),
+    default: 209_715_200,
+    section: "batches",
+    summary: "Largest batch submission body in bytes (1024 to 4294967296; default 200 MiB)",
+    details: "Largest batch submission body in bytes (1024 to 4294967296; the default is 200 MiB).",
+  }),
+  batchConcurrency: setting({
+    env: "TDS_BATCH_CONCURRENCY",
+    file: "batches.concurrency",
+    parse: integer(1, 1024),
+    default: 16,
+    section: "batches",
+    summary: "The most requests of one organization's batches running at once, across all instances (1 to 1024)",
+    details:
+      "The most requests of one organization's batches running at once, counted across all instances on the database (each instance's running requests are claims in it), 1 to 1024.",
+  }),
+  batchGlobalConcurrency: setting({
+    env: "TDS_BATCH_GLOBAL_CONCURRENCY",
+    file: "batches.global_concurrency",
+    parse: integer(1, 4096),
+    default: 32,
+    section: "batches",
+    summary: "The most batch requests this instance runs at once, all organizations together (1 to 4096)",
+    details: "The most batch requests one gateway instance runs at once, all organizations together (1 to 4096).",
+  }),
+  batchCompletionWindowHours: setting({
+    env: "TDS_BATCH_COMPLETION_WINDOW_HOURS",
+    file: "batches.completion_window_hours",
+    parse: integer(1, 168),
+    default: 24,
+    section: "batches",
+    summary: "Hours after its submission a batch's requests may start (1 to 168); those not started by then end with `batch_expired`",
+    details: "Hours after its submission a batch's requests may start (1 to 168); a request not started by then ends with batch_expired.",
+  }),
+  batchRetentionDays: setting({
+    env: "TDS_BATCH_RETENTION_DAYS",
+    file: "batches.retention_days",
+    parse: integer(1, 3650),
+    default: 7,
+    section: "batches",
+    summary: "Ended batches and their results are deleted this many days after they end (1 to 3650)",
+    details: "Days after it ends that a batch and its results are deleted (1 to 3650).",
+  }),
+  batchPriceFactor: setting({
+    env: "TDS_BATCH_PRICE_FACTOR",
+    file: "batches.price_factor",
+    parse: decimalFactor(100),
+    default: "1",
+    section: "batches",
+    summary:
+      "Paid mode: batch requests are charged at the model's prices times this decimal factor (0 to 100, at most 6 decimals, such as `0.5`), each price rounded up to a whole microUSD",
+    details:
+      'Paid mode: batch requests are charged at the model\'s prices times this factor, a decimal from 0 to 100 with at most 6 decimal places such as 0.5 (in the config file a string, "0.5"); each price per million tokens is rounded up to a whole microUSD.',
   }),
   modelServiceUrl: setting({
     env: "TDS_MODEL_SERVICE_URL",
@@ -521,6 +600,16 @@ export const SETTINGS = {
     summary: "For the `tds` CLI: administer this gateway over its admin API (with `TDS_ADMIN_TOKEN`) instead of the database",
     details:
       "Work through this gateway's admin API (with TDS_ADMIN_TOKEN) instead of the database, such as http://127.0.0.1:8080. --database wins over it.",
+  }),
+  cliApiKey: documented({
+    env: "TDS_API_KEY",
+    file: null,
+    default: null,
+    defaultText: "none",
+    section: "cli",
+    summary: "For `tds batch`: the organization's API key its requests to the gateway (`TDS_URL`) are sent with",
+    details:
+      "The API key of the organization `tds batch` submits and reads batches for, through the gateway at TDS_URL (environment only).",
   }),
   cliDebug: documented({
     env: "TDS_DEBUG",

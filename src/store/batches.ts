@@ -24,6 +24,9 @@ export const BATCH_ROWS_PER_CHUNK = 1000;
 export const MAX_LINES_PER_CALL = 1000;
 export const MAX_LINE_BYTES_PER_CALL = 8 * 1024 * 1024;
 
+/** The most requests one finishRequests call finishes. */
+export const MAX_FINISHES_PER_CALL = 64;
+
 /** The most results one results() page holds. */
 export const MAX_RESULTS_PAGE = 1000;
 
@@ -72,6 +75,19 @@ export interface ClaimInput {
   perOrgLimit?: number;
 }
 
+/** One claim of a request: its batch, its position and the request id it is claimed under. */
+export interface ClaimRef {
+  batchId: string;
+  position: number;
+  requestId: string;
+}
+
+function checkClaimRef(ref: ClaimRef): void {
+  checkText(ref.batchId, "batchId");
+  checkCount(ref.position, "position");
+  checkText(ref.requestId, "requestId");
+}
+
 export interface FinishInput {
   batchId: string;
   position: number;
@@ -111,6 +127,9 @@ const BATCH_COLUMNS = batches.list(BATCH_FIELDS);
 const SELECT_BATCHES = `SELECT ${BATCH_COLUMNS} FROM batches`;
 const toBatch = (row: DbRow): BatchRecord => batches.fromRow(row, BATCH_FIELDS);
 
+/** The holder of a deferred claim: no instance renews it, so any instance claims it again once its lease ends. */
+export const DEFERRED = "deferred";
+
 /** The statuses in which requests remain to claim or to finish; written as the partial index batches_active is. */
 const ACTIVE = "status IN ('queued', 'running', 'cancelling')";
 /** A request still to run or finish; written as the partial index batch_requests_open is. */
@@ -143,6 +162,10 @@ const SQL = {
   startBatch: "UPDATE batches SET status = 'running', started_at_ms = ? WHERE id = ? AND status = 'queued'",
   renewClaims: "UPDATE batch_requests SET lease_until_ms = ? WHERE state = 'claimed' AND claimed_by = ?",
   releaseClaims: "UPDATE batch_requests SET lease_until_ms = 0 WHERE state = 'claimed' AND claimed_by = ?",
+  releaseClaimsOfOthers: "UPDATE batch_requests SET lease_until_ms = 0 WHERE state = 'claimed' AND claimed_by <> ?",
+  deferClaim: `UPDATE batch_requests SET claimed_by = '${DEFERRED}', lease_until_ms = ?
+    WHERE batch_id = ? AND position = ? AND state = 'claimed' AND request_id = ?`,
+  reissueClaim: "UPDATE batch_requests SET request_id = ? WHERE batch_id = ? AND position = ? AND state = 'claimed' AND request_id = ?",
   finishRow: `UPDATE batch_requests SET state = 'done', result_status = ?, result_body = ?, cost_microusd = ?, finished_at_ms = ?
     WHERE batch_id = ? AND position = ? AND state = 'claimed' AND request_id = ?`,
   /**
@@ -247,7 +270,11 @@ export interface BatchStore {
   claimRequests(input: ClaimInput): Promise<ClaimedRequest[]>;
   renewClaims(instanceId: string, leaseUntilMs: number): Promise<number>;
   releaseClaims(instanceId: string): Promise<number>;
+  releaseClaimsOfOthers(instanceId: string): Promise<number>;
+  deferClaim(input: ClaimRef & { untilMs: number }): Promise<boolean>;
+  reissueClaim(input: ClaimRef & { newRequestId: string }): Promise<boolean>;
   finishRequest(input: FinishInput): Promise<boolean>;
+  finishRequests(inputs: readonly FinishInput[]): Promise<boolean[]>;
   cancelBatch(orgId: string, id: string, nowMs: number): Promise<BatchRecord | null>;
   expireBatches(nowMs: number, limit?: number): Promise<number>;
   results(orgId: string, id: string, page: { afterPosition: number; limit: number }): Promise<BatchResult[] | null>;
@@ -265,7 +292,7 @@ export interface BatchesOptions {
  * batch (cancel, expiry, drop, purge) goes in transactions of BATCH_ROWS_PER_CHUNK rows, its status set first.
  *
  * A request gets its request id at its first claim and keeps it when another instance takes it over after the lease
- * ended: the runner runs it with the Idempotency-Key `batch:<batch id>:<position>`, so a re-run replays the first and
+ * ended: the runner runs it with the Idempotency-Key `batch <batch id>:<position>`, so a re-run replays the first and
  * both holders of a request hold the same decision. Whichever finishes first writes the result.
  */
 export class Batches implements BatchStore {
@@ -492,10 +519,21 @@ export class Batches implements BatchStore {
         if (held && input.perOrgLimit !== undefined) room = Math.min(room, input.perOrgLimit - (held.get(orgId) ?? 0));
         if (room <= 0) continue;
         const startsNew = batch.status !== "cancelling" && (batch.expires_at_ms as number) > input.nowMs;
-        const ids = JSON.stringify(Array.from({ length: room }, newId));
-        const rows = yield* query(claim, input.instanceId, input.leaseUntilMs, ids, batch.id, input.nowMs, startsNew, room, batch.id);
+        const ids = Array.from({ length: room }, newId);
+        const rows = yield* query(
+          claim,
+          input.instanceId,
+          input.leaseUntilMs,
+          JSON.stringify(ids),
+          batch.id,
+          input.nowMs,
+          startsNew,
+          room,
+          batch.id,
+        );
         rows.sort((a, b) => (a.position as number) - (b.position as number));
-        for (const row of rows) {
+        // The k-th row in input order was offered the k-th new id: one that kept an older id was claimed before.
+        for (const [k, row] of rows.entries()) {
           claimed.push({
             batchId: batch.id as string,
             position: row.position as number,
@@ -506,6 +544,7 @@ export class Batches implements BatchStore {
             body: row.body as string,
             requestId: row.request_id as string,
             leaseUntilMs: input.leaseUntilMs,
+            takenOver: row.request_id !== ids[k],
           });
         }
         if (rows.length > 0 && batch.status === "queued") yield* execute(SQL.startBatch, input.nowMs, batch.id);
@@ -529,27 +568,85 @@ export class Batches implements BatchStore {
   }
 
   /**
+   * Ends the leases of claims held by any other instance (at the start of the one process serving a SQLite file:
+   * the claims of the processes before it are taken over at once); the number of claims.
+   */
+  async releaseClaimsOfOthers(instanceId: string): Promise<number> {
+    checkText(instanceId, "instanceId");
+    if (!this.db.holds(instanceId)) return 0;
+    return this.db.write(() => execute(SQL.releaseClaimsOfOthers, instanceId));
+  }
+
+  /**
+   * Gives a claimed request back until `untilMs` (its decision is still held elsewhere, or storage failed): no
+   * instance renews it, and it is claimed again, with its request id, once that time has passed. False when it is
+   * no longer claimed under `requestId`.
+   */
+  async deferClaim(input: ClaimRef & { untilMs: number }): Promise<boolean> {
+    checkClaimRef(input);
+    checkEpochMs(input.untilMs, "untilMs");
+    if (!this.db.holds(input.batchId, input.requestId)) return false;
+    const { batchId, position, requestId, untilMs } = input;
+    return (await this.db.write(() => execute(SQL.deferClaim, untilMs, batchId, position, requestId))) === 1;
+  }
+
+  /**
+   * Gives a claimed request a new request id, for a run after an earlier run of it failed (it was recorded, nothing
+   * charged): a finish under the old id changes nothing afterwards. False when it is no longer claimed under `requestId`.
+   */
+  async reissueClaim(input: ClaimRef & { newRequestId: string }): Promise<boolean> {
+    checkClaimRef(input);
+    checkText(input.newRequestId, "newRequestId");
+    if (!this.db.holds(input.batchId, input.requestId, input.newRequestId)) return false;
+    const { batchId, position, requestId, newRequestId } = input;
+    return (await this.db.write(() => execute(SQL.reissueClaim, newRequestId, batchId, position, requestId))) === 1;
+  }
+
+  /**
    * Writes the result of a claimed request (succeeded when its status is 200) and adds it to its batch's counts and
    * cost, ending the batch with its last request. Once: false (nothing changed) when the request already has its
    * result or is not claimed under `requestId`. The instance holding the claim is not checked: after a takeover both
    * holders run the same decision (one request id, one Idempotency-Key), so the first finish is the result.
    */
   async finishRequest(input: FinishInput): Promise<boolean> {
-    checkText(input.batchId, "batchId");
-    checkCount(input.position, "position");
-    checkText(input.requestId, "requestId");
-    checkHttpStatus(input.status, "status");
-    checkText(input.body, "body");
-    checkAmount(input.costMicrousd, "costMicrousd");
-    checkEpochMs(input.nowMs, "nowMs");
-    if (!this.db.holds(input.batchId, input.requestId, input.body)) throw new StoreInputError("text must not contain U+0000", "body");
-    const { batchId, position, requestId, status, body, costMicrousd, nowMs } = input;
+    const [written] = await this.finishRequests([input]);
+    return written!;
+  }
+
+  /**
+   * finishRequest of up to MAX_FINISHES_PER_CALL requests in one transaction (each batch's counts updated once);
+   * whether each was written, in the order given.
+   */
+  async finishRequests(inputs: readonly FinishInput[]): Promise<boolean[]> {
+    if (inputs.length > MAX_FINISHES_PER_CALL)
+      throw new StoreInputError(`at most ${MAX_FINISHES_PER_CALL} finishes a call, not ${inputs.length}`, "inputs");
+    for (const input of inputs) {
+      checkText(input.batchId, "batchId");
+      checkCount(input.position, "position");
+      checkText(input.requestId, "requestId");
+      checkHttpStatus(input.status, "status");
+      checkText(input.body, "body");
+      checkAmount(input.costMicrousd, "costMicrousd");
+      checkEpochMs(input.nowMs, "nowMs");
+      if (!this.db.holds(input.batchId, input.requestId, input.body)) throw new StoreInputError("text must not contain U+0000", "body");
+    }
+    if (inputs.length === 0) return [];
     return this.db.write(function* () {
-      const changed = yield* execute(SQL.finishRow, status, body, costMicrousd, nowMs, batchId, position, requestId);
-      if (changed === 0) return false;
-      const succeeded = status === 200 ? 1 : 0;
-      yield* countFinished(batchId, { succeeded, failed: 1 - succeeded, expired: 0, costMicrousd }, nowMs);
-      return true;
+      const written: boolean[] = [];
+      const counts = new Map<string, { succeeded: number; failed: number; expired: number; costMicrousd: number; nowMs: number }>();
+      for (const { batchId, position, requestId, status, body, costMicrousd, nowMs } of inputs) {
+        const changed = yield* execute(SQL.finishRow, status, body, costMicrousd, nowMs, batchId, position, requestId);
+        written.push(changed > 0);
+        if (changed === 0) continue;
+        const count = counts.get(batchId) ?? { succeeded: 0, failed: 0, expired: 0, costMicrousd: 0, nowMs };
+        if (status === 200) count.succeeded++;
+        else count.failed++;
+        count.costMicrousd += costMicrousd;
+        count.nowMs = Math.max(count.nowMs, nowMs);
+        counts.set(batchId, count);
+      }
+      for (const [batchId, count] of counts) yield* countFinished(batchId, count, count.nowMs);
+      return written;
     });
   }
 

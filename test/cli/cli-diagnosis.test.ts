@@ -251,7 +251,7 @@ describe("tds: a mistyped command gets a suggestion and a short usage line (exit
     ],
     [
       ["bogus"],
-      'tds: unknown command group "bogus"\nUsage: tds <group> <command> [arguments] [options]; groups: init, org, key, credits, usage, audit, migrate; more: tds --help\n',
+      'tds: unknown command group "bogus"\nUsage: tds <group> <command> [arguments] [options]; groups: init, org, key, credits, usage, batch, audit, migrate; more: tds --help\n',
     ],
   ];
   it("prints did you mean and one usage line, nothing on stdout, and touches no database", async () => {

@@ -9,7 +9,15 @@ import { type Gateway, sampleRequest, startGateway } from "../support/gateway-ha
 describe("GET /v1/models, GET /api/config, GET /openapi.json", () => {
   let gw: Gateway;
   before(async () => {
-    gw = await startGateway({ env: { TDS_MAX_REQUEST_BYTES: "65536", TDS_REQUESTS_PER_MINUTE: "120" } });
+    gw = await startGateway({
+      env: {
+        TDS_MAX_REQUEST_BYTES: "65536",
+        TDS_REQUESTS_PER_MINUTE: "120",
+        TDS_MAX_BATCH_REQUESTS: "2000",
+        TDS_BATCH_COMPLETION_WINDOW_HOURS: "48",
+        TDS_BATCH_PRICE_FACTOR: "0.50",
+      },
+    });
   });
   after(async () => gw.close());
 
@@ -29,6 +37,13 @@ describe("GET /v1/models, GET /api/config, GET /openapi.json", () => {
     const body = await json(res);
     assert.equal(body.service_mode, "preview");
     assert.deepEqual(Object.keys(body.limits).sort(), [
+      "batch_completion_window_hours",
+      "batch_concurrency",
+      "batch_global_concurrency",
+      "batch_price_factor",
+      "batch_retention_days",
+      "max_batch_bytes",
+      "max_batch_requests",
       "max_input_tokens",
       "max_questions",
       "max_request_bytes",
@@ -39,6 +54,27 @@ describe("GET /v1/models, GET /api/config, GET /openapi.json", () => {
       "reserve_tokens",
     ]);
     assert.equal(body.limits.max_request_bytes, 65536);
+    assert.deepEqual(
+      {
+        max_batch_requests: body.limits.max_batch_requests,
+        max_batch_bytes: body.limits.max_batch_bytes,
+        batch_concurrency: body.limits.batch_concurrency,
+        batch_global_concurrency: body.limits.batch_global_concurrency,
+        batch_completion_window_hours: body.limits.batch_completion_window_hours,
+        batch_retention_days: body.limits.batch_retention_days,
+        batch_price_factor: body.limits.batch_price_factor,
+      },
+      {
+        max_batch_requests: 2000,
+        max_batch_bytes: 209_715_200,
+        batch_concurrency: 16,
+        batch_global_concurrency: 32,
+        batch_completion_window_hours: 48,
+        batch_retention_days: 7,
+        batch_price_factor: "0.5",
+      },
+      "the batch settings, as configured or at their defaults",
+    );
     assert.equal(body.limits.requests_per_minute, 120);
     assert.equal(body.pricing.price_per_million_input_usd, null);
     assert.deepEqual(

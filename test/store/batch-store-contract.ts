@@ -16,6 +16,8 @@ import {
   type BatchStore,
   type ClaimedRequest,
   DuplicateCustomIdError,
+  type FinishInput,
+  MAX_FINISHES_PER_CALL,
   MAX_LINE_BYTES_PER_CALL,
   MAX_LINES_PER_CALL,
   MAX_RESULTS_PAGE,
@@ -163,6 +165,7 @@ export function describeBatchStoreContract(name: string, makeFixture: () => Prom
         body: lines(1, 7)[0]!.body,
         requestId: claimed[7]!.requestId,
         leaseUntilMs: T0 + 2 * SECOND + 30 * SECOND,
+        takenOver: false,
       });
       assert.ok(
         claimed.every((c) => /^req_\w+$/.test(c.requestId)),
@@ -374,6 +377,56 @@ export function describeBatchStoreContract(name: string, makeFixture: () => Prom
       assert.deepEqual(at(await claim(T0 + 24 * SECOND, 10, "i4")), ["batch_1:1"], "released claims are taken at once");
     });
 
+    it("a claim says whether its request was claimed before (takeover or deferral)", async () => {
+      await submit("batch_1", 3);
+      const first = await claim(T0, 2, "i1");
+      assert.deepEqual(
+        first.map((c) => c.takenOver),
+        [false, false],
+      );
+      const taken = await claim(T0 + 31 * SECOND, 3, "i2");
+      assert.deepEqual(
+        taken.map((c) => [c.position, c.takenOver]),
+        [
+          [0, true],
+          [1, true],
+          [2, false],
+        ],
+      );
+    });
+
+    it("a deferred claim is renewed by no instance and claimed again, with its request id, once its time has passed", async () => {
+      await submit("batch_1", 2);
+      const [c0] = await claim(T0, 1, "i1");
+      assert.equal(await store.deferClaim({ batchId: "batch_1", position: 0, requestId: "req_other", untilMs: T0 + 5 * SECOND }), false);
+      assert.equal(await store.deferClaim({ batchId: c0!.batchId, position: 0, requestId: c0!.requestId, untilMs: T0 + 5 * SECOND }), true);
+      assert.equal(await store.renewClaims("i1", T0 + 60 * SECOND), 0, "i1 holds it no longer");
+      assert.deepEqual(at(await claim(T0 + 4 * SECOND, 1, "i2")), ["batch_1:1"], "not before its time");
+      const [again] = await claim(T0 + 6 * SECOND, 1, "i2");
+      assert.deepEqual([again?.position, again?.requestId, again?.takenOver], [0, c0!.requestId, true]);
+    });
+
+    it("a reissued claim runs under its new request id: a finish under the old one changes nothing", async () => {
+      await submit("batch_1", 1);
+      const [c0] = await claim(T0, 1, "i1");
+      const ref = { batchId: c0!.batchId, position: 0, requestId: c0!.requestId };
+      assert.equal(await store.reissueClaim({ ...ref, newRequestId: "req_second" }), true);
+      assert.equal(await store.reissueClaim({ ...ref, newRequestId: "req_third" }), false, "no longer claimed under the old id");
+      assert.equal(await finish(c0!, T0 + SECOND, 7), false);
+      assert.equal(await finish({ ...c0!, requestId: "req_second" }, T0 + SECOND, 7), true);
+      const [result] = await allResults("org_a", "batch_1");
+      assert.deepEqual([result?.requestId, result?.costMicrousd], ["req_second", 7]);
+    });
+
+    it("releaseClaimsOfOthers ends the leases of every other instance's claims (the one SQLite process restarted)", async () => {
+      await submit("batch_1", 3);
+      await claim(T0, 1, "i1");
+      await claim(T0, 1, "i2");
+      await claim(T0, 1, "i3");
+      assert.equal(await store.releaseClaimsOfOthers("i3"), 2);
+      assert.deepEqual(at(await claim(T0 + SECOND, 10, "i3")), ["batch_1:0", "batch_1:1"]);
+    });
+
     it("a result is written once: a second finish, a finish under another request id or of an unclaimed request change nothing", async () => {
       await submit("batch_1", 3);
       const [c0, c1] = await claim(T0 + SECOND, 2);
@@ -395,6 +448,68 @@ export function describeBatchStoreContract(name: string, makeFixture: () => Prom
       );
       await assert.rejects(finish({ ...c1!, position: -1 }, T0, 0), StoreInputError);
       await assert.rejects(store.finishRequest({ ...c1!, status: 99, body: "{}", costMicrousd: 0, nowMs: T0 }), StoreInputError);
+    });
+
+    it("finishRequests writes finishes of several batches in one call, each once, answering whether each was written, in order", async () => {
+      await submit("batch_1", 2, { orgId: "org_a", createdAtMs: T0 });
+      await submit("batch_2", 3, { orgId: "org_b", createdAtMs: T0 + 1 });
+      const claimed = await claim(T0 + SECOND, 5);
+      assert.deepEqual(at(claimed), ["batch_1:0", "batch_1:1", "batch_2:0", "batch_2:1", "batch_2:2"]);
+      const [a0, a1, b0, b1, b2] = claimed;
+      assert.equal(await finish(a0!, T0 + 2 * SECOND, 100), true);
+      const finishOf = (c: ClaimedRequest, status: number, costMicrousd: number, nowMs: number): FinishInput => ({
+        batchId: c.batchId,
+        position: c.position,
+        requestId: c.requestId,
+        status,
+        body: JSON.stringify({ answers: { q: c.position } }),
+        costMicrousd,
+        nowMs,
+      });
+      assert.deepEqual(await store.finishRequests([]), []);
+      const written = await store.finishRequests([
+        finishOf(a1!, 200, 10, T0 + 3 * SECOND),
+        finishOf(b0!, 502, 20, T0 + 4 * SECOND),
+        finishOf(a0!, 200, 1000, T0 + 9 * SECOND),
+        finishOf({ ...b1!, requestId: "req_other" }, 200, 1000, T0 + 9 * SECOND),
+        finishOf(b2!, 200, 30, T0 + 5 * SECOND),
+      ]);
+      assert.deepEqual(written, [true, true, false, false, true]);
+      const first = await store.getBatch("org_a", "batch_1");
+      assert.deepEqual(
+        [first?.status, first?.succeeded, first?.failed, first?.costMicrousd, first?.endedAtMs],
+        ["completed", 2, 0, 110, T0 + 3 * SECOND],
+        "ended with its last request, at that finish (the duplicate changed nothing)",
+      );
+      const second = await store.getBatch("org_b", "batch_2");
+      assert.deepEqual(
+        [second?.status, second?.succeeded, second?.failed, second?.costMicrousd, second?.endedAtMs],
+        ["running", 1, 1, 50, null],
+      );
+      assert.deepEqual(
+        (await allResults("org_b", "batch_2")).map((r) => [r.position, r.status, r.costMicrousd, r.requestId]),
+        [
+          [0, 502, 20, b0!.requestId],
+          [2, 200, 30, b2!.requestId],
+        ],
+      );
+
+      const tooMany = [
+        finishOf(b1!, 200, 40, T0 + 6 * SECOND),
+        ...Array(MAX_FINISHES_PER_CALL).fill(finishOf(a1!, 200, 1, T0 + 6 * SECOND)),
+      ];
+      await assert.rejects(store.finishRequests(tooMany), (err: unknown) => err instanceof StoreInputError && err.field === "inputs");
+      assert.deepEqual(
+        (await allResults("org_b", "batch_2")).map((r) => r.position),
+        [0, 2],
+        "nothing of the refused call is written",
+      );
+      assert.deepEqual(await store.finishRequests(tooMany.slice(0, MAX_FINISHES_PER_CALL)), [
+        true,
+        ...Array(MAX_FINISHES_PER_CALL - 1).fill(false),
+      ]);
+      const ended = await store.getBatch("org_b", "batch_2");
+      assert.deepEqual([ended?.status, ended?.succeeded, ended?.failed, ended?.costMicrousd], ["completed", 2, 1, 90]);
     });
 
     it("cancel: pending requests end batch_cancelled (failed, no charge, no request id), running ones finish, then the batch is cancelled", async () => {

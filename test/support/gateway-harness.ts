@@ -58,6 +58,8 @@ export interface GatewayOptions {
   headersTimeoutMs?: number;
   /** A pino logger for the app (default: no logs). */
   loggerInstance?: FastifyBaseLogger;
+  /** false: submitted batches stay queued (the test claims and finishes their requests through the store). */
+  runBatches?: boolean;
 }
 
 /** A real listening gateway on 127.0.0.1:<random>, a temp SQLite file and (by default) the fake model server. */
@@ -97,6 +99,7 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
     ...(options.requestTimeoutMs !== undefined ? { requestTimeoutMs: options.requestTimeoutMs } : {}),
     ...(options.headersTimeoutMs !== undefined ? { headersTimeoutMs: options.headersTimeoutMs } : {}),
     ...(options.loggerInstance ? { loggerInstance: options.loggerInstance } : { logger: false }),
+    ...(options.runBatches !== undefined ? { runBatches: options.runBatches } : {}),
   });
   await app.listen({ host: "127.0.0.1", port: 0 });
   const address = app.server.address();

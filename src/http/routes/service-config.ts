@@ -20,7 +20,7 @@ export function serviceConfigRoutes(app: FastifyInstance, config: Config, regist
 
 export function describeConfig(config: Config): ServiceConfigResponse {
   const paid = config.serviceMode === "paid";
-  const { limits, pricing } = config;
+  const { limits, pricing, batches } = config;
   return {
     contract_version: "1.0.0",
     service_mode: config.serviceMode,
@@ -62,6 +62,13 @@ export function describeConfig(config: Config): ServiceConfigResponse {
       preview_global_request_limit: limits.previewGlobalRequestLimit,
       reserve_tokens: limits.reserveTokens,
       max_input_tokens: limits.reserveTokens,
+      max_batch_requests: batches.maxRequests,
+      max_batch_bytes: batches.maxBytes,
+      batch_concurrency: batches.concurrency,
+      batch_global_concurrency: batches.globalConcurrency,
+      batch_completion_window_hours: batches.completionWindowMs / 3_600_000,
+      batch_retention_days: batches.retentionDays,
+      batch_price_factor: batches.priceFactor,
     },
   };
 }

@@ -54,6 +54,8 @@ export interface ClaimedRequest {
   /** Given at the request's first claim and kept by later ones: a re-run after a takeover has the same id. */
   requestId: string;
   leaseUntilMs: number;
+  /** Claimed before (its lease ended or it was deferred): a run of it may have been admitted, or even completed. */
+  takenOver: boolean;
 }
 
 /** A finished request: the answer POST /v1/systemone would have given. */
