@@ -1,4 +1,5 @@
 import type { FastifyInstance, RouteOptions } from "fastify";
+import { SERVICE_LICENSE } from "../version.ts";
 
 interface RouteDoc {
   method: string;
@@ -9,6 +10,7 @@ interface RouteDoc {
 const STATUS_TEXT: Record<string, string> = {
   "200": "Success",
   "202": "Accepted",
+  "400": "Malformed request: its URL, request line, headers or body framing cannot be parsed",
   "401": "Missing, invalid or revoked API key",
   "402": "Credits cannot cover the reservation (paid mode)",
   "403": "Organization paused pending billing review",
@@ -90,6 +92,7 @@ function build(routes: RouteDoc[], info: { title: string; version: string; descr
       responses[status] = status === "204" ? { description } : { description, content };
     }
     const operation: Record<string, unknown> = {
+      operationId: schema.operationId,
       summary: schema.summary,
       ...(schema.description ? { description: schema.description } : {}),
       ...(schema.security ? { security: schema.security } : {}),
@@ -112,11 +115,14 @@ function build(routes: RouteDoc[], info: { title: string; version: string; descr
     byMethod[route.method] = operation;
     paths[openApiPath] = byMethod;
   }
+  const documented = JSON.parse(JSON.stringify(paths)) as typeof paths;
+  const schemas = hoistDiscriminatedVariants(documented);
   return {
     openapi: "3.1.0",
-    info,
+    info: { ...info, license: { name: SERVICE_LICENSE, identifier: SERVICE_LICENSE } },
     servers: [{ url: "/" }],
     components: {
+      schemas,
       securitySchemes: {
         bearer: { type: "http", scheme: "bearer", description: "Organization API key (tds_…)" },
         admin: {
@@ -126,12 +132,46 @@ function build(routes: RouteDoc[], info: { title: string; version: string; descr
         },
       },
     },
-    paths,
+    paths: documented,
   };
+}
+
+/**
+ * A discriminator can only select variants that are named schemas: the titled variants of every `oneOf` with a
+ * discriminator become `#/components/schemas/<title>`, with the mapping from their tag. Changes `paths` in place: give
+ * it a copy, never the route schemas (they are the validators).
+ */
+function hoistDiscriminatedVariants(paths: Record<string, unknown>): Record<string, unknown> {
+  const schemas: Record<string, unknown> = {};
+  const textByTitle = new Map<string, string>();
+  const visit = (node: unknown): void => {
+    if (typeof node !== "object" || node === null) return;
+    const schema = node as { oneOf?: unknown[]; discriminator?: { propertyName: string; mapping?: Record<string, string> } };
+    for (const child of Object.values(schema)) visit(child);
+    if (!schema.discriminator || !Array.isArray(schema.oneOf)) return;
+    const { propertyName } = schema.discriminator;
+    const mapping: Record<string, string> = {};
+    schema.oneOf = schema.oneOf.map((variant) => {
+      const { title, properties } = variant as { title?: string; properties?: Record<string, { const?: unknown }> };
+      const tag = properties?.[propertyName]?.const;
+      if (typeof title !== "string" || typeof tag !== "string") throw new Error(`OpenAPI: a ${propertyName}-tagged variant needs a title`);
+      const text = JSON.stringify(variant);
+      if (textByTitle.has(title) && textByTitle.get(title) !== text) throw new Error(`OpenAPI: two different schemas are titled ${title}`);
+      textByTitle.set(title, text);
+      schemas[title] = variant;
+      mapping[tag] = `#/components/schemas/${title}`;
+      return { $ref: mapping[tag] };
+    });
+    schema.discriminator = { ...schema.discriminator, mapping };
+  };
+  visit(paths);
+  return schemas;
 }
 
 declare module "fastify" {
   interface FastifySchema {
+    /** The operation's stable camelCase name in /openapi.json (generated clients name their methods after it). */
+    operationId?: string;
     summary?: string;
     description?: string;
     security?: Array<Record<string, string[]>>;

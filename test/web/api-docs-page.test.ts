@@ -209,7 +209,8 @@ describe("API reference page in a browser", { timeout: 60_000 }, () => {
       await page.screenshot({ path: join(SCREENSHOTS, "api-docs-phone.png") });
       await toc.locator("summary").click();
       await page.getByRole("navigation", { name: "Contents" }).getByRole("link", { name: "POST /v1/systemone" }).click();
-      await page.waitForFunction(`location.hash === "#op-post-v1-systemone"`);
+      // Anchors are named after the operationId (createDecision).
+      await page.waitForFunction(`location.hash === "#op-createdecision"`);
       assert.equal(await toc.getAttribute("open"), null, "following a link folds the contents again");
       await inPage(page, `document.querySelectorAll("details").forEach((d) => (d.open = true))`);
       assert.ok(await noHorizontalScroll(page), "no horizontal scrolling with everything unfolded");

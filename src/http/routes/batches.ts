@@ -200,6 +200,7 @@ export function batchRoutes(app: FastifyInstance, deps: BatchRouteDeps) {
       {
         onRequest: [authenticate(store, { rejectPaused: true }), deps.rateLimit],
         schema: {
+          operationId: "submitBatch",
           summary: "Submit a batch of decision requests (NDJSON, one request a line), run later within the completion window",
           description:
             "Every line is checked as POST /v1/systemone checks a body, plus a custom_id unique within the batch; any invalid line " +
@@ -273,6 +274,7 @@ export function batchRoutes(app: FastifyInstance, deps: BatchRouteDeps) {
     {
       onRequest: readAuth,
       schema: {
+        operationId: "listBatches",
         summary: "The organization's batches, newest first, with cursor paging",
         security: [{ bearer: [] }],
         querystring: BatchListQuery,
@@ -290,6 +292,7 @@ export function batchRoutes(app: FastifyInstance, deps: BatchRouteDeps) {
     {
       onRequest: readAuth,
       schema: {
+        operationId: "getBatch",
         summary: "One batch: its status, request counts and cost so far (404 for another organization's batch)",
         security: [{ bearer: [] }],
         params: BatchParams,
@@ -308,6 +311,7 @@ export function batchRoutes(app: FastifyInstance, deps: BatchRouteDeps) {
     {
       onRequest: readAuth,
       schema: {
+        operationId: "getBatchResults",
         summary: "The results of a batch's finished requests, in input order (NDJSON, one BatchResultLine a line)",
         description:
           "Before the batch ends, the requests finished so far; once it has ended, exactly one line per request. Each body is the " +
@@ -341,6 +345,7 @@ export function batchRoutes(app: FastifyInstance, deps: BatchRouteDeps) {
     {
       onRequest: readAuth,
       schema: {
+        operationId: "cancelBatch",
         summary: "Cancel a batch: requests not started end with batch_cancelled (never run nor charged), running ones finish",
         security: [{ bearer: [] }],
         params: BatchParams,

@@ -76,6 +76,7 @@ export function decisionRoutes(
       // The error handler builds the field errors from error.validation; Fastify's default text of every error is not needed.
       schemaErrorFormatter: () => new Error("Request body does not match the contract."),
       schema: {
+        operationId: "createDecision",
         summary: "Answer typed questions about one state",
         security: [{ bearer: [] }],
         headers: DecisionHeaders,

@@ -11,6 +11,7 @@ export function modelRoutes(app: FastifyInstance, deps: { store: Store; registry
     {
       onRequest: authenticate(deps.store, { rejectPaused: false }),
       schema: {
+        operationId: "listModels",
         summary: "List the models offered",
         security: [{ bearer: [] }],
         response: {

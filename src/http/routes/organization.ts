@@ -33,6 +33,7 @@ export function organizationRoutes(app: FastifyInstance, deps: OrganizationRoute
     {
       onRequest: auth,
       schema: {
+        operationId: "getOrganization",
         summary: "The key's organization: service mode, credits or today's preview quota, and rate limit",
         security: [{ bearer: [] }],
         response: { 200: OrganizationResponse, ...errorResponses(...API_KEY_ERRORS) },
@@ -60,6 +61,7 @@ export function organizationRoutes(app: FastifyInstance, deps: OrganizationRoute
     {
       onRequest: auth,
       schema: {
+        operationId: "getUsageSummary",
         summary: "Requests, tokens and cost per UTC day for the last N days (today included, oldest first)",
         security: [{ bearer: [] }],
         querystring: UsageSummaryQuery,

@@ -1,6 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import type { Config } from "../../config.ts";
 import { ServiceConfigResponse } from "../../contract/config.ts";
+import { ErrorResponse } from "../../contract/errors.ts";
 import { statusOf } from "../../domain/errors.ts";
 import type { ModelRegistry } from "../../gateway/model-registry.ts";
 import { PROMPT_OVERHEAD_TOKENS, QUESTION_OVERHEAD_TOKENS } from "../../gateway/token-bound.ts";
@@ -13,7 +14,14 @@ export function serviceConfigRoutes(app: FastifyInstance, config: Config, regist
   const body = describeConfig(config);
   app.get(
     "/api/config",
-    { schema: { summary: "Service mode, pricing and gateway limits", response: { 200: ServiceConfigResponse } } },
+    {
+      schema: {
+        operationId: "getServiceConfig",
+        summary: "Service mode, pricing and gateway limits",
+        security: [],
+        response: { 200: ServiceConfigResponse, 400: ErrorResponse },
+      },
+    },
     async () => ({ ...body, default_model: await registry.defaultModel() }),
   );
 }

@@ -17,6 +17,7 @@ export function usageRoutes(app: FastifyInstance, deps: { store: Store; rateLimi
     {
       onRequest: auth,
       schema: {
+        operationId: "getUsageRecord",
         summary: "One usage record by request_id (404 for another organization's request)",
         security: [{ bearer: [] }],
         params: Type.Object({ request_id: Type.String({ minLength: 1, maxLength: 200 }) }),
@@ -39,6 +40,7 @@ export function usageRoutes(app: FastifyInstance, deps: { store: Store; rateLimi
     {
       onRequest: auth,
       schema: {
+        operationId: "listUsage",
         summary: "The organization's usage records, newest first, with cursor paging and filters",
         security: [{ bearer: [] }],
         querystring: UsageListQuery,

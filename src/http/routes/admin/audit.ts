@@ -11,6 +11,7 @@ export function adminAuditRoutes(app: FastifyInstance, { route, admin }: AdminCo
     {
       ...route,
       schema: {
+        operationId: "adminListAudit",
         summary: "Every administrative change, newest first: time, action, target and source",
         security,
         querystring: AuditQuery,

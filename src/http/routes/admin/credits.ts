@@ -33,6 +33,7 @@ export function adminCreditRoutes(app: FastifyInstance, { route, admin }: AdminC
     {
       ...route,
       schema: {
+        operationId: "adminGrantCredits",
         summary: "Grant credits; answers the new balance. With Idempotency-Key, a retried grant is applied once",
         security,
         params: OrgParams,

@@ -11,6 +11,7 @@ export function adminKeyRoutes(app: FastifyInstance, { route, admin }: AdminCont
     {
       ...route,
       schema: {
+        operationId: "adminCreateKey",
         summary: "Create an API key; the key is in this answer only",
         security,
         params: OrgParams,
@@ -33,6 +34,7 @@ export function adminKeyRoutes(app: FastifyInstance, { route, admin }: AdminCont
     {
       ...route,
       schema: {
+        operationId: "adminListKeys",
         summary: "An organization's API keys: ids, names, created and revoked times",
         security,
         params: OrgParams,
@@ -47,6 +49,7 @@ export function adminKeyRoutes(app: FastifyInstance, { route, admin }: AdminCont
     {
       ...route,
       schema: {
+        operationId: "adminGetKey",
         summary: "One API key by id: its organization, name, created and revoked times",
         security,
         params: KeyParams,
@@ -61,6 +64,7 @@ export function adminKeyRoutes(app: FastifyInstance, { route, admin }: AdminCont
     {
       ...route,
       schema: {
+        operationId: "adminRevokeKey",
         summary: "Revoke an API key (its next request gets 401, on every instance)",
         security,
         params: KeyParams,

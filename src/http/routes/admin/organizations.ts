@@ -19,6 +19,7 @@ export function adminOrganizationRoutes(app: FastifyInstance, { route, admin }: 
     {
       ...route,
       schema: {
+        operationId: "adminListOrganizations",
         summary: "Organizations, oldest first, with credits, today's preview use and key counts",
         security,
         querystring: AdminPageQuery,
@@ -38,6 +39,7 @@ export function adminOrganizationRoutes(app: FastifyInstance, { route, admin }: 
     {
       ...route,
       schema: {
+        operationId: "adminCreateOrganization",
         summary: "Create an organization (names are unique)",
         security,
         headers: AdminHeaders,
@@ -57,6 +59,7 @@ export function adminOrganizationRoutes(app: FastifyInstance, { route, admin }: 
     {
       ...route,
       schema: {
+        operationId: "adminGetOrganization",
         summary: "One organization (id or name) with credits, today's preview use and key counts",
         security,
         params: OrgParams,
@@ -71,6 +74,7 @@ export function adminOrganizationRoutes(app: FastifyInstance, { route, admin }: 
     {
       ...route,
       schema: {
+        operationId: "adminUpdateOrganization",
         summary: "Pause or resume an organization",
         security,
         params: OrgParams,

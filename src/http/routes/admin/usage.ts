@@ -16,6 +16,7 @@ export function adminUsageRoutes(app: FastifyInstance, { route, admin, store, no
     {
       ...route,
       schema: {
+        operationId: "adminListUsage",
         summary: "An organization's usage records, newest first (the filters of GET /v1/usage)",
         security,
         params: OrgParams,
@@ -34,6 +35,7 @@ export function adminUsageRoutes(app: FastifyInstance, { route, admin, store, no
     {
       ...route,
       schema: {
+        operationId: "adminGetUsageRecord",
         summary: "One usage record of the organization by request_id",
         security,
         params: Type.Object(
@@ -59,6 +61,7 @@ export function adminUsageRoutes(app: FastifyInstance, { route, admin, store, no
     {
       ...route,
       schema: {
+        operationId: "adminGetUsageSummary",
         summary: "Every organization's usage per UTC day and per organization over the last N days",
         security,
         querystring: AdminUsageSummaryQuery,
