@@ -19,7 +19,6 @@ import { openStore } from "./store/open-store.ts";
 import { SERVING_SQLITE } from "./store/sqlite/sqlite-store.ts";
 import { SERVICE_NAME, SERVICE_VERSION } from "./version.ts";
 
-/** The process exits by then even if something hangs; in-flight decisions get 10 s of it (buildApp's grace). */
 /** A shutdown that has not ended by then exits 1: the drain and the close hooks, then closing the services and the store. */
 const SHUTDOWN_DEADLINE_MS = SHUTDOWN_GRACE_MS + CLOSE_HOOKS_MS + 5000;
 /** How long the start-up summary waits for the model services to list their models. */

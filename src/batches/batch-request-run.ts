@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import type { DecisionRequest } from "../contract/decision.ts";
 import { serviceErrorAnswer } from "../contract/errors.ts";
-import { parseJsonText } from "../contract/json-text.ts";
+import { forwardedText, parseJsonText } from "../contract/json-text.ts";
 import { newRequestId } from "../domain/api-keys.ts";
 import type { Clock } from "../domain/clock.ts";
 import { ServiceError } from "../domain/errors.ts";
@@ -105,8 +105,6 @@ export class BatchRequestRun {
     if ("problem" in parsed) throw new Error(`batch ${claim.batchId} request ${claim.position}: stored line ${parsed.problem}`);
     const { custom_id: _customId, ...line } = parsed.body as Record<string, unknown>;
     const request = { ...line, ...(line.model === undefined && claim.model !== null ? { model: claim.model } : {}) } as DecisionRequest;
-    const state = parsed.members.get("state");
-    const questions = parsed.members.get("questions");
     try {
       const key = await this.deps.keyOf(claim.keyId);
       if (key === null) throw new ServiceError("invalid_api_key");
@@ -123,7 +121,7 @@ export class BatchRequestRun {
         },
         request,
         { key: batchIdempotencyKey(claim.batchId, claim.position), requestHash: sha256(claim.body) },
-        state !== undefined && questions !== undefined ? { state, questions } : undefined,
+        forwardedText(parsed.members),
       );
       return { status: reply.status, body: reply.body, costMicrousd: costOf(reply.body) };
     } catch (err) {

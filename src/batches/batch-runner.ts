@@ -198,7 +198,8 @@ export class BatchRunner {
             perOrgLimit: this.options.perOrgConcurrency,
           });
           claimed = claims.length;
-          for (const claim of claims) this.#start(claim);
+          // Claimed while the server began closing: not started (the drain would not wait for them); close() gives them back.
+          if (!this.#stopped) for (const claim of claims) this.#start(claim);
         } catch (err) {
           this.#report(err, "claim");
         }

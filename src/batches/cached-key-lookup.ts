@@ -23,7 +23,9 @@ export function cachedKeyLookup(
     const found = store.findApiKey(keyId).then((f) => (f ? { org: f.org, revoked: f.key.revokedAtMs !== null } : null));
     cache.set(keyId, { atMs: now, found });
     // A failed read is not kept.
-    found.catch(() => cache.delete(keyId));
+    found.catch(() => {
+      if (cache.get(keyId)?.found === found) cache.delete(keyId);
+    });
     return found;
   };
 }

@@ -79,7 +79,7 @@ class PendingBytes {
  * lines (spaces, tabs) are counted but not yielded. While the bytes pass, their SHA-256 and count are taken.
  *
  * Throws NdjsonLineTooLongError or NdjsonTooLargeError (both 413 body_too_large) as soon as a limit is passed; the
- * source is then left unread (its iterator is returned, which destroys a request stream).
+ * source is then left unread (its iterator is returned: whether that destroys the stream is the source's choice).
  */
 export class NdjsonLines implements AsyncIterable<NdjsonLine> {
   private readonly hash: Hash = createHash("sha256");

@@ -181,15 +181,18 @@ export class BatchApiClient {
     return { authorization: `Bearer ${this.target.apiKey}`, accept, "x-tds-client": "cli" };
   }
 
+  /**
+   * The answer's headers within DEFAULT_TIMEOUT_MS; its body is not timed (a large batch's results stream for longer).
+   */
   private async send(method: "GET" | "POST", path: string, accept = "application/json"): Promise<Response> {
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(new Error(`no answer within ${DEFAULT_TIMEOUT_MS} ms`)), DEFAULT_TIMEOUT_MS);
     try {
-      return await this.fetch(`${this.target.url}${path}`, {
-        method,
-        headers: this.headers(accept),
-        signal: AbortSignal.timeout(DEFAULT_TIMEOUT_MS),
-      });
+      return await this.fetch(`${this.target.url}${path}`, { method, headers: this.headers(accept), signal: controller.signal });
     } catch (err) {
       throw this.unreachable(err, method, path);
+    } finally {
+      clearTimeout(timer);
     }
   }
 

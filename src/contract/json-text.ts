@@ -23,3 +23,10 @@ export function parseJsonText(text: string): { body: unknown; members: Map<strin
   }
   return { body: parsed, members: scanned.members };
 }
+
+/** The request's own text of `state` and `questions` (parseJsonText's members), to forward every value exactly as written. */
+export function forwardedText(members: Map<string, string> | null | undefined): { state: string; questions: string } | undefined {
+  const state = members?.get("state");
+  const questions = members?.get("questions");
+  return state !== undefined && questions !== undefined ? { state, questions } : undefined;
+}

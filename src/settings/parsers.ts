@@ -81,13 +81,9 @@ export function usd(): Parser<string> {
   return { fromText: check, fromFile: (value) => check(value as string) };
 }
 
-const DECIMAL = /^(0|[1-9][0-9]{0,8})(?:\.([0-9]{1,6}))?$/;
-
-/** A decimal with at most 6 decimal places in millionths ("0.25" → 250000n); null for any other text. */
+/** A decimal with at most 6 decimal places in millionths ("0.25" → 250000n), read as USD amounts are; null for any other text. */
 export function millionthsOf(given: string): bigint | null {
-  const match = DECIMAL.exec(given);
-  if (!match) return null;
-  return BigInt(match[1]!) * 1_000_000n + BigInt((match[2] ?? "").padEnd(6, "0"));
+  return given.trim() === given ? parseUsd(given) : null;
 }
 
 /** A decimal factor from 0 to max with at most 6 decimal places, normalised ("0.50" → "0.5"); in the file a JSON string. */

@@ -252,8 +252,14 @@ describe("batches survive their gateway process", { timeout: 300_000 }, () => {
       const first = await startGatewayProcess(env);
       gateways.push(first);
       const id = await submit(client(first, org), count);
-      await waitForBatch(client(first, org), id, (b) => b.request_counts.succeeded >= 20);
+      // Slowed once 20 have succeeded, the batch is surely mid-run at the SIGTERM (the drain waits for the running ones).
+      await waitForBatch(client(first, org), id, (b) => {
+        if (b.request_counts.succeeded < 20) return false;
+        fake.setBehavior("delay:1000");
+        return true;
+      });
       await endProcess(first, "SIGTERM");
+      fake.setBehavior("delay:20");
 
       const left = await leftByCrash(org, id);
       assert.ok(left.done >= 20 && left.done < count, `mid-batch at the shutdown: ${left.done} of ${count} done`);

@@ -5,12 +5,12 @@
  */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { afterEach, describe, it } from "node:test";
+import { describe, it } from "node:test";
 import { BatchRequestRun, type BatchRequestRunDeps, batchIdempotencyKey, DEFER_MS } from "../../src/batches/batch-request-run.ts";
 import type { DecisionRequest, DecisionResponse } from "../../src/contract/decision.ts";
 import { errorResponse } from "../../src/contract/errors.ts";
 import type { BatchResult, BatchStore, ClaimedRequest } from "../../src/store/batches.ts";
-import { openPipelineRig, type PipelineRig, type PipelineRigOptions } from "../support/pipeline-harness.ts";
+import { type PipelineRig, type PipelineRigOptions, rigsClosedAfterEach } from "../support/pipeline-harness.ts";
 import { batchLine } from "./batch-support.ts";
 
 const LEASE_MS = 15_000;
@@ -27,16 +27,7 @@ const PAID: PipelineRigOptions = {
   model: { tokenBound: () => ({ input: 400, output: 10 }) },
 };
 
-let rigs: PipelineRig[] = [];
-async function rig(options: PipelineRigOptions = {}): Promise<PipelineRig> {
-  const r = await openPipelineRig(options);
-  rigs.push(r);
-  return r;
-}
-afterEach(async () => {
-  await Promise.all(rigs.map((r) => r.close()));
-  rigs = [];
-});
+const rig = rigsClosedAfterEach();
 
 /** A batch of `lines` (each with its custom_id), opened now on the rig's clock. */
 async function submit(r: PipelineRig, id: string, lines: Record<string, unknown>[], model: string | null = null): Promise<void> {

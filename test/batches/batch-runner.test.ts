@@ -295,6 +295,8 @@ describe("BatchRunner", () => {
 describe("BatchRunner on the SQLite store", () => {
   it("close() gives this instance's claims back: another instance claims them at once", async () => {
     const store = await openStore("sqlite::memory:", { sqlite: SERVING_SQLITE });
+    const runs = new HeldRuns();
+    let runner: BatchRunner | null = null;
     try {
       const clock = new FixedClock(T0);
       const org = await store.createOrganization({ id: newOrganizationId(), name: "o", nowMs: T0 });
@@ -312,8 +314,7 @@ describe("BatchRunner on the SQLite store", () => {
         T0,
       );
       await store.batches.openBatch({ batchId: "batch_1", total: 3, inputBytes: 6, nowMs: T0, idempotency: null });
-      const runs = new HeldRuns();
-      const runner = new BatchRunner({
+      runner = new BatchRunner({
         store: store.batches,
         clock,
         instanceId: "i1",
@@ -348,8 +349,10 @@ describe("BatchRunner on the SQLite store", () => {
         taken.map((c) => c.requestId),
         runs.started.map((c) => c.requestId),
       );
-      for (const c of runs.running) runs.end(c, { kind: "left", reason: "shutdown" });
     } finally {
+      // Also when an assertion failed: the runner stopped and its held runs ended before the store closes.
+      for (const c of runs.running) runs.end(c, { kind: "left", reason: "shutdown" });
+      await runner?.close();
       await store.close();
     }
   });

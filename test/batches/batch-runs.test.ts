@@ -119,7 +119,8 @@ describe("batches run to their end through a real server", () => {
     await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 10_000_000, nowMs: Date.now() });
     const id = await submitted(
       gw,
-      Array.from({ length: 40 }, (_, i) => batchLine(i, { fake_behavior: "delay:150" })),
+      // The later ones slow: the batch is surely mid-run when it is cancelled.
+      Array.from({ length: 40 }, (_, i) => batchLine(i, { fake_behavior: i < 4 ? "delay:150" : "delay:2000" })),
     );
     await waitForBatch(gw, id, (b) => b.request_counts.succeeded >= 2);
     const res = await fetch(`${gw.url}/v1/batches/${id}/cancel`, { method: "POST", headers: { authorization: `Bearer ${gw.key}` } });
@@ -146,13 +147,19 @@ describe("batches run to their end through a real server", () => {
     assert.equal(ended.cost_microusd, spent);
   });
 
-  it("a key revoked (or an organization paused) mid-batch: its remaining requests get the API's refusal", async () => {
+  it("a key revoked mid-batch: its remaining requests get the API's refusal", async () => {
     const gw = await start({ env: { TDS_BATCH_GLOBAL_CONCURRENCY: "1" } });
+    gw.fake!.setBehavior("delay:50");
     const id = await submitted(
       gw,
-      Array.from({ length: 30 }, (_, i) => batchLine(i, { fake_behavior: "delay:50" })),
+      Array.from({ length: 30 }, (_, i) => batchLine(i)),
     );
-    await waitForBatch(gw, id, (b) => b.request_counts.succeeded >= 1);
+    // Slowed once the first has succeeded, the batch is surely mid-run when the key is revoked.
+    await waitForBatch(gw, id, (b) => {
+      if (b.request_counts.succeeded < 1) return false;
+      gw.fake!.setBehavior("delay:1500");
+      return true;
+    });
     await gw.store.revokeApiKey(gw.keyId, Date.now());
     // The key is revoked: the batch is read through the store.
     const until = Date.now() + 60_000;
@@ -164,7 +171,7 @@ describe("batches run to their end through a real server", () => {
     assert.equal(batch.status, "completed");
     const results = await gw.store.batches.results(gw.orgId, id, { afterPosition: -1, limit: 100 });
     const revoked = results!.filter((r) => r.status === 401);
-    assert.ok(revoked.length > 0, "some requests ran after the revoke");
+    assert.ok(revoked.length > 0, "the requests started after the revoke are refused");
     assert.equal(revoked.length + results!.filter((r) => r.status === 200).length, 30);
     // Once refused, every later request is refused too (the key stays revoked).
     const firstRefused = results!.findIndex((r) => r.status === 401);

@@ -305,8 +305,14 @@ describe("tds batch", () => {
       child.on("error", reject);
       child.on("close", (code) => resolve(code ?? -1));
     });
-    const batch = await until("the batch", async () => (await batchesOf(key))[0]);
-    await until("the requests finished", async () => (await finish(batch.id)) > 0);
+    let batch: Awaited<ReturnType<typeof batchesOf>>[number];
+    try {
+      batch = await until("the batch", async () => (await batchesOf(key))[0]);
+      await until("the requests finished", async () => (await finish(batch.id)) > 0);
+    } catch (err) {
+      child.kill("SIGKILL");
+      throw err;
+    }
     assert.equal(await exited, 0, stderr);
     assert.match(stdout, new RegExp(`^Submitted batch ${batch.id}: 2 requests, the configured model, queued.\n`));
     assert.deepEqual(

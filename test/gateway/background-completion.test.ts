@@ -5,14 +5,14 @@
  * any other failure is left to the expiry sweep. The books' `complete` is wrapped to fail as a store would.
  */
 import assert from "node:assert/strict";
-import { afterEach, test } from "node:test";
+import { test } from "node:test";
 import type { DecisionRequest } from "../../src/contract/decision.ts";
 import type { CompleteCommand, CompleteResult } from "../../src/domain/bookkeeping.ts";
 import { ServiceError } from "../../src/domain/errors.ts";
 import type { StoreFailureKind } from "../../src/store/store-errors.ts";
 import { assertLedgerMatches } from "../support/books.ts";
 import { MIXED_QUESTIONS } from "../support/fake-model-service.ts";
-import { openPipelineRig, type PipelineRig } from "../support/pipeline-harness.ts";
+import { type PipelineRig, rigsClosedAfterEach } from "../support/pipeline-harness.ts";
 
 const BODY: DecisionRequest = { state: { ticket: "charged twice" }, questions: MIXED_QUESTIONS };
 const PAID = {
@@ -20,16 +20,11 @@ const PAID = {
   model: { tokenBound: () => ({ input: 400, output: 10 }) },
 };
 
-let rigs: PipelineRig[] = [];
-afterEach(async () => {
-  for (const r of rigs) await r.close();
-  rigs = [];
-});
+const rig = rigsClosedAfterEach();
 
 /** A rig whose first `failures` completions fail with an error the store reads as `kind`; counts every completion. */
 async function failingRig(failures: number, kind: StoreFailureKind): Promise<{ r: PipelineRig; calls: CompleteCommand[] }> {
-  const r = await openPipelineRig(PAID);
-  rigs.push(r);
+  const r = await rig(PAID);
   await r.store.grantCredits({ orgId: r.org.id, amountMicrousd: 10_000, nowMs: r.clock.nowMs() });
   const failure = new Error(`storage failed (${kind}, test)`);
   const calls: CompleteCommand[] = [];

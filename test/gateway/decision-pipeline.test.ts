@@ -5,7 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { afterEach, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import type { DecisionRequest, DecisionResponse } from "../../src/contract/decision.ts";
 import { ERROR_CATALOGUE, type ErrorCode, ServiceError } from "../../src/domain/errors.ts";
 import { IDEMPOTENCY_WINDOW_MS } from "../../src/domain/idempotency.ts";
@@ -14,7 +14,7 @@ import { utcDay } from "../../src/domain/utc-day.ts";
 import type { ModelErrorKind } from "../../src/models/model-service.ts";
 import { allUsage, assertLedgerMatches } from "../support/books.ts";
 import { ANSWER_MUTATIONS, MIXED_QUESTIONS } from "../support/fake-model-service.ts";
-import { openPipelineRig, type PipelineRig, type PipelineRigOptions } from "../support/pipeline-harness.ts";
+import { type PipelineRig, type PipelineRigOptions, rigsClosedAfterEach } from "../support/pipeline-harness.ts";
 
 const BODY: DecisionRequest = {
   state: { ticket: "I was charged twice for my subscription this month.", customer_tier: "gold" },
@@ -35,16 +35,7 @@ const PAID: PipelineRigOptions = {
 /** 400 × 1 + 10 × 2 µUSD. */
 const RESERVATION = 420;
 
-let rigs: PipelineRig[] = [];
-async function rig(options: PipelineRigOptions = {}): Promise<PipelineRig> {
-  const r = await openPipelineRig(options);
-  rigs.push(r);
-  return r;
-}
-afterEach(async () => {
-  await Promise.all(rigs.map((r) => r.close()));
-  rigs = [];
-});
+const rig = rigsClosedAfterEach();
 
 async function expectServiceError(promise: Promise<unknown>, code: ErrorCode): Promise<ServiceError> {
   try {

@@ -305,7 +305,7 @@ describe("batch API", () => {
     });
   });
 
-  test("Idempotency-Key: the same body answers the same batch, another body 422", async () => {
+  test("Idempotency-Key: the same body and model answer the same batch, another body or model 422", async () => {
     const headers = { "idempotency-key": "batch-key-1" };
     const first = await submit(gw, ndjson("i1", "i2"), { headers });
     assert.equal(first.headers.get("idempotent-replayed"), null);
@@ -315,6 +315,8 @@ describe("batch API", () => {
     assert.equal((await batchOf(again)).id, batch.id);
     const other = await errorBody(await submit(gw, ndjson("i1", "i3"), { headers }), 422);
     assert.match(other.detail, /Idempotency-Key/);
+    const otherModel = await errorBody(await submit(gw, ndjson("i1", "i2"), { headers, path: "/v1/batches?model=fake-small" }), 422);
+    assert.match(otherModel.detail, /Idempotency-Key/);
     assert.equal(batchRows(gw).filter((b) => b.id !== batch.id && b.status === "validating").length, 0);
     await gw.store.batches.cancelBatch(gw.orgId, batch.id, Date.now());
   });
@@ -417,7 +419,7 @@ describe("a submission counts against the per-minute request limit", () => {
 });
 
 describe("?model= with models named in the configuration", () => {
-  test("an unknown model is refused before the body is read, without asking the model service", async () => {
+  test("an unknown model is refused (422) without asking the model service", async () => {
     const fake = await startFakeModelServer();
     const dir = mkdtempSync(join(tmpdir(), "tds-batch-models-"));
     const config = join(dir, "config.json");

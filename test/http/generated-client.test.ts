@@ -109,7 +109,7 @@ describe("a client generated with openapi-typescript + openapi-fetch", () => {
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  test("the generated types name every operation and the client type-checks (strict)", async () => {
+  test("a client on the generated types type-checks (strict)", async () => {
     const checked = await run([TSC, "--noEmit", "-p", "tsconfig.json"], dir);
     assert.equal(checked.code, 0, checked.stdout + checked.stderr);
   });

@@ -4,6 +4,7 @@
  * a SQLite `:memory:` store, the in-process fake ModelService, a MemoryRateLimiter — and a FixedClock.
  */
 import { createHash } from "node:crypto";
+import { afterEach } from "node:test";
 import type { FastifyReply, FastifyRequest } from "fastify";
 import { type Config, loadConfig } from "../../src/config.ts";
 import type { DecisionRequest } from "../../src/contract/decision.ts";
@@ -195,5 +196,22 @@ export async function openPipelineRig(options: PipelineRigOptions = {}): Promise
       await limiter.close();
       await store.close();
     },
+  };
+}
+
+/**
+ * The rig opener of a test file, its rigs closed after each test (call it at the top level of the file, where
+ * node:test takes the afterEach hook for the whole file).
+ */
+export function rigsClosedAfterEach(): (options?: PipelineRigOptions) => Promise<PipelineRig> {
+  let open: PipelineRig[] = [];
+  afterEach(async () => {
+    await Promise.all(open.map((r) => r.close()));
+    open = [];
+  });
+  return async (options = {}) => {
+    const r = await openPipelineRig(options);
+    open.push(r);
+    return r;
   };
 }

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { Readable } from "node:stream";
 import { Type } from "@sinclair/typebox";
 import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from "fastify";
@@ -81,6 +82,14 @@ const SubmitHeaders = Type.Object({
 });
 
 const BatchParams = Type.Object({ id: Type.String({ minLength: 1, maxLength: 200, description: 'The batch id, "batch_…"' }) });
+
+/**
+ * What an Idempotency-Key of a submission stands for: its body (SHA-256) and its `?model=`, so that the same body
+ * sent for another model is a different submission (422), not a replay.
+ */
+function submissionHash(model: string | null, bodySha256: string): string {
+  return model === null ? bodySha256 : createHash("sha256").update(`${model}\n${bodySha256}`).digest("hex");
+}
 
 function batchNotFound(id: string): ServiceError {
   return new ServiceError("not_found", `No batch with id ${JSON.stringify(id)} in this organization.`);
@@ -244,7 +253,7 @@ export function batchRoutes(app: FastifyInstance, deps: BatchRouteDeps) {
             total: check.accepted,
             inputBytes: check.bytes,
             nowMs: clock.nowMs(),
-            idempotency: key === undefined ? null : { key, requestHash: check.sha256 },
+            idempotency: key === undefined ? null : { key, requestHash: submissionHash(model, check.sha256) },
           });
           // The store drops the batch itself when the key answers another one.
           opened = true;

@@ -3,6 +3,7 @@ import type { FastifyInstance, onRequestHookHandler } from "fastify";
 import { DecisionRequest, DecisionResponse } from "../../contract/decision.ts";
 import { boundDecisionRequest } from "../../contract/decision-bound.ts";
 import { IdempotencyKeyHeader } from "../../contract/headers.ts";
+import { forwardedText } from "../../contract/json-text.ts";
 import { compileBoundedSchema, compileSchema } from "../../contract/validation.ts";
 import type { ErrorCode } from "../../domain/errors.ts";
 import type { UsageSource } from "../../domain/usage-records.ts";
@@ -45,13 +46,6 @@ const DecisionHeaders = Type.Object({
     Type.String({ description: '"playground" marks Playground requests; they share every quota with the API' }),
   ),
 });
-
-/** The request's own text of `state` and `questions`, to forward every value exactly as written. */
-function forwardedText(members: Map<string, string> | null): { state: string; questions: string } | undefined {
-  const state = members?.get("state");
-  const questions = members?.get("questions");
-  return state !== undefined && questions !== undefined ? { state, questions } : undefined;
-}
 
 /** Playground requests identify themselves; they share every quota with the API. */
 function sourceOf(header: string | string[] | undefined): UsageSource {
