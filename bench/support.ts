@@ -80,11 +80,12 @@ export function startFakeModel(): Promise<Started> {
  * A gateway process on a free port, ready once GET /api/config answers. Logs at warn: per-request info lines are not
  * measured. `nodeArgs` go before the script (--cpu-prof cannot go in NODE_OPTIONS).
  */
-export async function startGateway(env: Record<string, string>, nodeArgs: string[] = []): Promise<Started> {
+/** `cwd`: the checkout whose src/server.ts runs (another one, such as the code before a change, to compare with). */
+export async function startGateway(env: Record<string, string>, nodeArgs: string[] = [], cwd = ROOT): Promise<Started> {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const child = spawn(process.execPath, [...nodeArgs, "--import", "tsx", "src/server.ts"], {
-    cwd: ROOT,
+    cwd,
     env: {
       PATH: process.env.PATH ?? "",
       HOME: process.env.HOME ?? "/tmp",

@@ -15,6 +15,7 @@ import { AdmissionPolicy } from "./gateway/admission.ts";
 import { newInstanceId, SWEEP_INTERVAL_MS, startBookkeepingJobs } from "./gateway/bookkeeping-jobs.ts";
 import { DecisionPipeline } from "./gateway/decision-pipeline.ts";
 import { deploymentHealthLine } from "./gateway/deployment-health-log.ts";
+import { KeyUseRecorder } from "./gateway/key-use.ts";
 import { modelFailureLevel } from "./gateway/model-failure-report.ts";
 import { ModelRegistry, type RegistryOptions } from "./gateway/model-registry.ts";
 import { guardConnections } from "./http/connection-guard.ts";
@@ -39,8 +40,10 @@ import { MemoryRateLimiter } from "./limits/memory-rate-limiter.ts";
 import type { RateLimiter } from "./limits/rate-limiter.ts";
 import { engineEntries } from "./models/engine-id.ts";
 import type { ModelService } from "./models/model-service.ts";
+import { traceRequests } from "./observability/http-tracing.ts";
 import { LOG_REDACTION } from "./observability/logging.ts";
 import { Metrics, metricsObserver } from "./observability/metrics.ts";
+import { type Tracing, traceLogFields } from "./observability/tracing.ts";
 import { GroupCommit, lanesFor } from "./store/group-commit.ts";
 import type { Store } from "./store/store.ts";
 import { SERVICE_VERSION } from "./version.ts";
@@ -76,8 +79,12 @@ export interface AppDeps {
   logger?: boolean | Record<string, unknown>;
   /** A pino logger shared with the rest of the process (wins over `logger`). */
   loggerInstance?: FastifyBaseLogger;
+  /** OpenTelemetry tracing (startTracing), when the OTEL_* variables ask for it; absent: nothing is traced. */
+  tracing?: Tracing;
   /** Run the batch requests of this instance's share (default true); false leaves submitted batches queued (tests). */
   runBatches?: boolean;
+  /** How often the keys' last use is written (default KEY_USE_INTERVAL_MS, a minute). */
+  keyUseIntervalMs?: number;
 }
 
 /** The whole request (headers and body) must arrive within this. */
@@ -101,6 +108,8 @@ declare module "fastify" {
     instanceId: string;
     /** This instance's share of the batch work (its jobs can be run now: tests, operations). */
     batchRunner: BatchRunner;
+    /** Writes the last use of the keys this instance authenticated now, instead of at its interval (tests, operations). */
+    flushKeyUse(): Promise<void>;
   }
 }
 
@@ -115,7 +124,11 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     ...(deps.loggerInstance
       ? { loggerInstance: deps.loggerInstance }
       : {
-          logger: deps.logger ?? { level: config.logLevel, redact: LOG_REDACTION },
+          logger: deps.logger ?? {
+            level: config.logLevel,
+            redact: LOG_REDACTION,
+            ...(deps.tracing ? { mixin: traceLogFields } : {}),
+          },
         }),
     genReqId: newRequestId,
     logController: new LogController({ requestIdLogLabel: "request_id" }),
@@ -136,6 +149,8 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     frameworkErrors: frameworkErrorHandler,
     forceCloseConnections: "idle",
   });
+  // First: every hook of a request runs in its span's context.
+  if (deps.tracing) traceRequests(app, deps.tracing);
 
   guardConnections(app.server, {
     maxConnections: deps.maxConnections ?? config.connections.maxConnections,
@@ -147,6 +162,7 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
         "client connections refused or idle ones closed to make room (TDS_MAX_CONNECTIONS, TDS_MAX_CONNECTIONS_PER_ADDRESS)",
       ),
   });
+  app.decorate("clock", clock);
   app.setValidatorCompiler(({ schema }) => compileSchema(schema as never));
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
   installRequestContext(app);
@@ -159,6 +175,16 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   });
 
   const { store } = deps;
+  // Every request a key authenticated, refused later or not, is a use of the key.
+  const keyUse = new KeyUseRecorder({
+    record: (uses) => store.recordKeyUse(uses),
+    clock,
+    ...(deps.keyUseIntervalMs !== undefined ? { intervalMs: deps.keyUseIntervalMs } : {}),
+    onError: (err) => app.log.warn({ err }, "the last use of API keys could not be written; it is tried again at the next interval"),
+  });
+  app.addHook("onResponse", async (request) => {
+    if (request.auth) keyUse.note(request.auth.keyId);
+  });
   const limiter = deps.rateLimiter ?? new MemoryRateLimiter(clock);
   const metrics = deps.metrics ?? new Metrics();
   const observer = metricsObserver(metrics);
@@ -167,7 +193,7 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     (deps.modelService ? new Map([[config.modelServices[0]?.name ?? "default", deps.modelService]]) : new Map<string, ModelService>());
   const registry = new ModelRegistry(config, services, deps.engines ?? new Map(), {
     nowMs: () => clock.nowMs(),
-    router: deps.routerOptions ?? config.routing,
+    router: { ...(deps.routerOptions ?? config.routing), ...(deps.tracing ? { tracer: deps.tracing.attempts } : {}) },
     observerFor: (model) => {
       const counted = metrics.routerObserver(model);
       return {
@@ -221,11 +247,13 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     instanceId,
     releaseAbandoned: () => jobs.releaseOrphansNow(),
   });
-  // Decisions and reads have limits of their own; rejected requests (413, 422) count like accepted ones.
+  // Decisions and reads have limits of their own; rejected requests (413, 422) count like accepted ones. A key's own
+  // per-minute limit counts its decisions (and submissions), as the organization's requests_per_minute does.
   const decisionLimit = rateLimit({
     limiter,
     limit: config.limits.requestsPerMinute,
     key: (orgId) => orgId,
+    apiKey: (keyId) => `key:${keyId}`,
     setting: "requests_per_minute",
     what: "request",
     observer,
@@ -244,6 +272,7 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     clock,
     config,
     observer,
+    ...(deps.tracing ? { tracer: deps.tracing.decisions } : {}),
     background: (work) => inFlight.track(work),
     onUnexpected: (err, requestId) =>
       app.log.error({ err, request_id: requestId }, "unexpected error after admission; recorded as gateway_error"),
@@ -258,6 +287,7 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     clock,
     keyOf: cachedKeyLookup(store, clock),
     signal: inFlight.signal,
+    ...(deps.tracing ? { tracer: deps.tracing.decisions } : {}),
     onUnexpected: (err, requestId) =>
       app.log.error({ err, request_id: requestId }, "unexpected error in a batch request; its result is 500"),
   });
@@ -295,6 +325,7 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
       );
   });
   app.addHook("onClose", async () => {
+    await keyUse.close();
     batchShare.stop();
     await batchRunner.close();
     await jobs.stop();
@@ -306,6 +337,7 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   app.decorate("modelRegistry", registry);
   app.decorate("instanceId", instanceId);
   app.decorate("batchRunner", batchRunner);
+  app.decorate("flushKeyUse", () => keyUse.flush());
 
   metricsRoutes(app, { metrics, token: config.metricsToken });
   healthRoutes(app, { store, registry });
@@ -328,6 +360,7 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
   consoleRoutes(app);
   apiDocsRoutes(app);
   await jobs.started;
+  keyUse.start();
   // After the start's release of the requests stopped processes left in flight: their batch requests are then
   // re-run at once. The one process serving a SQLite file takes over the claims of the processes before it.
   if (deps.runBatches !== false) {

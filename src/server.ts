@@ -11,6 +11,8 @@ import type { ModelService } from "./models/model-service.ts";
 import { openEngines, openModelServices } from "./models/open-model-service.ts";
 import { createLogger } from "./observability/logging.ts";
 import { Metrics } from "./observability/metrics.ts";
+import { startTracing } from "./observability/tracing.ts";
+import { type TracingSettings, tracingSettings } from "./observability/tracing-settings.ts";
 import { freeSpaceFailure } from "./startup/disk-space.ts";
 import { databaseFailure, listenFailure, StartupFailure } from "./startup/failures.ts";
 import { correctedUrlWarnings } from "./startup/model-service-urls.ts";
@@ -55,8 +57,10 @@ async function offeredModels(config: Config, list: () => Promise<ModelEntry[]>):
 
 async function main(): Promise<void> {
   let config: Config;
+  let traces: TracingSettings | null;
   try {
     config = loadConfig(process.env);
+    traces = tracingSettings(process.env, SERVICE_VERSION);
     const problems = servingProblems(config);
     if (problems.length > 0) throw new ConfigError(problems);
   } catch (err) {
@@ -67,7 +71,16 @@ async function main(): Promise<void> {
     throw err;
   }
 
-  const log = createLogger(config);
+  const log = createLogger({ ...config, traced: traces !== null });
+  const tracingLog = log.child({ component: "tracing" });
+  const tracing = traces && startTracing(traces, { warn: (message) => tracingLog.warn(message) });
+  if (traces) {
+    const endpoint = traces.url.replace(/\/\/[^/@]*@/, "//");
+    tracingLog.info(
+      { endpoint, protocol: traces.protocol, sampler: traces.sampler, service: traces.resource["service.name"] },
+      `tracing on: spans go to ${endpoint} (OTLP ${traces.protocol}, sampler ${traces.sampler.name})`,
+    );
+  }
   const configWarning = configFileWarning(config.configFile);
   if (configWarning) log.warn({ component: "config" }, configWarning);
   for (const warning of correctedUrlWarnings(config)) log.warn({ component: "config" }, warning);
@@ -117,6 +130,7 @@ async function main(): Promise<void> {
     metrics,
     loggerInstance: log,
     ...(rateLimiter ? { rateLimiter } : {}),
+    ...(tracing ? { tracing } : {}),
   });
 
   if (config.bootstrap) {
@@ -163,6 +177,8 @@ async function main(): Promise<void> {
     await rateLimiter?.close();
     await Promise.all([...modelServices.values(), ...engines.values()].map((s) => s.close()));
     await store.close();
+    // The spans of the drained requests are exported before the exit.
+    await tracing?.shutdown().catch((err: unknown) => tracingLog.warn({ err }, "the last spans could not be exported"));
     process.exit(code);
   };
   process.on("SIGINT", () => void shutdown("SIGINT"));

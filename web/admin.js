@@ -1,11 +1,12 @@
 // The Admin page (#admin): its own sign-in with the admin token (sessionStorage, apart from the API key), the
-// organizations with paging and a create form, one organization's panel (its keys: create, shown once, revoke;
-// credits; pause / resume), and the audit log newest first with paging. Everything goes through the admin API
+// organizations with paging and a create form, one organization's panel (its keys with their own limits: create,
+// shown once, edit, rotate, revoke; credits; pause / resume), and the audit log newest first with paging. Everything goes through the admin API
 // (/admin/v1) with `x-tds-client: console`, so the audit log names the console.
 
 import { createAdminApi, randomUuid } from "./api.js";
-import { $, announce, appendChildren, clear, copyText, h } from "./dom.js";
-import { integer, localTime, microusdToUsd, parseAmount, utcSeconds } from "./format.js";
+import { $, announce, appendChildren, clear, copyText, h, setFieldError, uid } from "./dom.js";
+import { integer, localTime, microusdToUsd, parseAmount, timeAgo, utcSeconds, utcTime } from "./format.js";
+import { keySettingsFields, keyState, limitsList } from "./key-settings.js";
 import { forgetAdminToken, loadAdminToken, saveAdminToken } from "./session.js";
 
 const ORG_PAGE_SIZE = 20;
@@ -20,30 +21,35 @@ const ACTION_LABELS = {
   "organization.resumed": "Organization resumed",
   "key.created": "Key created",
   "key.revoked": "Key revoked",
+  "key.updated": "Key settings changed",
+  "key.rotated": "Key rotated",
   "credits.granted": "Credits granted",
 };
 
-const FIELD_LABELS = { name: "The name", amount_usd: "The amount", note: "The note" };
+const FIELD_LABELS = {
+  name: "The name",
+  amount_usd: "The amount",
+  note: "The note",
+  expires_at: "The expiry time",
+  models: "The model list",
+  requests_per_minute: "The per-minute limit",
+  budget: "The budget",
+  "budget.usd": "The budget",
+  "budget.period": "The budget period",
+  grace_seconds: "The grace period",
+};
+
+/** The default grace of a rotation, in hours (the API's default, 86,400 s), and the most it may be (30 days). */
+const DEFAULT_GRACE_HOURS = 24;
+const MAX_GRACE_HOURS = 720;
 
 /** "must not be empty" → "The name must not be empty."; whole sentences stay as they are. */
 function fieldMessage(field, message) {
-  const text = /^[a-z]/.test(message) ? `${FIELD_LABELS[field] ?? `The field ${field}`} ${message}` : message;
+  const plain = message.replace(/^must be >= /, "must be at least ").replace(/^must be <= /, "must be at most ");
+  const text = /^(must|is|has|names|cannot)\b/.test(plain)
+    ? `${FIELD_LABELS[field] ?? `The field ${field}`} ${plain}`
+    : plain.charAt(0).toUpperCase() + plain.slice(1);
   return /[.!?]$/.test(text) ? text : `${text}.`;
-}
-
-/** Shows `message` under a field (or clears it), marking the field invalid and pointing aria-describedby at it. */
-function setFieldError(input, errorEl, message) {
-  errorEl.hidden = !message;
-  errorEl.textContent = message ?? "";
-  const ids = (input.getAttribute("aria-describedby") ?? "").split(" ").filter((id) => id && id !== errorEl.id);
-  if (message) {
-    input.setAttribute("aria-invalid", "true");
-    ids.push(errorEl.id);
-  } else {
-    input.removeAttribute("aria-invalid");
-  }
-  if (ids.length) input.setAttribute("aria-describedby", ids.join(" "));
-  else input.removeAttribute("aria-describedby");
 }
 
 /** @param {{ getConfig: () => any, onSessionChange: () => void }} deps */
@@ -63,6 +69,8 @@ export function createAdmin(deps) {
 
   /** The organization in the detail panel (AdminOrganization JSON), or null. */
   let current = null;
+  /** Its keys (AdminApiKey JSON), as last listed. */
+  let keys = [];
   /** The idempotency key of the grant form's current content: kept for retries, new after a grant or an edit. */
   let grantKey = null;
   const busy = new Set();
@@ -204,8 +212,11 @@ export function createAdmin(deps) {
   /** Removes everything the admin session showed from the page. */
   function resetData() {
     closeConfirm();
+    closeKeyDialogs();
     hideKeyOnce();
     current = null;
+    keys = [];
+    createSettings.fill();
     grantKey = null;
     busy.clear();
     orgNames.clear();
@@ -268,9 +279,11 @@ export function createAdmin(deps) {
     const unplaced = [];
     let placed = 0;
     for (const e of err?.errors ?? []) {
-      const target = fields[e.field];
+      // An item of a list ("models[1]", "models.1") is shown at the list's field.
+      const field = fields[e.field] ? e.field : e.field.replace(/(\.\d+|\[\d+\])$/, "");
+      const target = fields[field];
       if (target) {
-        setFieldError(target[0], target[1], err.status === 409 ? err.detail : fieldMessage(e.field, e.message));
+        setFieldError(target[0], target[1], err.status === 409 ? err.detail : fieldMessage(field, e.message));
         if (placed === 0) target[0].focus();
         placed++;
       } else {
@@ -460,9 +473,14 @@ export function createAdmin(deps) {
   // ── One organization ────────────────────────────────────────────────────────────────────────
 
   function openOrg(org) {
+    closeKeyDialogs();
     hideKeyOnce();
     current = org;
+    keys = [];
     grantKey = null;
+    createSettings.fill();
+    createSettings.refreshHints();
+    createSettings.setKnownModels(knownModels());
     $("#org-error").hidden = true;
     $("#grant-result").hidden = true;
     for (const id of ["#key-name-input", "#grant-amount", "#grant-note"]) $(id).value = "";
@@ -480,6 +498,7 @@ export function createAdmin(deps) {
 
   function closeOrg() {
     const id = current?.id;
+    closeKeyDialogs();
     hideKeyOnce();
     current = null;
     grantKey = null;
@@ -545,6 +564,10 @@ export function createAdmin(deps) {
     }
   }
 
+  // The key list's columns for its last use and its own limits, after "Created".
+  const createdHead = [...$("#keys-table thead tr").children].find((th) => th.textContent === "Created");
+  createdHead?.after(h("th", { scope: "col", text: "Last used" }), h("th", { scope: "col", text: "Limits" }));
+
   async function loadKeys() {
     if (!current) return;
     const id = current.id;
@@ -553,7 +576,9 @@ export function createAdmin(deps) {
     try {
       const { data } = await api.keys(id);
       if (current?.id !== id) return;
+      keys = data;
       renderKeys(data);
+      createSettings.setKnownModels(knownModels());
     } catch (err) {
       if (!sessionLost(err)) showError($("#org-error"), errorText(err));
     } finally {
@@ -561,46 +586,301 @@ export function createAdmin(deps) {
     }
   }
 
-  function renderKeys(keys) {
+  /**
+   * The model names the forms offer as checkboxes: the gateway's default model and the priced ones (GET /api/config)
+   * and those named by the organization's keys. The admin API lists no models, so others are typed in.
+   */
+  function knownModels() {
+    const config = deps.getConfig();
+    const names = new Set(keys.flatMap((key) => key.models ?? []));
+    if (config?.default_model) names.add(config.default_model);
+    for (const m of config?.pricing?.models ?? []) names.add(m.name);
+    return [...names];
+  }
+
+  const keyLabel = (key) => `key ${key.id}${key.name ? ` (${key.name})` : ""}`;
+
+  const timeEl = (iso, className = null) => {
+    const date = new Date(iso);
+    return h("time", { class: className, datetime: iso, title: utcSeconds(date), text: localTime(date) });
+  };
+
+  function keyStatus(key, state, replaces) {
+    const badge = (className, text) => h("span", { class: ["badge", className], text });
+    const sub = (...parts) => h("span", { class: "cell-sub" }, ...parts);
+    const ref = (id) => h("span", { class: "key-ref", text: id });
+    switch (state) {
+      case "revoked":
+        return [badge("status-revoked", "Revoked"), " ", timeEl(key.revoked_at, "cell-sub-inline")];
+      case "retired":
+        return [
+          badge("status-revoked", "Retired"),
+          " ",
+          timeEl(key.retires_at, "cell-sub-inline"),
+          sub("Replaced by ", ref(key.replaced_by)),
+        ];
+      case "expired":
+        return [badge("status-expired", "Expired"), key.replaced_by ? sub("Replaced by ", ref(key.replaced_by)) : null];
+      case "rotated":
+        return [badge("status-rotated", "Rotated"), sub("Replaced by ", ref(key.replaced_by)), sub("Works until ", timeEl(key.retires_at))];
+      default:
+        return [badge("status-active", "Active"), replaces ? sub("Replaces ", ref(replaces)) : null];
+    }
+  }
+
+  function keyActions(key, state) {
+    const button = (text, label, onclick, className = "btn btn-small") =>
+      h("button", { type: "button", class: className, text, "aria-label": `${label} ${keyLabel(key)}`, onclick });
+    const actions = [];
+    if ((state === "active" || state === "expired") && !key.replaced_by) {
+      actions.push(button("Edit", "Edit the settings of", (event) => openEdit(key, event.currentTarget)));
+      actions.push(button("Rotate", "Rotate", (event) => openRotate(key, event.currentTarget)));
+    }
+    // A rotated key can be revoked before its grace ends; a retired one is refused already.
+    if (state !== "revoked" && state !== "retired")
+      actions.push(button("Revoke", "Revoke", (event) => void revokeKey(key, event.currentTarget), "btn btn-small btn-danger-quiet"));
+    return actions.length ? h("div", { class: "key-actions" }, actions) : null;
+  }
+
+  function renderKeys(list) {
     const body = clear($("#keys-table tbody"));
-    $("#keys-empty").hidden = keys.length > 0;
-    for (const key of keys) {
-      const created = new Date(key.created_at);
-      const revoked = key.revoked_at ? new Date(key.revoked_at) : null;
+    $("#keys-empty").hidden = list.length > 0;
+    const now = Date.now();
+    const replacing = new Map(list.filter((key) => key.replaced_by).map((key) => [key.replaced_by, key.id]));
+    for (const key of list) {
+      const state = keyState(key, now);
+      const lastUsed = key.last_used_at ? new Date(key.last_used_at) : null;
       body.append(
         h(
           "tr",
-          { dataset: { keyId: key.id }, class: revoked ? "is-revoked" : null },
+          { dataset: { keyId: key.id, state }, class: state === "revoked" || state === "retired" ? "is-revoked" : null },
           h("th", { scope: "row" }, h("code", { text: key.id })),
           h("td", key.name === null ? { class: "muted", text: "–" } : { text: key.name }),
-          h("td", {}, h("time", { datetime: key.created_at, title: utcSeconds(created), text: localTime(created) })),
+          h("td", {}, timeEl(key.created_at)),
           h(
             "td",
-            {},
-            revoked
-              ? [
-                  h("span", { class: "badge status-revoked", text: "Revoked" }),
-                  " ",
-                  h("time", { class: "cell-sub-inline", datetime: key.revoked_at, title: utcSeconds(revoked), text: localTime(revoked) }),
-                ]
-              : h("span", { class: "badge status-active", text: "Active" }),
+            { class: "key-last-used" },
+            lastUsed
+              ? h("time", {
+                  datetime: key.last_used_at,
+                  title: `${localTime(lastUsed)} (${utcSeconds(lastUsed)})`,
+                  text: timeAgo(lastUsed, now),
+                })
+              : h("span", { class: "muted", text: "Never" }),
           ),
-          h(
-            "td",
-            { class: "row-actions" },
-            revoked
-              ? null
-              : h("button", {
-                  type: "button",
-                  class: "btn btn-small btn-danger-quiet",
-                  text: "Revoke",
-                  "aria-label": `Revoke key ${key.id}${key.name ? ` (${key.name})` : ""}`,
-                  onclick: (event) => void revokeKey(key, event.currentTarget),
-                }),
-          ),
+          h("td", { class: "key-limits-cell" }, limitsList(key, now)),
+          h("td", { class: "key-status" }, keyStatus(key, state, replacing.get(key.id))),
+          h("td", { class: "row-actions" }, keyActions(key, state)),
         ),
       );
     }
+  }
+
+  /** The button of a key's row after the list was drawn again (the focus goes back to it). */
+  function keyButton(keyId, text) {
+    const row = [...document.querySelectorAll("#keys-table tbody tr")].find((tr) => tr.dataset.keyId === keyId);
+    return [...(row?.querySelectorAll("button") ?? [])].find((b) => b.textContent === text) ?? null;
+  }
+
+  // ── Key dialogs: edit settings, rotate ──────────────────────────────────────────────────────
+
+  /** A modal form dialog (Escape or Cancel closes it; the focus goes back to the button that opened it). */
+  function formDialog({ name, submit, intro }) {
+    const titleEl = h("h2", { id: uid(`${name}-title`), tabindex: "-1" });
+    const introEl = h("p", { id: uid(`${name}-intro`), class: "hint", text: intro });
+    const errorBox = h("div", { class: "error-box", role: "alert", hidden: true });
+    const body = h("div", { class: "key-dialog-body" });
+    const cancel = h("button", { type: "button", class: "btn", text: "Cancel" });
+    const ok = h("button", { type: "submit", class: "btn btn-primary", text: submit });
+    const form = h("form", { novalidate: true }, titleEl, introEl, errorBox, body, h("div", { class: "confirm-actions" }, cancel, ok));
+    const el = h("dialog", { class: "confirm-dialog key-dialog", "aria-labelledby": titleEl.id, "aria-describedby": introEl.id }, form);
+    document.body.append(el);
+    let opener = null;
+    cancel.addEventListener("click", () => el.close());
+    el.addEventListener("close", () => {
+      const back = opener;
+      opener = null;
+      if (back?.isConnected) back.focus();
+      else if (back && current) $("#keys-title").focus();
+    });
+    return {
+      el,
+      form,
+      body,
+      errorBox,
+      ok,
+      titleEl,
+      open(title, button) {
+        titleEl.textContent = title;
+        errorBox.hidden = true;
+        opener = button;
+        el.showModal();
+      },
+      /** Closes it after a change: the caller moves the focus. */
+      done() {
+        opener = null;
+        el.close();
+      },
+      close() {
+        if (el.open) el.close();
+      },
+    };
+  }
+
+  const editDialog = formDialog({
+    name: "key-edit",
+    submit: "Save settings",
+    intro: "Empty a field to remove that limit (the organization's own limits still apply). Changes apply on every instance at once.",
+  });
+  const editName = h("input", { id: uid("key-edit-name"), type: "text", autocomplete: "off", spellcheck: "false", maxlength: "200" });
+  const editNameError = h("p", { id: uid("key-edit-name-error"), class: "field-error", hidden: true });
+  const editSettings = keySettingsFields({ prefix: "key-edit", rpmHint });
+  editDialog.body.append(
+    h("div", { class: "field" }, h("label", { for: editName.id, text: "Name" }), editName, editNameError),
+    editSettings.element,
+  );
+  editName.addEventListener("input", () => setFieldError(editName, editNameError, null));
+  /** The key in the edit dialog. */
+  let editing = null;
+
+  function openEdit(key, button) {
+    hideKeyOnce();
+    editing = key;
+    editName.value = key.name ?? "";
+    setFieldError(editName, editNameError, null);
+    editSettings.refreshHints();
+    editSettings.setKnownModels(knownModels());
+    editSettings.fill(key);
+    editDialog.open(`Settings of key ${key.id}`, button);
+    editName.focus();
+  }
+
+  editDialog.form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const key = editing;
+    if (!key) return;
+    void once(`edit:${key.id}`, editDialog.ok, async () => {
+      editDialog.errorBox.hidden = true;
+      setFieldError(editName, editNameError, null);
+      const read = editSettings.values(key);
+      if (read.problems) {
+        editSettings.showProblems(read.problems);
+        return;
+      }
+      const changes = { ...read.body };
+      const name = editName.value.trim() || null;
+      if (name !== key.name) changes.name = name;
+      if (Object.keys(changes).length === 0) {
+        showError(editDialog.errorBox, "Nothing to save: no setting was changed.");
+        announce("Nothing to save: no setting was changed.");
+        return;
+      }
+      try {
+        await api.updateKey(key.id, changes);
+      } catch (err) {
+        showFailure(err, editDialog.errorBox, { name: [editName, editNameError], ...editSettings.fields });
+        return;
+      }
+      editing = null;
+      editDialog.done();
+      await Promise.all([loadKeys(), reloadAudit()]);
+      (keyButton(key.id, "Edit") ?? $("#keys-title")).focus();
+      announce(`Settings of key ${key.id} saved: ${changedText(changes)}.`);
+    });
+  });
+
+  /** "expiry removed, per-minute limit set": what an update changed, for the announcement. */
+  function changedText(changes) {
+    const words = {
+      name: "name",
+      expires_at: "expiry",
+      models: "models",
+      requests_per_minute: "per-minute limit",
+      budget: "budget",
+    };
+    return Object.entries(changes)
+      .map(([field, value]) => `${words[field] ?? field} ${value === null ? "removed" : "set"}`)
+      .join(", ");
+  }
+
+  const rotateDialog = formDialog({
+    name: "key-rotate",
+    submit: "Rotate key",
+    intro:
+      "A new key with the same name and settings is created and shown once. The old key keeps working during the grace period, then gets 401.",
+  });
+  const graceInput = h("input", { id: uid("key-rotate-grace"), type: "text", inputmode: "decimal", autocomplete: "off" });
+  const graceHint = h("p", {
+    id: uid("key-rotate-grace-hint"),
+    class: "hint",
+    text: `0 to ${MAX_GRACE_HOURS} (30 days); 0 refuses the old key at once.`,
+  });
+  const graceError = h("p", { id: uid("key-rotate-grace-error"), class: "field-error", hidden: true });
+  graceInput.setAttribute("aria-describedby", graceHint.id);
+  rotateDialog.body.append(
+    h("div", { class: "field" }, h("label", { for: graceInput.id, text: "Grace period (hours)" }), graceInput, graceHint, graceError),
+  );
+  graceInput.addEventListener("input", () => setFieldError(graceInput, graceError, null));
+  let rotating = null;
+
+  function openRotate(key, button) {
+    hideKeyOnce();
+    rotating = key;
+    graceInput.value = String(DEFAULT_GRACE_HOURS);
+    setFieldError(graceInput, graceError, null);
+    rotateDialog.open(`Rotate key ${key.id}?`, button);
+    graceInput.focus();
+    graceInput.select();
+  }
+
+  /** Hours as typed → whole seconds, or the problem. */
+  function graceSeconds(text) {
+    const value = text.trim().replace(/\s*h(ours?)?$/i, "");
+    if (!/^\d+(\.\d+)?$/.test(value)) return { problem: "Enter the grace period in hours, such as 24 (0 refuses the old key at once)." };
+    const hours = Number(value);
+    if (hours > MAX_GRACE_HOURS) return { problem: `The grace period can be at most ${MAX_GRACE_HOURS} hours (30 days).` };
+    return { seconds: Math.round(hours * 3600) };
+  }
+
+  rotateDialog.form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const key = rotating;
+    if (!key || !current) return;
+    void once(`rotate:${key.id}`, rotateDialog.ok, async () => {
+      rotateDialog.errorBox.hidden = true;
+      const grace = graceSeconds(graceInput.value);
+      if ("problem" in grace) {
+        setFieldError(graceInput, graceError, grace.problem);
+        graceInput.focus();
+        return;
+      }
+      setFieldError(graceInput, graceError, null);
+      const org = current;
+      let rotated;
+      try {
+        rotated = await api.rotateKey(key.id, grace.seconds);
+      } catch (err) {
+        showFailure(err, rotateDialog.errorBox, { grace_seconds: [graceInput, graceError] });
+        return;
+      }
+      rotating = null;
+      rotateDialog.done();
+      if (current?.id !== org.id) return;
+      showKeyOnce(rotated, key);
+      $("#key-once-copy").focus();
+      const retires = new Date(rotated.old_key_retires_at);
+      announce(
+        `Key ${key.id} rotated: new key ${rotated.id}. Copy it now: it is shown only this once. The old key works until ${localTime(retires)}.`,
+      );
+      await Promise.all([loadKeys(), refreshCurrent(), loadOrgs(), reloadAudit()]);
+    });
+  });
+
+  function closeKeyDialogs() {
+    editing = null;
+    rotating = null;
+    editDialog.close();
+    rotateDialog.close();
   }
 
   async function revokeKey(key, button) {
@@ -687,9 +967,24 @@ export function createAdmin(deps) {
 
   // ── The new key, shown once ─────────────────────────────────────────────────────────────────
 
-  function showKeyOnce(created) {
+  /** Under the note of the box, after a rotation: which key the new one replaces and until when that one works. */
+  const rotatedNote = h("p", { class: "key-once-rotated", hidden: true });
+  $(".key-once-note", $("#key-once")).after(rotatedNote);
+
+  /** Shows a created or rotated key (`replaced`: the key it replaces) until the next action. */
+  function showKeyOnce(created, replaced = null) {
     $("#key-once-value").textContent = created.key;
     $("#key-once-status").textContent = "";
+    clear(rotatedNote).hidden = !replaced;
+    if (replaced) {
+      const retires = new Date(created.old_key_retires_at);
+      appendChildren(
+        rotatedNote,
+        `It replaces ${keyLabel(replaced)}, with the same settings. The old key works until `,
+        h("time", { datetime: created.old_key_retires_at, text: `${localTime(retires)} (${utcSeconds(retires)})` }),
+        ", then gets 401: put the new key in its place before then.",
+      );
+    }
     $("#key-once").hidden = false;
   }
 
@@ -701,6 +996,7 @@ export function createAdmin(deps) {
     box.hidden = true;
     $("#key-once-value").textContent = "";
     $("#key-once-status").textContent = "";
+    clear(rotatedNote).hidden = true;
     if (hadFocus && current) $("#keys-title").focus();
   }
 
@@ -713,6 +1009,15 @@ export function createAdmin(deps) {
 
   $("#key-name-input").addEventListener("input", () => setFieldError($("#key-name-input"), $("#key-name-error"), null));
 
+  function rpmHint() {
+    const limit = deps.getConfig()?.limits?.requests_per_minute;
+    return `Within the organization's limit${typeof limit === "number" ? ` of ${integer(limit)} a minute` : ""}. Empty: none of its own.`;
+  }
+
+  const createSettings = keySettingsFields({ prefix: "key-create", rpmHint });
+  const limitsLegend = h("legend", { text: "Limits of its own (optional)" });
+  $("#key-create-button").before(h("fieldset", { class: "key-limits" }, limitsLegend, createSettings.element));
+
   $("#key-create-form").addEventListener("submit", (event) => {
     event.preventDefault();
     if (!current) return;
@@ -722,15 +1027,23 @@ export function createAdmin(deps) {
       hideKeyOnce();
       $("#org-error").hidden = true;
       setFieldError(input, errorEl, null);
+      const read = createSettings.values();
+      if (read.problems) {
+        createSettings.showProblems(read.problems);
+        return;
+      }
+      createSettings.clearErrors();
       const org = current;
+      const name = input.value.trim();
       let created;
       try {
-        created = await api.createKey(org.id, input.value.trim() || undefined);
+        created = await api.createKey(org.id, { ...(name ? { name } : {}), ...read.body });
       } catch (err) {
-        showFailure(err, $("#org-error"), { name: [input, errorEl] });
+        showFailure(err, $("#org-error"), { name: [input, errorEl], ...createSettings.fields });
         return;
       }
       input.value = "";
+      createSettings.fill();
       if (current?.id !== org.id) return;
       showKeyOnce(created);
       $("#key-once-copy").focus();
@@ -803,13 +1116,44 @@ export function createAdmin(deps) {
 
   // ── Audit log ───────────────────────────────────────────────────────────────────────────────
 
+  /** A key setting's audit detail, as words: what a null (cleared) value is called. */
+  const CLEARED_WORDS = {
+    name: "name",
+    expires_at: "expiry",
+    models: "model list",
+    requests_per_minute: "per-minute limit",
+    budget_microusd: "budget",
+  };
+
+  function modelList(value) {
+    try {
+      const list = JSON.parse(String(value));
+      return Array.isArray(list) ? list.join(", ") : String(value);
+    } catch {
+      return String(value);
+    }
+  }
+
   function detailsText(entry) {
+    const details = entry.details ?? {};
     const parts = [];
-    for (const [name, value] of Object.entries(entry.details ?? {})) {
-      if (value === null || value === "") continue;
+    for (const [name, value] of Object.entries(details)) {
+      if (name === "budget_period") continue;
+      if (value === null || value === "") {
+        // In a settings change, null is a setting removed.
+        if (entry.action === "key.updated" && CLEARED_WORDS[name]) parts.push(`${CLEARED_WORDS[name]} removed`);
+        continue;
+      }
       if (name === "amount_microusd" && typeof value === "number") parts.push(`${microusdToUsd(value)} USD`);
       else if (name === "note") parts.push(`note “${value}”`);
       else if (name === "name") parts.push(`name “${value}”`);
+      else if (name === "expires_at") parts.push(`expires ${utcTime(new Date(String(value)))}`);
+      else if (name === "models") parts.push(`models ${modelList(value)}`);
+      else if (name === "requests_per_minute" && typeof value === "number") parts.push(`${integer(value)} requests/min`);
+      else if (name === "budget_microusd" && typeof value === "number")
+        parts.push(`budget ${microusdToUsd(value)} USD${details.budget_period ? ` per UTC ${details.budget_period}` : ""}`);
+      else if (name === "new_key_id") parts.push(`new key ${value}`);
+      else if (name === "retires_at") parts.push(`old key works until ${utcTime(new Date(String(value)))}`);
       else parts.push(`${name.replace(/_/g, " ")}: ${value}`);
     }
     return parts.length ? parts.join(" · ") : "–";
@@ -930,6 +1274,7 @@ export function createAdmin(deps) {
     hide() {
       visible = false;
       closeConfirm();
+      closeKeyDialogs();
       hideKeyOnce();
       $("#admin-account").hidden = true;
     },

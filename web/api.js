@@ -132,7 +132,11 @@ export function createAdminApi(getToken) {
     organization: (org) => call("GET", `${ADMIN}/organizations/${seg(org)}`),
     setPaused: (org, paused) => call("PATCH", `${ADMIN}/organizations/${seg(org)}`, { body: json({ paused }) }),
     keys: (org) => call("GET", `${ADMIN}/organizations/${seg(org)}/keys`),
-    createKey: (org, name) => call("POST", `${ADMIN}/organizations/${seg(org)}/keys`, { body: json(name ? { name } : {}) }),
+    /** `body`: the name and settings to send (CreateKey); absent ones are left out. */
+    createKey: (org, body = {}) => call("POST", `${ADMIN}/organizations/${seg(org)}/keys`, { body: json(body) }),
+    /** PATCH with the changed settings only; null clears one. */
+    updateKey: (keyId, changes) => call("PATCH", `${ADMIN}/keys/${seg(keyId)}`, { body: json(changes) }),
+    rotateKey: (keyId, graceSeconds) => call("POST", `${ADMIN}/keys/${seg(keyId)}/rotate`, { body: json({ grace_seconds: graceSeconds }) }),
     revokeKey: (keyId) => call("DELETE", `${ADMIN}/keys/${seg(keyId)}`),
     /** Resolves to {balance, replayed}: `replayed` when the Idempotency-Key had already been applied (nothing granted again). */
     async grantCredits(org, body, idempotencyKey) {

@@ -19,6 +19,8 @@ const ACTIVE = new Set(["queued", "running", "cancelling"]);
 const CANCELLABLE = new Set(["queued", "running"]);
 const POLL_MS = 2000;
 const PAGE_SIZE = 20;
+/** The newest batches read at each refresh (the API's largest page). */
+const POLL_PAGE_SIZE = 200;
 /** The most line errors listed (the API lists at most this many too). */
 const MAX_LISTED_ERRORS = 50;
 
@@ -340,10 +342,18 @@ export function createBatches(deps) {
     if (active.length === 0 || polling) return;
     polling = true;
     try {
-      const answers = await Promise.allSettled(active.map((c) => deps.api.batch(c.id)));
+      // One list page holds the newest batches, where running ones usually are; older running ones are asked for
+      // one by one. (One request per batch would use up the organization's per-minute read limit with many batches.)
+      const newest = await deps.api.batches({ limit: POLL_PAGE_SIZE }).catch((err) => err);
       if (mine !== generation) return;
+      if (newest?.status === 401) return void unauthorized(newest);
+      const fresh = new Map((Array.isArray(newest?.data) ? newest.data : []).map((b) => [b.id, b]));
+      const older = active.filter((c) => !fresh.has(c.id));
+      const answers = await Promise.allSettled(older.map((c) => deps.api.batch(c.id)));
+      if (mine !== generation) return;
+      for (const c of active) if (fresh.has(c.id)) c.update(fresh.get(c.id));
       answers.forEach((answer, i) => {
-        if (answer.status === "fulfilled") active[i].update(answer.value);
+        if (answer.status === "fulfilled") older[i].update(answer.value);
         else if (answer.reason?.status === 401) unauthorized(answer.reason);
       });
       showInfo();

@@ -44,6 +44,21 @@ function append(el, children) {
   }
 }
 
+/** Shows `message` under a field (or clears it), marking the field invalid and pointing aria-describedby at it. */
+export function setFieldError(input, errorEl, message) {
+  errorEl.hidden = !message;
+  errorEl.textContent = message ?? "";
+  const ids = (input.getAttribute("aria-describedby") ?? "").split(" ").filter((id) => id && id !== errorEl.id);
+  if (message) {
+    input.setAttribute("aria-invalid", "true");
+    ids.push(errorEl.id);
+  } else {
+    input.removeAttribute("aria-invalid");
+  }
+  if (ids.length) input.setAttribute("aria-describedby", ids.join(" "));
+  else input.removeAttribute("aria-describedby");
+}
+
 let counter = 0;
 /** A document-unique id for label/for and aria-describedby pairs. */
 export function uid(prefix = "f") {

@@ -4,6 +4,7 @@ import type { ApiKeyRecord, Organization } from "../domain/organizations.ts";
 import type { UsageRecord, UsageSums, UsageTotals } from "../domain/usage-records.ts";
 import type { PreviewUse } from "../gateway/preview-use.ts";
 import type { UsagePage, UsageQuery } from "../store/store.ts";
+import type { KeySettingsRequest } from "./key-settings.ts";
 
 /** An API key as administration shows it: never the hash, never the key. */
 export type ApiKeyInfo = Omit<ApiKeyRecord, "hash">;
@@ -27,8 +28,15 @@ export interface AdminOperations {
   organization(ref: string): Promise<OrganizationStatus>;
   /** `changed` is false when it already was in that state (nothing recorded). */
   setPaused(ref: string, paused: boolean): Promise<{ org: Organization; changed: boolean }>;
-  /** `raw` is the key itself, to be shown once. */
-  createKey(ref: string, name: string | null): Promise<{ org: Organization; key: ApiKeyInfo; raw: string }>;
+  /** `raw` is the key itself, to be shown once. `settings`: its own limits (absent: none). */
+  createKey(ref: string, name: string | null, settings?: KeySettingsRequest): Promise<{ org: Organization; key: ApiKeyInfo; raw: string }>;
+  /** Changes a key's name or settings (absent: kept; null: cleared); `conflict` for a revoked key. */
+  updateKey(keyId: string, changes: KeyUpdate): Promise<{ org: Organization; key: ApiKeyInfo }>;
+  /**
+   * A new key (`raw`, shown once) with the old one's organization, name and settings; the old one keeps working for
+   * `graceSeconds` (default DEFAULT_GRACE_SECONDS). `conflict` for a revoked key or one already rotated.
+   */
+  rotateKey(keyId: string, graceSeconds?: number): Promise<{ org: Organization; old: ApiKeyInfo; key: ApiKeyInfo; raw: string }>;
   listKeys(ref: string): Promise<{ org: Organization; keys: ApiKeyInfo[] }>;
   key(keyId: string): Promise<{ org: Organization; key: ApiKeyInfo }>;
   /** `revoked` is false when it already was revoked (nothing recorded). */
@@ -45,6 +53,12 @@ export interface AdminOperations {
   /** Newest first; each entry with its organization's current name (null if it cannot be found). */
   audit(query: { org?: string; cursor?: string; limit: number }): Promise<NamedAuditPage>;
 }
+
+/** The changes of a key update: its name (null clears it) and settings, as the admin API's PATCH body. */
+export type KeyUpdate = KeySettingsRequest & { name?: string | null };
+
+/** How long a rotated key keeps working by default: one day. */
+export const DEFAULT_GRACE_SECONDS = 86_400;
 
 export interface NamedAuditPage {
   entries: Array<AuditEntry & { orgName: string | null }>;

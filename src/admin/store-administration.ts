@@ -1,14 +1,24 @@
 import { createHash } from "node:crypto";
+import { MAX_GRACE_SECONDS } from "../contract/admin.ts";
 import { generateApiKey, newOrganizationId } from "../domain/api-keys.ts";
 import type { AuditActor } from "../domain/audit.ts";
-import type { ApiKeyRecord, Organization } from "../domain/organizations.ts";
+import { type ApiKeyRecord, NO_KEY_SETTINGS, type Organization } from "../domain/organizations.ts";
 import { previewUse } from "../gateway/preview-use.ts";
 import { usageSummary } from "../gateway/usage-summary.ts";
 import type { Store, UsageQuery } from "../store/store.ts";
 import { StoreConflictError } from "../store/store-errors.ts";
 import { AdminError } from "./admin-error.ts";
+import { type KeyRules, type KeySettingsRequest, keySettingsOf } from "./key-settings.ts";
 import { checkName, looksLikeOrganizationId } from "./names.ts";
-import type { AdminOperations, ApiKeyInfo, NamedAuditPage, OrganizationStatus, UsageSummary } from "./operations.ts";
+import {
+  type AdminOperations,
+  type ApiKeyInfo,
+  DEFAULT_GRACE_SECONDS,
+  type KeyUpdate,
+  type NamedAuditPage,
+  type OrganizationStatus,
+  type UsageSummary,
+} from "./operations.ts";
 
 export interface StoreAdministrationDeps {
   store: Store;
@@ -17,7 +27,11 @@ export interface StoreAdministrationDeps {
   nowMs(): number;
   /** Who is acting: recorded with every change. */
   actor: AuditActor;
+  /** What a key's settings are checked against (the organization's limit, the models served); absent: only their shape. */
+  keyRules?: KeyRules;
 }
+
+const keyNotFound = (keyId: string) => new AdminError("not_found", `No API key with id ${JSON.stringify(keyId)}.`);
 
 function keyInfo(key: ApiKeyRecord): ApiKeyInfo {
   const { hash: _hash, ...info } = key;
@@ -92,8 +106,9 @@ export class StoreAdministration implements AdminOperations {
     return { org: { ...org, paused }, changed: true };
   }
 
-  async createKey(ref: string, rawName: string | null) {
+  async createKey(ref: string, rawName: string | null, request: KeySettingsRequest = {}) {
     const name = rawName === null ? null : validName("name", "The key name", rawName);
+    const settings = await keySettingsOf(request, this.deps.keyRules, this.deps.nowMs());
     const org = await this.find(ref);
     // Only the hash is stored; the raw key exists in this process until it is answered or printed.
     const generated = generateApiKey();
@@ -103,9 +118,69 @@ export class StoreAdministration implements AdminOperations {
       name,
       hash: generated.hash,
       nowMs: this.deps.nowMs(),
+      settings: { ...NO_KEY_SETTINGS, ...settings },
       audit: this.deps.actor,
     });
     return { org, key: keyInfo(key), raw: generated.raw };
+  }
+
+  async updateKey(keyId: string, update: KeyUpdate) {
+    const { name: rawName, ...request } = update;
+    const name = rawName === undefined || rawName === null ? rawName : validName("name", "The key name", rawName);
+    const settings = await keySettingsOf(request, this.deps.keyRules, this.deps.nowMs());
+    const changes = { ...settings, ...(name === undefined ? {} : { name }) };
+    if (Object.keys(changes).length === 0)
+      throw new AdminError("invalid", "Nothing to change: give a name or a setting", "(body)", "must change a name or a setting");
+    let updated: ApiKeyRecord | null;
+    try {
+      updated = await this.store.updateApiKey({ keyId, changes, nowMs: this.deps.nowMs(), audit: this.deps.actor });
+    } catch (err) {
+      if (err instanceof StoreConflictError)
+        throw new AdminError("conflict", `The API key ${JSON.stringify(keyId)} is revoked; it cannot be changed.`);
+      throw err;
+    }
+    if (!updated) throw keyNotFound(keyId);
+    const org = await this.store.findOrganization(updated.orgId);
+    if (!org) throw keyNotFound(keyId);
+    return { org, key: keyInfo(updated) };
+  }
+
+  async rotateKey(keyId: string, graceSeconds = DEFAULT_GRACE_SECONDS) {
+    if (!Number.isSafeInteger(graceSeconds) || graceSeconds < 0 || graceSeconds > MAX_GRACE_SECONDS)
+      throw new AdminError(
+        "invalid",
+        `The grace period must be a whole number of seconds from 0 to ${MAX_GRACE_SECONDS} (30 days)`,
+        "grace_seconds",
+        `must be a whole number of seconds from 0 to ${MAX_GRACE_SECONDS} (30 days)`,
+      );
+    const generated = generateApiKey();
+    const nowMs = this.deps.nowMs();
+    let rotated: Awaited<ReturnType<Store["rotateApiKey"]>>;
+    try {
+      rotated = await this.store.rotateApiKey({
+        keyId,
+        newId: generated.id,
+        hash: generated.hash,
+        nowMs,
+        retiresAtMs: nowMs + graceSeconds * 1000,
+        audit: this.deps.actor,
+      });
+    } catch (err) {
+      const found = err instanceof StoreConflictError ? (await this.store.findApiKey(keyId))?.key : undefined;
+      if (found?.revokedAtMs != null)
+        throw new AdminError("conflict", `The API key ${JSON.stringify(keyId)} is revoked; it cannot be rotated.`);
+      if (found?.replacedBy != null)
+        throw new AdminError(
+          "conflict",
+          `The API key ${JSON.stringify(keyId)} was already rotated: it is replaced by ${found.replacedBy}.`,
+        );
+      // Else the new key's id was taken (very unlikely).
+      throw err;
+    }
+    if (!rotated) throw keyNotFound(keyId);
+    const org = await this.store.findOrganization(rotated.old.orgId);
+    if (!org) throw keyNotFound(keyId);
+    return { org, old: keyInfo(rotated.old), key: keyInfo(rotated.created), raw: generated.raw };
   }
 
   async listKeys(ref: string) {
@@ -115,13 +190,13 @@ export class StoreAdministration implements AdminOperations {
 
   async key(keyId: string) {
     const found = await this.store.findApiKey(keyId);
-    if (!found) throw new AdminError("not_found", `No API key with id ${JSON.stringify(keyId)}.`);
+    if (!found) throw keyNotFound(keyId);
     return { org: found.org, key: keyInfo(found.key) };
   }
 
   async revokeKey(keyId: string) {
     const found = await this.store.findApiKey(keyId);
-    if (!found) throw new AdminError("not_found", `No API key with id ${JSON.stringify(keyId)}.`);
+    if (!found) throw keyNotFound(keyId);
     const revoked = await this.store.revokeApiKey(found.key.id, this.deps.nowMs(), this.deps.actor);
     const after = (await this.store.findApiKey(found.key.id))?.key ?? found.key;
     return { org: found.org, key: keyInfo(after), revoked };

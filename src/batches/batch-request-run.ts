@@ -5,8 +5,10 @@ import { forwardedText, parseJsonText } from "../contract/json-text.ts";
 import { newRequestId } from "../domain/api-keys.ts";
 import type { Clock } from "../domain/clock.ts";
 import { ServiceError } from "../domain/errors.ts";
-import type { Organization } from "../domain/organizations.ts";
+import type { ApiKeyRecord, Organization } from "../domain/organizations.ts";
 import type { DecisionPipeline } from "../gateway/decision-pipeline.ts";
+import { keyRefusal } from "../gateway/key-controls.ts";
+import type { DecisionTracer } from "../gateway/observer.ts";
 import type { ClaimedRequest, ClaimRef, FinishInput } from "../store/batches.ts";
 import type { Store } from "../store/store.ts";
 
@@ -24,12 +26,14 @@ export interface BatchRequestRunDeps {
   pipeline: Pick<DecisionPipeline, "decide">;
   clock: Clock;
   /** The key a batch was submitted with, and its organization (cached by the caller); null when the key is gone. */
-  keyOf: (keyId: string) => Promise<{ org: Organization; revoked: boolean } | null>;
+  keyOf: (keyId: string) => Promise<{ org: Organization; key: ApiKeyRecord } | null>;
   monotonicMs?: () => number;
   /** Fires when the server gives up on its work (shutdown): a request cut short is left to be run again. */
   signal?: AbortSignal;
   newRequestId?: () => string;
   onUnexpected?: (err: unknown, requestId: string) => void;
+  /** Gives each run a trace of its own (a root span; the batch's id and the position in it as attributes). */
+  tracer?: Pick<DecisionTracer, "root">;
   /** Writes a result (default: store.batches.finishRequest; the app groups them: FinishGroup). */
   finish?: (input: FinishInput) => Promise<boolean>;
 }
@@ -62,7 +66,13 @@ export class BatchRequestRun {
     this.#newRequestId = deps.newRequestId ?? newRequestId;
   }
 
-  async run(claim: ClaimedRequest): Promise<RunOutcome> {
+  run(claim: ClaimedRequest): Promise<RunOutcome> {
+    if (!this.deps.tracer) return this.#run(claim);
+    const attributes = { "tds.batch_id": claim.batchId, "tds.batch_position": claim.position, "tds.request_id": claim.requestId };
+    return this.deps.tracer.root("batch request", attributes, () => this.#run(claim));
+  }
+
+  async #run(claim: ClaimedRequest): Promise<RunOutcome> {
     const startedAt = this.#monotonicMs();
     let requestId = claim.requestId;
     try {
@@ -106,15 +116,17 @@ export class BatchRequestRun {
     const { custom_id: _customId, ...line } = parsed.body as Record<string, unknown>;
     const request = { ...line, ...(line.model === undefined && claim.model !== null ? { model: claim.model } : {}) } as DecisionRequest;
     try {
-      const key = await this.deps.keyOf(claim.keyId);
-      if (key === null) throw new ServiceError("invalid_api_key");
-      if (key.revoked) throw new ServiceError("revoked_api_key");
-      if (key.org.paused) throw new ServiceError("org_paused");
+      const found = await this.deps.keyOf(claim.keyId);
+      if (found === null) throw new ServiceError("invalid_api_key");
+      const refusal = keyRefusal(found.key, this.deps.clock.nowMs());
+      if (refusal) throw refusal;
+      if (found.org.paused) throw new ServiceError("org_paused");
       const reply = await this.deps.pipeline.decide(
         {
           requestId,
-          org: key.org,
+          org: found.org,
           keyId: claim.keyId,
+          key: found.key,
           source: "batch",
           startedAt,
           ...(this.deps.signal ? { signal: this.deps.signal } : {}),

@@ -142,7 +142,7 @@ export class AdminHttpClient {
         }
         return new AdminError("not_found", detail);
       case 409:
-        return new AdminError("name_taken", detail);
+        return new AdminError(field === "name" ? "name_taken" : "conflict", detail);
       case 422:
         if (field === undefined && request.headers?.["idempotency-key"] !== undefined)
           return new AdminError("idempotency_key_reused", detail);

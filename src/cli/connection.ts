@@ -128,12 +128,15 @@ function connectDatabase(databaseUrl: string | undefined, options: ConnectOption
     const { DatabaseMissingError, openStore } = await import("../store/open-store.ts");
     const { describeDatabase } = await import("../database-url.ts");
     const { StoreAdministration } = await import("../admin/store-administration.ts");
+    const { configKeyRules } = await import("../admin/key-settings.ts");
     let url = databaseUrl;
     let previewRequestLimit = DEFAULT_LIMITS.previewRequestLimit;
+    let keyRules: import("../admin/key-settings.ts").KeyRules | undefined;
     try {
       const config = loadConfig(env);
       url ??= config.databaseUrl;
       previewRequestLimit = config.limits.previewRequestLimit;
+      keyRules = configKeyRules(config);
     } catch (err) {
       // With --database the configuration only supplies the preview limit (shown by tds org show).
       if (url === undefined) {
@@ -172,6 +175,7 @@ function connectDatabase(databaseUrl: string | undefined, options: ConnectOption
       previewRequestLimit,
       nowMs,
       actor: { source: "cli", client: options.operator, remoteAddress: null },
+      ...(keyRules === undefined ? {} : { keyRules }),
     });
     return { store, admin };
   };

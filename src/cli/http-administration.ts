@@ -1,5 +1,6 @@
 import { AdminError } from "../admin/admin-error.ts";
-import type { AdminOperations, ApiKeyInfo, NamedAuditPage, OrganizationStatus, UsageSummary } from "../admin/operations.ts";
+import type { KeySettingsRequest } from "../admin/key-settings.ts";
+import type { AdminOperations, ApiKeyInfo, KeyUpdate, NamedAuditPage, OrganizationStatus, UsageSummary } from "../admin/operations.ts";
 import {
   AdminApiKey,
   AdminApiKeyList,
@@ -9,12 +10,13 @@ import {
   AdminUsageSummary,
   AuditPageJson,
   CreatedApiKey,
+  RotatedApiKey,
 } from "../contract/admin.ts";
 import { UsagePageJson, UsageRecordJson } from "../contract/usage.ts";
 import type { AuditEntry } from "../domain/audit.ts";
 import type { Balance } from "../domain/credits.ts";
-import { formatUsd } from "../domain/money.ts";
-import type { Organization } from "../domain/organizations.ts";
+import { formatUsd, parseUsd } from "../domain/money.ts";
+import type { KeySettings, Organization } from "../domain/organizations.ts";
 import { MAX_PAGE_LIMIT } from "../domain/paging.ts";
 import type { UsageRecord } from "../domain/usage-records.ts";
 import type { UsagePage, UsageQuery } from "../store/store.ts";
@@ -48,13 +50,43 @@ function statusOf(json: AdminOrganization): OrganizationStatus {
   };
 }
 
+const msOrNull = (iso: string | null) => (iso === null ? null : ms(iso));
+
+function keySettingsOf(json: Pick<AdminApiKey, "expires_at" | "models" | "requests_per_minute" | "budget">): KeySettings {
+  return {
+    expiresAtMs: msOrNull(json.expires_at),
+    models: json.models,
+    requestsPerMinute: json.requests_per_minute,
+    budget: json.budget === null ? null : { limitMicrousd: Number(parseUsd(json.budget.usd) ?? 0n), period: json.budget.period },
+  };
+}
+
 function keyOf(json: AdminApiKey): ApiKeyInfo {
   return {
     id: json.id,
     orgId: json.org_id,
     name: json.name,
     createdAtMs: ms(json.created_at),
-    revokedAtMs: json.revoked_at === null ? null : ms(json.revoked_at),
+    revokedAtMs: msOrNull(json.revoked_at),
+    ...keySettingsOf(json),
+    replacedBy: json.replaced_by,
+    retiresAtMs: msOrNull(json.retires_at),
+    lastUsedAtMs: msOrNull(json.last_used_at),
+  };
+}
+
+/** A key just made, as the answer shows it (not yet used, not rotated). */
+function createdKeyOf(json: CreatedApiKey): ApiKeyInfo {
+  return {
+    id: json.id,
+    orgId: json.org_id,
+    name: json.name,
+    createdAtMs: ms(json.created_at),
+    revokedAtMs: null,
+    ...keySettingsOf(json),
+    replacedBy: null,
+    retiresAtMs: null,
+    lastUsedAtMs: null,
   };
 }
 
@@ -150,14 +182,29 @@ export class HttpAdministration implements AdminOperations {
     return { org: organizationOf(body), changed: true };
   }
 
-  async createKey(ref: string, name: string | null) {
+  async createKey(ref: string, name: string | null, settings: KeySettingsRequest = {}) {
     const { org } = await this.organization(ref);
     const { body } = await this.http.call<CreatedApiKey>(
-      { method: "POST", path: `/organizations/${segment(org.id)}/keys`, body: name === null ? {} : { name } },
+      { method: "POST", path: `/organizations/${segment(org.id)}/keys`, body: { ...(name === null ? {} : { name }), ...settings } },
       CreatedApiKey,
     );
-    const key: ApiKeyInfo = { id: body.id, orgId: body.org_id, name: body.name, createdAtMs: ms(body.created_at), revokedAtMs: null };
-    return { org, key, raw: body.key };
+    return { org, key: createdKeyOf(body), raw: body.key };
+  }
+
+  async updateKey(keyId: string, changes: KeyUpdate) {
+    if (keyId === "" || [...keyId].length > MAX_PATH_PARAM) throw keyNotFound(keyId);
+    const { body } = await this.http.call<AdminApiKey>({ method: "PATCH", path: `/keys/${segment(keyId)}`, body: changes }, AdminApiKey);
+    return { org: (await this.organization(body.org_id)).org, key: keyOf(body) };
+  }
+
+  async rotateKey(keyId: string, graceSeconds?: number) {
+    if (keyId === "" || [...keyId].length > MAX_PATH_PARAM) throw keyNotFound(keyId);
+    const { body } = await this.http.call<RotatedApiKey>(
+      { method: "POST", path: `/keys/${segment(keyId)}/rotate`, body: graceSeconds === undefined ? {} : { grace_seconds: graceSeconds } },
+      RotatedApiKey,
+    );
+    const { org, key: old } = await this.key(body.replaces);
+    return { org, old, key: createdKeyOf(body), raw: body.key };
   }
 
   async listKeys(ref: string) {

@@ -1,4 +1,4 @@
-import { type Static, Type } from "@sinclair/typebox";
+import { type Static, type TSchema, Type } from "@sinclair/typebox";
 import { OrganizationBalance, PreviewQuota, UsageDay, UsageSummaryQuery } from "./organization.ts";
 import { PageLimit } from "./usage.ts";
 
@@ -63,6 +63,58 @@ export const OrgParams = Type.Object(
 
 export const KeyParams = Type.Object({ key_id: Type.String({ minLength: 1, maxLength: 200 }) }, { additionalProperties: false });
 
+const Nullable = <T extends TSchema>(schema: T) => Type.Union([schema, Type.Null()]);
+
+/** The most a key's rotation grace may be: 30 days. */
+export const MAX_GRACE_SECONDS = 2_592_000;
+
+export const KeyBudgetJson = Type.Object(
+  {
+    usd: Type.String({
+      minLength: 1,
+      maxLength: 20,
+      description: "Decimal USD such as 25 or 12.50: at least 0, at most 6 decimals (checked beyond the schema)",
+    }),
+    period: Type.Union([Type.Literal("day"), Type.Literal("month")], { description: "The UTC day or calendar month the spend counts in" }),
+  },
+  { additionalProperties: false, title: "KeyBudget" },
+);
+
+/** A key's own limits, as the admin API shows them (null: none of its own). */
+const KeySettingsJson = {
+  expires_at: Nullable(Type.String({ format: "date-time", description: "From this time the key is refused (401)" })),
+  models: Nullable(
+    Type.Array(Type.String(), { description: "The public model names the key may use (403 for another); null: every model" }),
+  ),
+  requests_per_minute: Nullable(
+    Type.Integer({ minimum: 1, description: "The key's own per-minute request limit, within its organization's" }),
+  ),
+  budget: Nullable(KeyBudgetJson),
+};
+
+/** The settings a create or update sends: each may be absent; in an update, null clears it. */
+const KeySettingsInput = {
+  expires_at: Type.Optional(
+    Nullable(Type.String({ format: "date-time", maxLength: 40, description: "RFC 3339 time from which the key is refused (401)" })),
+  ),
+  models: Type.Optional(
+    Nullable(
+      Type.Array(Type.String({ minLength: 1, maxLength: 200 }), {
+        minItems: 1,
+        maxItems: 64,
+        uniqueItems: true,
+        description: "Public model names (GET /v1/models) the key may use; absent or null: every model",
+      }),
+    ),
+  ),
+  requests_per_minute: Type.Optional(
+    Nullable(
+      Type.Integer({ minimum: 1, maximum: 1_000_000, description: "The key's own per-minute request limit, within its organization's" }),
+    ),
+  ),
+  budget: Type.Optional(Nullable(KeyBudgetJson)),
+};
+
 export const AdminApiKey = Type.Object(
   {
     id: Type.String(),
@@ -70,6 +122,12 @@ export const AdminApiKey = Type.Object(
     name: Type.Union([Type.String(), Type.Null()]),
     created_at: Type.String(),
     revoked_at: Type.Union([Type.String(), Type.Null()]),
+    ...KeySettingsJson,
+    replaced_by: Nullable(Type.String({ description: "Rotated: the id of the key that replaced it" })),
+    retires_at: Nullable(Type.String({ description: "Rotated: the end of its grace period, from which it is refused (401)" })),
+    last_used_at: Nullable(
+      Type.String({ description: "The last request it authenticated, accurate to about a minute; null: none recorded" }),
+    ),
   },
   { additionalProperties: false, title: "AdminApiKey" },
 );
@@ -80,8 +138,26 @@ export const AdminApiKeyList = Type.Object(
 );
 
 export const CreateKeyBody = Type.Object(
-  { name: Type.Optional(Name("A label for the key, such as where it is used")) },
+  { name: Type.Optional(Name("A label for the key, such as where it is used")), ...KeySettingsInput },
   { additionalProperties: false, title: "CreateKey" },
+);
+
+export const UpdateKeyBody = Type.Object(
+  { name: Type.Optional(Nullable(Name("A label for the key; null clears it"))), ...KeySettingsInput },
+  { additionalProperties: false, minProperties: 1, title: "UpdateKey" },
+);
+
+export const RotateKeyBody = Type.Object(
+  {
+    grace_seconds: Type.Optional(
+      Type.Integer({
+        minimum: 0,
+        maximum: MAX_GRACE_SECONDS,
+        description: "How long the old key keeps working, in seconds (default 86,400; 0: refused at once)",
+      }),
+    ),
+  },
+  { additionalProperties: false, title: "RotateKey" },
 );
 
 export const CreatedApiKey = Type.Object(
@@ -91,8 +167,18 @@ export const CreatedApiKey = Type.Object(
     name: Type.Union([Type.String(), Type.Null()]),
     key: Type.String({ description: "The API key: shown in this answer only, never again (only its hash is stored)" }),
     created_at: Type.String(),
+    ...KeySettingsJson,
   },
   { additionalProperties: false, title: "CreatedApiKey" },
+);
+
+export const RotatedApiKey = Type.Object(
+  {
+    ...CreatedApiKey.properties,
+    replaces: Type.String({ description: "The id of the rotated key" }),
+    old_key_retires_at: Type.String({ description: "When the rotated key's grace ends and it is refused" }),
+  },
+  { additionalProperties: false, title: "RotatedApiKey" },
 );
 
 export const GrantCreditsBody = Type.Object(
@@ -131,9 +217,16 @@ export const AdminUsageSummary = Type.Object(
 );
 
 export const AuditAction = Type.Union(
-  ["organization.created", "organization.paused", "organization.resumed", "key.created", "key.revoked", "credits.granted"].map((a) =>
-    Type.Literal(a),
-  ),
+  [
+    "organization.created",
+    "organization.paused",
+    "organization.resumed",
+    "key.created",
+    "key.revoked",
+    "key.updated",
+    "key.rotated",
+    "credits.granted",
+  ].map((a) => Type.Literal(a)),
 );
 
 export const AuditEntryJson = Type.Object(
@@ -184,6 +277,9 @@ export type UpdateOrganizationBody = Static<typeof UpdateOrganizationBody>;
 export type OrgParams = Static<typeof OrgParams>;
 export type KeyParams = Static<typeof KeyParams>;
 export type CreateKeyBody = Static<typeof CreateKeyBody>;
+export type UpdateKeyBody = Static<typeof UpdateKeyBody>;
+export type RotateKeyBody = Static<typeof RotateKeyBody>;
+export type RotatedApiKey = Static<typeof RotatedApiKey>;
 export type GrantCreditsBody = Static<typeof GrantCreditsBody>;
 export type AdminUsageSummaryQuery = Static<typeof AdminUsageSummaryQuery>;
 export type AuditQuery = Static<typeof AuditQuery>;

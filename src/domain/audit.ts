@@ -5,6 +5,8 @@ export type AuditAction =
   | "organization.resumed"
   | "key.created"
   | "key.revoked"
+  | "key.updated"
+  | "key.rotated"
   | "credits.granted";
 
 /** Who made a change: the `tds` CLI on the database, or the admin API (`client`: the caller's own label, such as "console" or "cli"). */

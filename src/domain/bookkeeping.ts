@@ -48,6 +48,11 @@ export interface AdmitCommand {
   quota: { day: string; orgLimit: number; globalLimit: number; globalBlock?: number } | null;
   /** Paid: the credits to set aside; the reservation's id is the request id. */
   reservation: { amountMicrousd: number; expiresAtMs: number } | null;
+  /**
+   * Paid, by a key with a budget: the reservation is also set aside in the key's spend of `period` (its UTC day
+   * "YYYY-MM-DD" or month "YYYY-MM" at admission), refused when spent + reserved there would pass `limitMicrousd`.
+   */
+  keyBudget?: { period: string; limitMicrousd: number } | null;
 }
 
 export type AdmitResult =
@@ -68,7 +73,9 @@ export type AdmitResult =
    */
   | { kind: "idempotency_abandoned"; requestId: string }
   | { kind: "quota_exhausted"; scope: "org" | "global" }
-  | { kind: "insufficient_credits"; availableMicrousd: number };
+  | { kind: "insufficient_credits"; availableMicrousd: number }
+  /** The key's budget of the period cannot cover the reservation: `remainingMicrousd` is what is left of it (≥ 0). */
+  | { kind: "key_budget_exhausted"; remainingMicrousd: number };
 
 /** Completion: the final usage record with its reservation settled or released (one ledger entry), and the idempotency entry. */
 export interface CompleteCommand
@@ -95,6 +102,11 @@ export interface CompleteCommand
    * Its organization's balance is locked for it; a completion of a request holding a reservation must say so.
    */
   reserved: boolean;
+  /**
+   * The admission's reservation also counted in this key's spend of this period (AdmitCommand.keyBudget): moved
+   * from reserved to spent (the cost) or released there too. A completion of such a request must name it.
+   */
+  keyBudget?: { keyId: string; period: string } | null;
   /** The request's Idempotency-Key: a success keeps `response` for replays, anything else drops the claim. */
   idempotency: { key: string; response: StoredResponse | null } | null;
 }

@@ -6,6 +6,8 @@ export const ERROR_CATALOGUE = {
   missing_api_key: { status: 401, detail: "Missing API key: send the header Authorization: Bearer <API_KEY>." },
   invalid_api_key: { status: 401, detail: "Invalid API key." },
   revoked_api_key: { status: 401, detail: "This API key has been revoked." },
+  expired_api_key: { status: 401, detail: "This API key has expired." },
+  retired_api_key: { status: 401, detail: "This API key was rotated and its grace period has ended; use the key that replaced it." },
   missing_admin_token: {
     status: 401,
     detail: "Missing admin token: send the header Authorization: Bearer <admin token> (TDS_ADMIN_TOKEN).",
@@ -16,7 +18,10 @@ export const ERROR_CATALOGUE = {
     detail: "Too many failed admin authentications from this address; retry after the time in Retry-After.",
   },
   name_taken: { status: 409, detail: "The name is already in use." },
+  key_not_active: { status: 409, detail: "The API key is revoked or was already rotated: it cannot be changed or rotated." },
   org_paused: { status: 403, detail: "Requests of this organization are paused pending billing review." },
+  model_not_allowed: { status: 403, detail: "This API key may not use this model." },
+  key_budget_exhausted: { status: 402, detail: "This API key's budget for the period cannot cover the reservation for this request." },
   insufficient_credits: { status: 402, detail: "Available credits cannot cover the token reservation for this request." },
   reservation_expired: {
     status: 409,
@@ -51,6 +56,7 @@ export const ERROR_CATALOGUE = {
   unknown_model: { status: 422, detail: "Unknown model." },
   context_rejected: { status: 422, detail: "The request is longer than the model's context." },
   rate_limited: { status: 429, detail: "Per-minute request limit of the organization reached." },
+  key_rate_limited: { status: 429, detail: "Per-minute request limit of this API key reached." },
   preview_quota_org: { status: 429, detail: "Daily preview request limit of the organization reached; it resets at 00:00 UTC." },
   preview_quota_global: { status: 429, detail: "Daily preview capacity of the service reached; it resets at 00:00 UTC." },
   model_unavailable: { status: 502, detail: "The model service is unavailable; no credits were charged." },

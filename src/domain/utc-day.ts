@@ -16,3 +16,16 @@ export function utcDay(nowMs: number): string {
 export function msUntilUtcMidnight(nowMs: number): number {
   return DAY_MS - (((nowMs % DAY_MS) + DAY_MS) % DAY_MS);
 }
+
+/** The key of the UTC period an instant is in, for key budgets: its day "YYYY-MM-DD" or its month "YYYY-MM". */
+export function utcPeriod(period: "day" | "month", nowMs: number): string {
+  const day = utcDay(nowMs);
+  return period === "day" ? day : day.slice(0, 7);
+}
+
+/** Milliseconds from an instant to the start of the next UTC day or calendar month (never 0). */
+export function msUntilPeriodEnd(period: "day" | "month", nowMs: number): number {
+  if (period === "day") return msUntilUtcMidnight(nowMs);
+  const d = new Date(nowMs);
+  return Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1) - nowMs;
+}

@@ -4,12 +4,14 @@ import type { Clock } from "../domain/clock.ts";
 import { ServiceError } from "../domain/errors.ts";
 import { IDEMPOTENCY_WINDOW_MS } from "../domain/idempotency.ts";
 import { formatUsd, scaledPrice, tokenCost } from "../domain/money.ts";
-import { msUntilUtcMidnight, utcDay } from "../domain/utc-day.ts";
+import type { KeyBudget } from "../domain/organizations.ts";
+import { msUntilPeriodEnd, msUntilUtcMidnight, utcDay, utcPeriod } from "../domain/utc-day.ts";
 import type { TokenBound } from "../models/model-service.ts";
 import type { Books } from "./books.ts";
 import type { Charging, Reservation } from "./charging.ts";
 import type { DecisionContext, IdempotencyRequest } from "./decision-context.ts";
 import { type FailureBeforeAdmission, recordFailureBeforeAdmission } from "./failure-before-admission.ts";
+import { checkModelAllowed } from "./key-controls.ts";
 import type { ResolvedModel } from "./model-registry.ts";
 import { type DecisionObserver, silentObserver } from "./observer.ts";
 import type { RequestBound } from "./token-bound.ts";
@@ -55,7 +57,8 @@ const ABANDONED_RETRY_MS = 1000;
 /**
  * The checks that decide whether a request is accepted, in one durable step with its in-flight usage record: the
  * Idempotency-Key (replay, 422, 409) and the preview day quotas (429) or the credit reservation (402; 413 for a token
- * bound over reserve_tokens, before the durable step). (The per-minute rate is counted earlier, when the request is
+ * bound over reserve_tokens, before the durable step), set aside in the key's budget too when it has one (402). Before
+ * them, the models the key may use (403). (The per-minute rates are counted earlier, when the request is
  * authenticated: src/http/rate-limit.ts.)
  */
 export class AdmissionPolicy {
@@ -86,6 +89,19 @@ export class AdmissionPolicy {
   }
 
   /**
+   * 403 model_not_allowed when the request's key may not use the model (`requested`: the name the request gave),
+   * before anything is recorded or charged.
+   */
+  checkModel(ctx: DecisionContext, model: ResolvedModel, requested: string | null | undefined): void {
+    try {
+      checkModelAllowed(ctx.key?.models ?? null, model.name, requested);
+    } catch (err) {
+      this.observer.rejected("model_not_allowed");
+      throw err;
+    }
+  }
+
+  /**
    * Admits the request in one durable step, charged as `chargingOf` decides. `bound`: the request's token bound, or
    * how to find it (asked for only when the request is paid).
    */
@@ -96,8 +112,13 @@ export class AdmissionPolicy {
     bound: BoundSource,
   ): Promise<Admitted | Replayed> {
     const { books, clock, config } = this.deps;
-    const charging = await this.chargingOf(ctx.source === "batch" ? this.batchPriced(model) : model, bound);
+    const priced = await this.chargingOf(ctx.source === "batch" ? this.batchPriced(model) : model, bound);
     const now = clock.nowMs();
+    // The period is fixed here: the completion settles in the same period's spend, whenever it runs.
+    const budget = priced.mode === "paid" ? (ctx.key?.budget ?? null) : null;
+    const keyPeriod = budget && utcPeriod(budget.period, now);
+    const charging: Charging =
+      priced.mode === "paid" && keyPeriod ? { ...priced, keyBudget: { keyId: ctx.keyId, period: keyPeriod } } : priced;
     const command: AdmitCommand = {
       requestId: ctx.requestId,
       orgId: ctx.org.id,
@@ -127,6 +148,7 @@ export class AdmissionPolicy {
         charging.mode === "paid"
           ? { amountMicrousd: charging.reservation.amount, expiresAtMs: now + config.reservationTtlSeconds * 1000 }
           : null,
+      keyBudget: budget && keyPeriod ? { period: keyPeriod, limitMicrousd: budget.limitMicrousd } : null,
     };
     let result = await books.admit(command);
     if (result.kind === "idempotency_abandoned" && this.deps.releaseAbandoned) {
@@ -142,7 +164,7 @@ export class AdmissionPolicy {
       return { kind: "admitted", acceptedAtMs: now, charging };
     }
     if (result.kind === "replay") return { kind: "replay", response: result.response };
-    throw this.refusal(result, now, charging);
+    throw this.refusal(result, now, charging, budget);
   }
 
   /**
@@ -161,7 +183,7 @@ export class AdmissionPolicy {
   private async chargingOf(model: ResolvedModel, bound: BoundSource): Promise<Charging> {
     if (this.deps.config.serviceMode !== "paid") return { mode: "preview" };
     const reservation = this.reservationAmount(model, typeof bound === "function" ? await bound() : bound);
-    return { mode: "paid", price: model.price, priceInputUsd: model.priceInputUsd, reservation };
+    return { mode: "paid", price: model.price, priceInputUsd: model.priceInputUsd, reservation, keyBudget: null };
   }
 
   /** The model at batch prices: its prices times batch_price_factor. */
@@ -178,8 +200,15 @@ export class AdmissionPolicy {
   }
 
   /** The error of an admission the books refused. */
-  private refusal(result: Exclude<AdmitResult, { kind: "admitted" | "replay" }>, now: number, charging: Charging): ServiceError {
+  private refusal(
+    result: Exclude<AdmitResult, { kind: "admitted" | "replay" }>,
+    now: number,
+    charging: Charging,
+    budget: KeyBudget | null,
+  ): ServiceError {
     const { limits } = this.deps.config;
+    const reservation = charging.mode === "paid" ? charging.reservation : { amount: 0, tokens: { input: 0, output: 0 } };
+    const reserving = `${formatUsd(reservation.amount)} USD for at most ${reservation.tokens.input} input and ${reservation.tokens.output} output tokens`;
     switch (result.kind) {
       case "replay_not_kept":
         return new ServiceError(
@@ -217,11 +246,20 @@ export class AdmissionPolicy {
       case "insufficient_credits": {
         this.observer.reservation("insufficient");
         this.observer.rejected("insufficient_credits");
-        const reservation = charging.mode === "paid" ? charging.reservation : { amount: 0, tokens: { input: 0, output: 0 } };
         return new ServiceError(
           "insufficient_credits",
-          `Available credits (${formatUsd(result.availableMicrousd)} USD) cannot cover the reservation of this request: ` +
-            `${formatUsd(reservation.amount)} USD for at most ${reservation.tokens.input} input and ${reservation.tokens.output} output tokens.`,
+          `Available credits (${formatUsd(result.availableMicrousd)} USD) cannot cover the reservation of this request: ${reserving}.`,
+        );
+      }
+      case "key_budget_exhausted": {
+        this.observer.rejected("key_budget_exhausted");
+        const period = charging.mode === "paid" ? (charging.keyBudget?.period ?? "") : "";
+        const per = budget?.period === "month" ? "UTC month" : "UTC day";
+        const renews = budget ? ` It renews at ${new Date(now + msUntilPeriodEnd(budget.period, now)).toISOString()}.` : "";
+        return new ServiceError(
+          "key_budget_exhausted",
+          `This API key's budget (${formatUsd(budget?.limitMicrousd ?? 0)} USD per ${per}; ${period}) has ${formatUsd(result.remainingMicrousd)} USD left, ` +
+            `which cannot cover the reservation of this request: ${reserving}. The organization's credits were not touched.${renews}`,
         );
       }
     }

@@ -16,8 +16,11 @@ export interface Reservation {
 export type Charging =
   /** Counted in the preview day quotas; nothing is charged. */
   | { mode: "preview" }
-  /** Its reservation set aside; charged the cost of the tokens it used at `price`, at most the reservation. */
-  | { mode: "paid"; price: Price; priceInputUsd: string; reservation: Reservation };
+  /**
+   * Its reservation set aside; charged the cost of the tokens it used at `price`, at most the reservation. `keyBudget`:
+   * the reservation also counts in this key's spend of this budget period (the key has a budget), settled there too.
+   */
+  | { mode: "paid"; price: Price; priceInputUsd: string; reservation: Reservation; keyBudget: { keyId: string; period: string } | null };
 
 /** What a request that succeeded is charged, as the reply's usage. */
 export interface Charge {

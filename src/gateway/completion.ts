@@ -11,7 +11,10 @@ export const round3 = (ms: number) => Math.max(0, Math.round(ms * 1000) / 1000);
 
 /** What every completion of one request names: the request, when, how it was routed and charged, and its Idempotency-Key. */
 export interface CompletionBase
-  extends Pick<CompleteCommand, "requestId" | "orgId" | "nowMs" | "reserved" | "deployment" | "attempts" | "gatewayLatencyMs"> {
+  extends Pick<
+    CompleteCommand,
+    "requestId" | "orgId" | "nowMs" | "reserved" | "keyBudget" | "deployment" | "attempts" | "gatewayLatencyMs"
+  > {
   idempotencyKey: string | null;
 }
 

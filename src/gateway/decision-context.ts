@@ -1,10 +1,12 @@
-import type { Organization } from "../domain/organizations.ts";
+import type { KeySettings, Organization } from "../domain/organizations.ts";
 import type { UsageSource } from "../domain/usage-records.ts";
 
 export interface DecisionContext {
   requestId: string;
   org: Organization;
   keyId: string;
+  /** The limits of the key that the pipeline applies: the models it may use, its budget (absent: none of its own). */
+  key?: Pick<KeySettings, "models" | "budget">;
   source: UsageSource;
   /** performance.now() when the request arrived. */
   startedAt: number;

@@ -13,7 +13,7 @@ import type { DecisionContext, DecisionReply, IdempotencyRequest } from "./decis
 import { answersMismatch, modelServiceFailure } from "./model-failure.ts";
 import { answersMismatchReport, type ModelFailureReport, modelFailureReport } from "./model-failure-report.ts";
 import { ModelLookupFailed, type ModelRegistry, type ResolvedModel } from "./model-registry.ts";
-import { type DecisionObserver, silentObserver } from "./observer.ts";
+import { type DecisionObserver, type DecisionTracer, silentObserver, type TraceAttributes, type TraceStep } from "./observer.ts";
 import { tokenBoundOf } from "./token-bound.ts";
 
 export type { DecisionContext, DecisionReply, IdempotencyRequest } from "./decision-context.ts";
@@ -33,6 +33,8 @@ export interface PipelineDeps {
   /** Monotonic milliseconds, for latencies. */
   monotonicMs?: () => number;
   observer?: DecisionObserver;
+  /** Spans of the steps (OpenTelemetry tracing); absent while tracing is off. */
+  tracer?: DecisionTracer;
   /** Work that outlives the response (the completion of a request whose first completion failed); tracked for shutdown. */
   background?: (work: Promise<unknown>) => void;
   /** Told of an unexpected error after admission (it is answered 500 and recorded as gateway_error). */
@@ -62,7 +64,7 @@ type Ending =
   | { command: CompleteCommand; error: unknown; reply?: undefined };
 
 /**
- * (max_questions, before the schema: checkQuestionCount) model → admission (one durable step) → model call → answer checks → completion (one durable step)
+ * (max_questions, before the schema: checkQuestionCount) model → the key's models → admission (one durable step) → model call → answer checks → completion (one durable step)
  * → the reply, sent only after the completion committed. Every admitted request gets a completion attempt
  * whatever happens after admission (model failure, bad answers, an exception, shutdown); when that attempt
  * cannot be stored, a second one (nothing charged) runs in the background, and the expiry sweep is the last resort.
@@ -70,10 +72,12 @@ type Ending =
 export class DecisionPipeline {
   private readonly monotonicMs: () => number;
   private readonly observer: DecisionObserver;
+  private readonly tracer: DecisionTracer | null;
 
   constructor(private readonly deps: PipelineDeps) {
     this.monotonicMs = deps.monotonicMs ?? (() => performance.now());
     this.observer = deps.observer ?? silentObserver;
+    this.tracer = deps.tracer ?? null;
   }
 
   /**
@@ -102,9 +106,14 @@ export class DecisionPipeline {
     text?: { state: string; questions: string },
   ): Promise<DecisionReply> {
     const model = await this.resolve(ctx, request.model);
+    this.tracer?.annotate({ "tds.request_id": ctx.requestId, "tds.organization_id": ctx.org.id, "tds.model": model.name });
+    this.deps.admission.checkModel(ctx, model, request.model);
     const call: ModelCall = { model: model.upstreamName, state: request.state, questions: request.questions, ...(text ? { text } : {}) };
-    const admitted = await this.deps.admission.admit(ctx, model, idempotency, () => tokenBoundOf(model, call));
+    const step = this.tracer?.step("admission") ?? null;
+    const admitting = this.deps.admission.admit(ctx, model, idempotency, () => tokenBoundOf(model, call));
+    const admitted = step === null ? await admitting : await ended(step, admitting, (a) => ({ "tds.outcome": a.kind }));
     if (admitted.kind === "replay") {
+      this.tracer?.annotate({ "tds.outcome": "replayed" });
       return { status: 200, body: admitted.response.body, requestId: admitted.response.requestId, replayed: true };
     }
     const accepted: Accepted = { ctx, model, charging: admitted.charging, idempotency, callMs: 0 };
@@ -136,13 +145,13 @@ export class DecisionPipeline {
   private async run(accepted: Accepted, request: DecisionRequest, call: ModelCall): Promise<Ending> {
     const { ctx, model } = accepted;
     const callStart = this.monotonicMs();
+    const options = { timeoutMs: this.deps.config.modelTimeoutMs, ...(ctx.signal ? { signal: ctx.signal } : {}) };
+    const step = this.tracer?.step("model call", { "tds.model": model.name }) ?? null;
     let answerSet: ModelAnswerSet;
     try {
-      answerSet = await model.service.decide(call, {
-        timeoutMs: this.deps.config.modelTimeoutMs,
-        ...(ctx.signal ? { signal: ctx.signal } : {}),
-      });
+      answerSet = await (step === null ? model.service.decide(call, options) : step.within(() => model.service.decide(call, options)));
     } catch (err) {
+      step?.end(err, routeAttributes(err instanceof ModelServiceError ? err.route : undefined));
       accepted.callMs = this.monotonicMs() - callStart;
       this.observer.modelFailed(err instanceof ModelServiceError ? err.kind : "unexpected");
       this.deps.onModelFailure?.(modelFailureReport(err, { requestId: ctx.requestId, model: model.name }));
@@ -150,6 +159,7 @@ export class DecisionPipeline {
       return this.failed(accepted, modelServiceFailure(err, { requestId: ctx.requestId }), undefined, route);
     }
     accepted.callMs = this.monotonicMs() - callStart;
+    step?.end(undefined, routeAttributes(answerSet.route));
     try {
       const checked = checkAnswers(request.questions, answerSet.answers);
       if (!checked.ok) {
@@ -200,6 +210,7 @@ export class DecisionPipeline {
       orgId: accepted.ctx.org.id,
       nowMs: this.deps.clock.nowMs(),
       reserved: accepted.charging.mode === "paid",
+      keyBudget: accepted.charging.mode === "paid" ? accepted.charging.keyBudget : null,
       deployment: route?.deployment ?? null,
       attempts: route?.attempts ?? 1,
       gatewayLatencyMs,
@@ -210,8 +221,11 @@ export class DecisionPipeline {
   /** Records the ending in one durable step; answers only once it committed. */
   private async complete(accepted: Accepted, ending: Ending): Promise<DecisionReply> {
     let result: CompleteResult;
+    this.tracer?.annotate({ "tds.outcome": ending.command.outcome });
+    const step = this.tracer?.step("completion", { "tds.outcome": ending.command.outcome }) ?? null;
     try {
-      result = await this.deps.books.complete(ending.command);
+      const completing = this.deps.books.complete(ending.command);
+      result = step === null ? await completing : await ended(step, completing);
     } catch (err) {
       this.completeInBackground(ending.command);
       throw this.deps.books.classifyFailure(err) !== "other" ? new ServiceError("storage_unavailable") : err;
@@ -255,4 +269,25 @@ export class DecisionPipeline {
   private gatewayLatency(accepted: Accepted): number {
     return round3(this.monotonicMs() - accepted.ctx.startedAt - accepted.callMs);
   }
+}
+
+/** Ends the step's span when `work` settles (with its error, or the attributes of its value). */
+async function ended<T>(step: TraceStep, work: Promise<T>, attributes?: (value: T) => TraceAttributes): Promise<T> {
+  let value: T;
+  try {
+    value = await work;
+  } catch (err) {
+    step.end(err);
+    throw err;
+  }
+  step.end(undefined, attributes?.(value));
+  return value;
+}
+
+/** Which deployment served the call (or was tried last) and after how many attempts. */
+function routeAttributes(route: { deployment: string | null; attempts: number } | undefined): TraceAttributes | undefined {
+  if (route === undefined) return undefined;
+  return route.deployment === null
+    ? { "tds.attempts": route.attempts }
+    : { "tds.deployment": route.deployment, "tds.attempts": route.attempts };
 }

@@ -41,10 +41,11 @@ export async function recordFailureBeforeAdmission(
       idempotency: null,
       quota: null,
       reservation: null,
+      keyBudget: null,
     });
     if (admitted.kind !== "admitted") return false;
     const { gatewayLatencyMs } = failure;
-    const nothingTried = { deployment: null, attempts: 0, reserved: false, idempotencyKey: null };
+    const nothingTried = { deployment: null, attempts: 0, reserved: false, keyBudget: null, idempotencyKey: null };
     const completed = await books.complete(
       failedCompletion({ requestId, orgId, nowMs: clock.nowMs(), gatewayLatencyMs, ...nothingTried }, failure.error),
     );

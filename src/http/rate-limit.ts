@@ -9,6 +9,11 @@ export interface RateLimitRule {
   limit: number;
   /** The limiter's key for an organization (decisions and reads count apart). */
   key: (orgId: string) => string;
+  /**
+   * The limiter's key for an API key with a per-minute limit of its own (requests_per_minute), counted before its
+   * organization's; absent: keys' own limits do not apply to these requests.
+   */
+  apiKey?: (keyId: string) => string;
   /** The setting that sets the limit, for the 429 detail. */
   setting: string;
   /** What is limited, for the 429 detail: "request" or "usage read". */
@@ -16,19 +21,37 @@ export interface RateLimitRule {
   observer?: DecisionObserver;
 }
 
+const seconds = (ms: number) => Math.ceil(ms / 1000);
+
 /**
- * onRequest hook, after authentication: counts the request against its organization's per-minute limit before its
- * body is read, so an invalid request (413, 422) costs the organization as much of its limit as a valid one.
+ * onRequest hook, after authentication: counts the request against its key's own per-minute limit, if it has one,
+ * then against its organization's, before its body is read, so that an invalid request (413, 422) costs as much of
+ * the limits as a valid one. A request refused by its key's limit is not counted in its organization's: one key over
+ * its limit leaves the organization's other keys their share.
  */
 export function rateLimit(rule: RateLimitRule) {
   return async function rateLimitHook(request: FastifyRequest, reply: FastifyReply): Promise<void> {
     if (reply.sent || !request.auth) return;
-    const rate = await rule.limiter.consume(rule.key(request.auth.org.id), rule.limit);
+    const { org, key } = request.auth;
+    const own = key?.requestsPerMinute ?? null;
+    if (rule.apiKey && own !== null) {
+      const rate = await rule.limiter.consume(rule.apiKey(key.id), own);
+      if (!rate.allowed) {
+        rule.observer?.rejected("key_rate_limited");
+        throw new ServiceError(
+          "key_rate_limited",
+          `Per-minute ${rule.what} limit of this API key reached (its requests_per_minute = ${own}); retry in ${seconds(rate.retryAfterMs)} s. ` +
+            "Other keys of the organization are not affected.",
+          { retryAfterMs: rate.retryAfterMs },
+        );
+      }
+    }
+    const rate = await rule.limiter.consume(rule.key(org.id), rule.limit);
     if (rate.allowed) return;
     rule.observer?.rejected("rate_limited");
     throw new ServiceError(
       "rate_limited",
-      `Per-minute ${rule.what} limit of the organization reached (${rule.setting} = ${rule.limit}); retry in ${Math.ceil(rate.retryAfterMs / 1000)} s.`,
+      `Per-minute ${rule.what} limit of the organization reached (${rule.setting} = ${rule.limit}); retry in ${seconds(rate.retryAfterMs)} s.`,
       { retryAfterMs: rate.retryAfterMs },
     );
   };

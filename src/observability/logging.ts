@@ -1,6 +1,7 @@
 import pino, { type Logger } from "pino";
 import type { LogFormat, LogLevel } from "../config.ts";
 import { prettyDestination } from "./pretty-log.ts";
+import { traceLogFields } from "./tracing.ts";
 
 /** Never logged: an API key or admin token in a request's headers. */
 export const LOG_REDACTION = { paths: ["req.headers.authorization", "req.headers.cookie"], censor: "[redacted]" };
@@ -15,8 +16,12 @@ export function resolveLogFormat(format: LogFormat | null, out: LogOutput): LogF
   return format ?? (out.isTTY ? "pretty" : "json");
 }
 
-export function createLogger(settings: { logLevel: LogLevel; logFormat: LogFormat | null }, out: LogOutput = process.stdout): Logger {
-  const options = { level: settings.logLevel, redact: LOG_REDACTION };
+/** `traced`: each line written for a traced request carries its trace_id and span_id. */
+export function createLogger(
+  settings: { logLevel: LogLevel; logFormat: LogFormat | null; traced?: boolean },
+  out: LogOutput = process.stdout,
+): Logger {
+  const options = { level: settings.logLevel, redact: LOG_REDACTION, ...(settings.traced ? { mixin: traceLogFields } : {}) };
   if (resolveLogFormat(settings.logFormat, out) === "json") return pino(options, out === process.stdout ? pino.destination(1) : out);
   const colors = out.isTTY === true && !process.env.NO_COLOR;
   return pino(options, prettyDestination(out, colors));

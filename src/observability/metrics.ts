@@ -40,7 +40,7 @@ export class Metrics {
 
   readonly rejections = this.#counter(
     "tds_admission_rejections_total",
-    "Requests refused at admission by reason (rate_limited, preview_quota_org, preview_quota_global, insufficient_credits, token_bound_over_reserve)",
+    "Requests refused at admission by reason (rate_limited, key_rate_limited, model_not_allowed, preview_quota_org, preview_quota_global, insufficient_credits, key_budget_exhausted, token_bound_over_reserve)",
     ["reason"],
   );
 

@@ -13,6 +13,7 @@ export const SECTIONS = {
   engine: "In-process engine (node-llama-cpp, an optional dependency)",
   admin: "Administration and metrics",
   logging: "Logging",
+  tracing: 'Tracing: OpenTelemetry, off unless an OTLP endpoint is set (docs/deployment.md, "Tracing")',
   bootstrap: "Bootstrap (first start with an empty database)",
   cli: "tds CLI (read by the command, not by the server)",
 } as const;

@@ -1,5 +1,6 @@
 import type { AuditActor } from "../domain/audit.ts";
-import type { ApiKeyRecord, Organization } from "../domain/organizations.ts";
+import type { ApiKeyRecord, BudgetPeriod, KeySettings, Organization } from "../domain/organizations.ts";
+import { NO_KEY_SETTINGS } from "../domain/organizations.ts";
 import {
   AUDIT_STATEMENTS,
   auditPage,
@@ -14,10 +15,10 @@ import {
 } from "./admin-rows.ts";
 import type { AuditPage, AuditQuery, OrganizationPage } from "./administration.ts";
 import type { AccountsPart } from "./compose-store.ts";
-import { checkPageLimit } from "./input-checks.ts";
+import { checkEpochMs, checkKeySettings, checkPageLimit, checkText } from "./input-checks.ts";
 import { NAME_CANDIDATES, nameHolder, nameKey, nameTakenMessage } from "./organization-names.ts";
 import { perTurnLookup } from "./per-turn-lookup.ts";
-import { bigint, boolean, type DbRow, sqlite, Table, text } from "./schema/table.ts";
+import { bigint, boolean, type DbRow, int, sqlite, Table, text } from "./schema/table.ts";
 import { execute, query, type SqlProgram, type SqlRunner } from "./sql-program.ts";
 import type { AccountStore } from "./store.ts";
 import { StoreConflictError, StoreInputError } from "./store-errors.ts";
@@ -34,14 +35,90 @@ const organizations = new Table<OrganizationRow>("organizations", {
   createdAtMs: bigint("created_at_ms"),
 });
 
-const apiKeys = new Table<ApiKeyRecord>("api_keys", {
+/** An api_keys row: a key with its models as JSON array text and its budget in two columns. */
+type ApiKeyRow = Omit<ApiKeyRecord, "models" | "budget"> & {
+  models: string | null;
+  budgetMicrousd: number | null;
+  budgetPeriod: BudgetPeriod | null;
+};
+
+const apiKeys = new Table<ApiKeyRow>("api_keys", {
   id: text("id"),
   orgId: text("org_id"),
   name: text("name"),
   hash: text("hash"),
   createdAtMs: bigint("created_at_ms"),
   revokedAtMs: bigint("revoked_at_ms"),
+  expiresAtMs: bigint("expires_at_ms"),
+  models: text("models"),
+  requestsPerMinute: int("requests_per_minute"),
+  budgetMicrousd: bigint("budget_microusd"),
+  budgetPeriod: text("budget_period"),
+  replacedBy: text("replaced_by"),
+  retiresAtMs: bigint("retires_at_ms"),
+  lastUsedAtMs: bigint("last_used_at_ms"),
 });
+
+function toKey(row: DbRow): ApiKeyRecord {
+  const { models, budgetMicrousd, budgetPeriod, ...rest } = apiKeys.fromRow(row);
+  return {
+    ...rest,
+    models: models === null ? null : (JSON.parse(models) as string[]),
+    budget: budgetMicrousd === null || budgetPeriod === null ? null : { limitMicrousd: budgetMicrousd, period: budgetPeriod },
+  };
+}
+
+/** The columns of a key's settings, for an INSERT or an UPDATE. */
+function settingsColumns(s: Partial<KeySettings>): Partial<ApiKeyRow> {
+  const row: Partial<ApiKeyRow> = {};
+  if (s.expiresAtMs !== undefined) row.expiresAtMs = s.expiresAtMs;
+  if (s.models !== undefined) row.models = s.models === null ? null : JSON.stringify(s.models);
+  if (s.requestsPerMinute !== undefined) row.requestsPerMinute = s.requestsPerMinute;
+  if (s.budget !== undefined) {
+    row.budgetMicrousd = s.budget?.limitMicrousd ?? null;
+    row.budgetPeriod = s.budget?.period ?? null;
+  }
+  return row;
+}
+
+function rowOf(key: ApiKeyRecord): ApiKeyRow {
+  const { models: _models, budget: _budget, ...rest } = key;
+  return { ...rest, models: null, budgetMicrousd: null, budgetPeriod: null, ...settingsColumns(key) };
+}
+
+/** The settings of a key, copied (a rotation gives the new key the same). */
+function settingsOf(key: KeySettings): KeySettings {
+  return {
+    expiresAtMs: key.expiresAtMs,
+    models: key.models === null ? null : [...key.models],
+    requestsPerMinute: key.requestsPerMinute,
+    budget: key.budget === null ? null : { ...key.budget },
+  };
+}
+
+type KeyChanges = Partial<KeySettings> & { name?: string | null };
+const CHANGEABLE = ["name", "expiresAtMs", "models", "requestsPerMinute", "budget"] as const;
+
+function sameValue(a: unknown, b: unknown): boolean {
+  if (a === null || b === null || typeof a !== "object" || typeof b !== "object") return a === b;
+  if (Array.isArray(a) || Array.isArray(b))
+    return Array.isArray(a) && Array.isArray(b) && a.length === b.length && a.every((x, i) => x === b[i]);
+  const [x, y] = [a as Record<string, unknown>, b as Record<string, unknown>];
+  return x.limitMicrousd === y.limitMicrousd && x.period === y.period;
+}
+
+/** The changes that differ from the key's values (an update that changes nothing writes nothing). */
+function differences(key: ApiKeyRecord, changes: KeyChanges): KeyChanges {
+  const changed: Record<string, unknown> = {};
+  for (const field of CHANGEABLE) {
+    const value = changes[field];
+    if (value !== undefined && !sameValue(value, key[field])) changed[field] = value;
+  }
+  return changed as KeyChanges;
+}
+
+/** The columns an update writes (all of them, the merged values). */
+const UPDATED_COLUMNS = ["name", "expiresAtMs", "models", "requestsPerMinute", "budgetMicrousd", "budgetPeriod"] as const;
 
 const ORGANIZATION = organizations.fieldsExcept("nameKey");
 const ORGANIZATION_COLUMNS = organizations.names(ORGANIZATION);
@@ -65,6 +142,14 @@ const SQL = {
   insertKey: sqlite.insert(apiKeys),
   listKeys: `SELECT ${apiKeys.list()} FROM api_keys WHERE org_id = ? ORDER BY created_at_ms, id`,
   revokeKey: "UPDATE api_keys SET revoked_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL RETURNING org_id, name",
+  // Changes nothing: locks the key (PostgreSQL: until the transaction ends) and answers it as it is then.
+  lockKey: `UPDATE api_keys SET revoked_at_ms = revoked_at_ms WHERE id = ? RETURNING ${apiKeys.list()}`,
+  // Only a key neither revoked nor already rotated is rotated, once.
+  retireKey: `UPDATE api_keys SET replaced_by = ?, retires_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL AND replaced_by IS NULL RETURNING ${apiKeys.list()}`,
+  findKey: `SELECT ${apiKeys.list()} FROM api_keys WHERE id = ?`,
+  updateKey: `UPDATE api_keys SET ${apiKeys.assign(UPDATED_COLUMNS, () => "?")} WHERE id = ? RETURNING ${apiKeys.list()}`,
+  // Never back: another instance may have written a later use.
+  keyUsed: "UPDATE api_keys SET last_used_at_ms = ? WHERE id = ? AND (last_used_at_ms IS NULL OR last_used_at_ms < ?)",
 };
 
 /** The organizations after a page's last one (keysetPage adds the limit). */
@@ -103,7 +188,7 @@ function* keysWithOrganization(ids: string[]): SqlProgram<Map<string, DbRow>> {
   return found;
 }
 
-const valuesOf = <T>(table: Table<T>, row: T): unknown[] => table.fields.map((f) => row[f]);
+const valuesOf = <T>(table: Table<T>, row: T): unknown[] => table.fields.map((f) => row[f] ?? null);
 
 /**
  * Organizations, API keys and the audit log, written once for both databases: the checks, the conflicts, each change
@@ -166,6 +251,11 @@ export class Accounts implements AccountsPart {
   async createApiKey(input: Parameters<AccountStore["createApiKey"]>[0]): Promise<ApiKeyRecord> {
     const { audit } = input;
     checkAudit(audit);
+    if (input.settings !== undefined) {
+      checkKeySettings(input.settings, "settings");
+      if (!this.db.holds(...(input.settings.models ?? [])))
+        throw new StoreInputError("settings.models must not contain U+0000", "settings.models");
+    }
     const key: ApiKeyRecord = {
       id: input.id,
       orgId: input.orgId,
@@ -173,20 +263,118 @@ export class Accounts implements AccountsPart {
       hash: input.hash,
       createdAtMs: input.nowMs,
       revokedAtMs: null,
+      ...settingsOf(input.settings ?? NO_KEY_SETTINGS),
+      replacedBy: null,
+      retiresAtMs: null,
+      lastUsedAtMs: null,
     };
     try {
       await this.db.write(function* () {
-        yield* execute(SQL.insertKey, ...valuesOf(apiKeys, key));
-        if (audit) yield* recordAudit(audits.key("key.created", key, audit, input.nowMs));
+        yield* execute(SQL.insertKey, ...valuesOf(apiKeys, rowOf(key)));
+        if (audit) yield* recordAudit(audits.keyCreated(key, audit, input.nowMs));
       });
     } catch (err) {
-      const violation = this.db.violation(err);
-      if (violation?.kind === "foreign_key") throw new StoreInputError(`No organization with id ${JSON.stringify(input.orgId)}`, "orgId");
-      if (violation?.kind === "unique")
-        throw new StoreConflictError(violation.key === "api_keys.hash" ? conflicts.keyHash : conflicts.keyId(input.id));
-      throw err;
+      throw this.keyInsertFailure(err, input);
     }
     return key;
+  }
+
+  /** A failed INSERT of a key as the caller's error: an unknown organization, a taken id or hash. */
+  private keyInsertFailure(err: unknown, input: { id: string; orgId: string }): unknown {
+    const violation = this.db.violation(err);
+    if (violation?.kind === "foreign_key") return new StoreInputError(`No organization with id ${JSON.stringify(input.orgId)}`, "orgId");
+    if (violation?.kind === "unique")
+      return new StoreConflictError(violation.key === "api_keys.hash" ? conflicts.keyHash : conflicts.keyId(input.id));
+    return err;
+  }
+
+  async updateApiKey(input: Parameters<AccountStore["updateApiKey"]>[0]): Promise<ApiKeyRecord | null> {
+    const { keyId, changes, nowMs, audit } = input;
+    checkText(keyId, "keyId");
+    checkKeySettings(changes, "changes", true);
+    if (changes.name !== undefined && changes.name !== null) checkText(changes.name, "changes.name");
+    checkEpochMs(nowMs, "nowMs");
+    checkAudit(audit);
+    if (!this.db.holds(keyId)) return null;
+    if (!this.db.holds(...(typeof changes.name === "string" ? [changes.name] : []), ...(changes.models ?? [])))
+      throw new StoreInputError("changes must not contain U+0000", "changes");
+    return this.db.write(function* () {
+      const [row] = yield* query(SQL.lockKey, keyId);
+      if (!row) return null;
+      const key = toKey(row);
+      if (key.revokedAtMs !== null) throw new StoreConflictError(`The API key ${JSON.stringify(keyId)} is revoked`);
+      const changed = differences(key, changes);
+      if (Object.keys(changed).length === 0) return key;
+      const merged = rowOf({ ...key, ...changed } as ApiKeyRecord);
+      const [updated] = yield* query(SQL.updateKey, ...UPDATED_COLUMNS.map((f) => merged[f]), keyId);
+      if (audit) yield* recordAudit(audits.keyUpdated(key, changed, audit, nowMs));
+      return toKey(updated!);
+    });
+  }
+
+  async rotateApiKey(input: Parameters<AccountStore["rotateApiKey"]>[0]): Promise<{ old: ApiKeyRecord; created: ApiKeyRecord } | null> {
+    const { keyId, newId, hash, nowMs, retiresAtMs, audit } = input;
+    for (const [field, value] of [
+      ["keyId", keyId],
+      ["newId", newId],
+      ["hash", hash],
+    ] as const)
+      checkText(value, field);
+    checkEpochMs(nowMs, "nowMs");
+    checkEpochMs(retiresAtMs, "retiresAtMs");
+    if (retiresAtMs < nowMs) throw new StoreInputError("retiresAtMs must not be before nowMs", "retiresAtMs");
+    checkAudit(audit);
+    if (!this.db.holds(keyId)) return null;
+    try {
+      return await this.db.write(function* () {
+        const [retired] = yield* query(SQL.retireKey, newId, retiresAtMs, keyId);
+        if (!retired) {
+          const [row] = yield* query(SQL.findKey, keyId);
+          if (!row) return null;
+          const found = toKey(row);
+          throw new StoreConflictError(
+            found.revokedAtMs !== null
+              ? `The API key ${JSON.stringify(keyId)} is revoked`
+              : `The API key ${JSON.stringify(keyId)} was already rotated (replaced by ${JSON.stringify(found.replacedBy)})`,
+          );
+        }
+        const old = toKey(retired);
+        const created: ApiKeyRecord = {
+          id: newId,
+          orgId: old.orgId,
+          name: old.name,
+          hash,
+          createdAtMs: nowMs,
+          revokedAtMs: null,
+          ...settingsOf(old),
+          replacedBy: null,
+          retiresAtMs: null,
+          lastUsedAtMs: null,
+        };
+        yield* execute(SQL.insertKey, ...valuesOf(apiKeys, rowOf(created)));
+        if (audit) yield* recordAudit(audits.keyRotated(old, newId, retiresAtMs, audit, nowMs));
+        return { old, created };
+      });
+    } catch (err) {
+      throw this.keyInsertFailure(err, { id: newId, orgId: "" });
+    }
+  }
+
+  /** One transaction; each key's row is written in id order, so that two instances' writes cannot deadlock. */
+  async recordKeyUse(uses: readonly { keyId: string; atMs: number }[]): Promise<void> {
+    if (!Array.isArray(uses)) throw new StoreInputError("uses must be an array", "uses");
+    const latest = new Map<string, number>();
+    for (const [i, use] of uses.entries()) {
+      checkText(use?.keyId, `uses[${i}].keyId`);
+      checkEpochMs(use.atMs, `uses[${i}].atMs`);
+      if (use.atMs < 0) throw new StoreInputError(`uses[${i}].atMs must be 0 or more`, `uses[${i}].atMs`);
+      if (this.db.holds(use.keyId)) latest.set(use.keyId, Math.max(use.atMs, latest.get(use.keyId) ?? 0));
+    }
+    if (latest.size === 0) return;
+    const ordered = [...latest].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    await this.db.write(function* () {
+      for (const [keyId, atMs] of ordered) yield* execute(SQL.keyUsed, atMs, keyId, atMs);
+    });
   }
 
   /** Every request looks its key up: the lookups of one event-loop turn share one query. */
@@ -195,12 +383,12 @@ export class Accounts implements AccountsPart {
   async findApiKey(keyId: string): Promise<{ key: ApiKeyRecord; org: Organization } | null> {
     if (!this.db.holds(keyId)) return null;
     const row = await this.#keys(keyId);
-    return row ? { key: apiKeys.fromRow(row), org: organizationOfKey(row) } : null;
+    return row ? { key: toKey(row), org: organizationOfKey(row) } : null;
   }
 
   async listApiKeys(orgId: string): Promise<ApiKeyRecord[]> {
     if (!this.db.holds(orgId)) return [];
-    return (await this.db.read(() => query(SQL.listKeys, orgId))).map((row) => apiKeys.fromRow(row));
+    return (await this.db.read(() => query(SQL.listKeys, orgId))).map(toKey);
   }
 
   async revokeApiKey(keyId: string, nowMs: number, audit?: AuditActor): Promise<boolean> {

@@ -1,5 +1,6 @@
 import type { AuditAction, AuditActor, AuditEntry } from "../domain/audit.ts";
 import type { Balance } from "../domain/credits.ts";
+import type { KeySettings } from "../domain/organizations.ts";
 import type { UsageSums } from "../domain/usage-records.ts";
 import { DAY_MS } from "../domain/utc-day.ts";
 import { ADMIN_IDEMPOTENCY_TTL_MS } from "./administration.ts";
@@ -73,7 +74,33 @@ const entry = (
   atMs: number,
 ): AuditRecord => ({ action, orgId, targetId, details, actor, atMs });
 
-/** The entries each audited change writes. Only names, amounts and notes: never a key or its hash. */
+type KeyChanges = Partial<KeySettings> & { name?: string | null };
+
+/**
+ * A key's settings as audit details (flat): `name`, `expires_at` (ISO-8601), `models` (a JSON array as text),
+ * `requests_per_minute`, `budget_microusd` with `budget_period`; each null when cleared, absent when not given.
+ */
+export function keySettingsDetails(changes: KeyChanges): AuditEntry["details"] {
+  const details: AuditEntry["details"] = {};
+  if (changes.name !== undefined) details.name = changes.name;
+  if (changes.expiresAtMs !== undefined)
+    details.expires_at = changes.expiresAtMs === null ? null : new Date(changes.expiresAtMs).toISOString();
+  if (changes.models !== undefined) details.models = changes.models === null ? null : JSON.stringify(changes.models);
+  if (changes.requestsPerMinute !== undefined) details.requests_per_minute = changes.requestsPerMinute;
+  if (changes.budget !== undefined) {
+    details.budget_microusd = changes.budget?.limitMicrousd ?? null;
+    details.budget_period = changes.budget?.period ?? null;
+  }
+  return details;
+}
+
+/** The settings a key has (the ones not null), for "key.created". */
+function settingsHeld(key: Partial<KeySettings>): KeyChanges {
+  return Object.fromEntries(Object.entries(key).filter(([f, v]) => v !== null && v !== undefined && f in NO_SETTINGS));
+}
+const NO_SETTINGS: KeySettings = { expiresAtMs: null, models: null, requestsPerMinute: null, budget: null };
+
+/** The entries each audited change writes. Only names, amounts, notes and settings: never a key or its hash. */
 export const audits = {
   organizationCreated: (org: { id: string; name: string }, actor: AuditActor, atMs: number) =>
     entry("organization.created", org.id, org.id, { name: org.name }, actor, atMs),
@@ -81,6 +108,27 @@ export const audits = {
     entry(paused ? "organization.paused" : "organization.resumed", orgId, orgId, {}, actor, atMs),
   key: (action: "key.created" | "key.revoked", key: { id: string; orgId: string; name: string | null }, actor: AuditActor, atMs: number) =>
     entry(action, key.orgId, key.id, { name: key.name }, actor, atMs),
+  /** A key created with settings of its own: its name and those settings. */
+  keyCreated: (key: { id: string; orgId: string; name: string | null } & KeySettings, actor: AuditActor, atMs: number) =>
+    entry("key.created", key.orgId, key.id, { name: key.name, ...keySettingsDetails(settingsHeld(key)) }, actor, atMs),
+  /** The fields an update changed, with their new values. */
+  keyUpdated: (key: { id: string; orgId: string }, changed: KeyChanges, actor: AuditActor, atMs: number) =>
+    entry("key.updated", key.orgId, key.id, keySettingsDetails(changed), actor, atMs),
+  keyRotated: (
+    old: { id: string; orgId: string; name: string | null },
+    newKeyId: string,
+    retiresAtMs: number,
+    actor: AuditActor,
+    atMs: number,
+  ) =>
+    entry(
+      "key.rotated",
+      old.orgId,
+      old.id,
+      { name: old.name, new_key_id: newKeyId, retires_at: new Date(retiresAtMs).toISOString() },
+      actor,
+      atMs,
+    ),
   creditsGranted: (grant: GrantInput, actor: AuditActor) =>
     entry(
       "credits.granted",

@@ -61,3 +61,47 @@ export function checkPageLimit(limit: number): void {
     throw new StoreInputError(`limit must be a whole number from 1 to ${MAX_PAGE_LIMIT}`, "limit");
   }
 }
+
+/** The most public model names one key may be limited to. */
+export const MAX_KEY_MODELS = 64;
+const BUDGET_PERIODS = ["day", "month"];
+
+/**
+ * A key's settings, each one given (`partial`: each may be absent, as in an update; null clears): expiry in epoch
+ * milliseconds (0 or more), 1 to MAX_KEY_MODELS distinct non-empty model names, a per-minute limit above 0, and a
+ * budget of whole microUSD (0 or more) per "day" or "month".
+ */
+export function checkKeySettings(settings: unknown, field: string, partial = false): void {
+  if (typeof settings !== "object" || settings === null || Array.isArray(settings))
+    throw new StoreInputError(`${field} must be an object of key settings`, field);
+  const s = settings as Record<string, unknown>;
+  const present = (name: string) => s[name] !== undefined;
+  if (!partial)
+    for (const name of ["expiresAtMs", "models", "requestsPerMinute", "budget"])
+      if (s[name] === undefined) throw new StoreInputError(`${field}.${name} is required (null: none)`, `${field}.${name}`);
+  if (present("expiresAtMs") && s.expiresAtMs !== null) {
+    checkEpochMs(s.expiresAtMs as number, `${field}.expiresAtMs`);
+    if ((s.expiresAtMs as number) < 0) throw new StoreInputError(`${field}.expiresAtMs must be 0 or more`, `${field}.expiresAtMs`);
+  }
+  if (present("models") && s.models !== null) {
+    const models = s.models;
+    const f = `${field}.models`;
+    if (!Array.isArray(models) || models.length === 0 || models.length > MAX_KEY_MODELS)
+      throw new StoreInputError(`${f} must be null or an array of 1 to ${MAX_KEY_MODELS} model names`, f);
+    for (const m of models) checkText(m as string, f);
+    if (new Set(models).size !== models.length) throw new StoreInputError(`${f} must not name a model twice`, f);
+  }
+  if (present("requestsPerMinute") && s.requestsPerMinute !== null) {
+    const rpm = s.requestsPerMinute;
+    if (typeof rpm !== "number" || !Number.isSafeInteger(rpm) || rpm < 1)
+      throw new StoreInputError(`${field}.requestsPerMinute must be null or a whole number above 0`, `${field}.requestsPerMinute`);
+  }
+  if (present("budget") && s.budget !== null) {
+    const budget = s.budget as { limitMicrousd?: unknown; period?: unknown };
+    if (typeof budget !== "object" || Array.isArray(budget))
+      throw new StoreInputError(`${field}.budget must be null or {limitMicrousd, period}`, `${field}.budget`);
+    checkAmount(budget.limitMicrousd as number, `${field}.budget.limitMicrousd`);
+    if (!BUDGET_PERIODS.includes(budget.period as string))
+      throw new StoreInputError(`${field}.budget.period must be "day" or "month"`, `${field}.budget.period`);
+  }
+}

@@ -1,7 +1,7 @@
 import type { AuditActor } from "../domain/audit.ts";
 import type { AdmitCommand, AdmitResult, CompleteCommand, CompleteResult, PurgeResult, SweepResult } from "../domain/bookkeeping.ts";
 import type { Balance, LedgerEntry, Reservation } from "../domain/credits.ts";
-import type { ApiKeyRecord, Organization } from "../domain/organizations.ts";
+import type { ApiKeyRecord, KeySettings, Organization } from "../domain/organizations.ts";
 import type { UsageOutcome, UsageRecord } from "../domain/usage-records.ts";
 import type { AdministrationStore } from "./administration.ts";
 import type { BatchStore } from "./batches.ts";
@@ -40,15 +40,41 @@ export interface AccountStore {
    */
   setOrganizationPaused(orgId: string, paused: boolean, audit?: { actor: AuditActor; nowMs: number }): Promise<boolean>;
 
-  /** With `audit`, records "key.created" in the same transaction. */
+  /** With `audit`, records "key.created" in the same transaction. `settings` absent: none of its own. */
   createApiKey(input: {
     id: string;
     orgId: string;
     name: string | null;
     hash: string;
     nowMs: number;
+    settings?: KeySettings;
     audit?: AuditActor;
   }): Promise<ApiKeyRecord>;
+  /**
+   * Changes a key's name or settings (a field absent is kept, null clears it); null when no such key exists. With
+   * `audit`, records "key.updated" (the changed fields) in the same transaction.
+   */
+  updateApiKey(input: {
+    keyId: string;
+    changes: Partial<KeySettings> & { name?: string | null };
+    nowMs: number;
+    audit?: AuditActor;
+  }): Promise<ApiKeyRecord | null>;
+  /**
+   * Replaces a key that is neither revoked nor retired by a new one (`newId`, `hash`) with the same organization, name
+   * and settings, in one transaction: the old key gets `replacedBy` and `retiresAtMs`. Null when no such key exists;
+   * StoreConflictError when it is revoked or already rotated. With `audit`, records "key.rotated" on the old key.
+   */
+  rotateApiKey(input: {
+    keyId: string;
+    newId: string;
+    hash: string;
+    nowMs: number;
+    retiresAtMs: number;
+    audit?: AuditActor;
+  }): Promise<{ old: ApiKeyRecord; created: ApiKeyRecord } | null>;
+  /** Moves each key's last_used_at forward to the time given (never back); unknown keys are skipped. One transaction. */
+  recordKeyUse(uses: readonly { keyId: string; atMs: number }[]): Promise<void>;
   /** The key and its organization, revoked or not (the caller decides). */
   findApiKey(keyId: string): Promise<{ key: ApiKeyRecord; org: Organization } | null>;
   listApiKeys(orgId: string): Promise<ApiKeyRecord[]>;
@@ -113,6 +139,9 @@ export interface BookkeepingStore {
   previewUsage(orgId: string, day: string): Promise<{ org: number; global: number }>;
   /** The organization's preview requests counted on one UTC day: one key lookup (previewUsage reads the day's rows). */
   previewCount(orgId: string, day: string): Promise<number>;
+
+  /** A key's spend in one budget period ("YYYY-MM-DD" or "YYYY-MM"): zeros when it has none. */
+  keySpend(keyId: string, period: string): Promise<{ reservedMicrousd: number; spentMicrousd: number }>;
 
   /** Scoped to the organization: another organization's record is null. */
   getUsage(orgId: string, requestId: string): Promise<UsageRecord | null>;

@@ -66,10 +66,7 @@ function runner(r: PipelineRig, over: Partial<BatchRequestRunDeps> = {}): BatchR
     store: r.store,
     pipeline: r.pipeline,
     clock: r.clock,
-    keyOf: async (keyId) => {
-      const found = await r.store.findApiKey(keyId);
-      return found ? { org: found.org, revoked: found.key.revokedAtMs !== null } : null;
-    },
+    keyOf: (keyId) => r.store.findApiKey(keyId),
     onUnexpected: (err) => assert.fail(`unexpected: ${String(err)}`),
     ...over,
   });

@@ -238,7 +238,7 @@ describe("tds: a mistyped command gets a suggestion and a short usage line (exit
     [["ogr", "list"], 'tds: unknown command group "ogr"; did you mean `tds org list`?\nUsage: tds org list [options]\n'],
     [
       ["kye", "creat", "--org", "acme"],
-      'tds: unknown command group "kye"; did you mean `tds key create`?\nUsage: tds key create --org ORG [--name NAME] [options]\n',
+      'tds: unknown command group "kye"; did you mean `tds key create`?\nUsage: tds key create --org ORG [--name NAME] [limit options] [options]\n',
     ],
     [
       ["crdits", "show"],

@@ -161,7 +161,17 @@ describe("tds over HTTP (--url, TDS_URL) prints what tds on the database prints"
     const created = await both(["key", "create", "--org", "Acme Ltd", "--name", "ci", "--json"]);
     for (const mode of ["db", "http"] as const) {
       const key = json(created[mode]);
-      assert.deepEqual(Object.keys(key), ["id", "org_id", "name", "key", "created_at"]);
+      assert.deepEqual(key, {
+        id: key.id,
+        org_id: state[mode].acme,
+        name: "ci",
+        key: key.key,
+        created_at: key.created_at,
+        expires_at: null,
+        models: null,
+        requests_per_minute: null,
+        budget: null,
+      });
       assert.equal(keyIdOf(key.key as string), key.id);
       maskers[mode].learn(key.id as string, "key");
       state[mode].rawKey = key.key as string;
@@ -171,7 +181,8 @@ describe("tds over HTTP (--url, TDS_URL) prints what tds on the database prints"
     assert.match(human.http.stdout, /cannot be shown again/);
     await both(["key", "list", "--org", "Acme Ltd", "--json"]);
     const table = await both((mode) => ["key", "list", "--org", state[mode].acme]);
-    assert.match(table.http.stdout, /^ID\s+NAME\s+STATUS\s+CREATED\s+REVOKED\n/);
+    assert.match(table.http.stdout, /^ID\s+NAME\s+STATUS\s+CREATED\s+LAST USED\s+LIMITS\s+REVOKED \/ REPLACED\n/);
+    assert.match(table.http.stdout, /^[a-z0-9]{12}\s+ci\s+active\s+\S+\s+never\s+no limits of its own\n/m);
 
     await both(["org", "pause", "Acme Ltd"]);
     const again = await both(["org", "pause", "Acme Ltd", "--json"]);

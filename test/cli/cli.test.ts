@@ -189,9 +189,28 @@ describe("tds CLI", () => {
 
   it("creates a key shown once: it verifies against the stored hash, which is all that is stored", async () => {
     const created = json(await tds(["key", "create", "--org", "Acme Ltd", "--name", "ci", "--json"]));
-    assert.deepEqual(Object.keys(created), ["id", "org_id", "name", "key", "created_at"]);
-    assert.equal(created.org_id, state.acmeId);
-    assert.equal(created.name, "ci");
+    assert.deepEqual(Object.keys(created), [
+      "id",
+      "org_id",
+      "name",
+      "key",
+      "created_at",
+      "expires_at",
+      "models",
+      "requests_per_minute",
+      "budget",
+    ]);
+    assert.deepEqual(created, {
+      id: created.id,
+      org_id: state.acmeId,
+      name: "ci",
+      key: created.key,
+      created_at: created.created_at,
+      expires_at: null,
+      models: null,
+      requests_per_minute: null,
+      budget: null,
+    });
     assert.match(created.created_at as string, ISO);
     const raw = created.key as string;
     assert.equal(keyIdOf(raw), created.id);
@@ -208,6 +227,29 @@ describe("tds CLI", () => {
     assert.equal(row.org_id, state.acmeId);
     assert.equal(row.name, "ci");
     assert.equal(row.revoked_at_ms, null);
+    assert.deepEqual(
+      {
+        expires_at_ms: row.expires_at_ms,
+        models: row.models,
+        requests_per_minute: row.requests_per_minute,
+        budget_microusd: row.budget_microusd,
+        budget_period: row.budget_period,
+        replaced_by: row.replaced_by,
+        retires_at_ms: row.retires_at_ms,
+        last_used_at_ms: row.last_used_at_ms,
+      },
+      {
+        expires_at_ms: null,
+        models: null,
+        requests_per_minute: null,
+        budget_microusd: null,
+        budget_period: null,
+        replaced_by: null,
+        retires_at_ms: null,
+        last_used_at_ms: null,
+      },
+      "no settings of its own",
+    );
     assert.ok(apiKeyMatches(raw, row.hash as string), "the raw key matches the stored hash");
     assert.ok(!apiKeyMatches(`${raw.slice(0, -1)}${raw.endsWith("A") ? "B" : "A"}`, row.hash as string));
 
@@ -230,11 +272,35 @@ describe("tds CLI", () => {
   it("lists keys without hashes or raw keys", async () => {
     const list = json<Record<string, unknown>[]>(await tds(["key", "list", "--org", "Acme Ltd", "--json"]));
     assert.equal(list.length, 2);
-    assert.deepEqual(Object.keys(list[0]!), ["id", "org_id", "name", "created_at", "revoked_at"]);
-    assert.deepEqual(list[0], { id: state.keyId, org_id: state.acmeId, name: "ci", created_at: list[0]?.created_at, revoked_at: null });
-    assert.equal(list[1]?.name, null);
+    const noSettings = {
+      expires_at: null,
+      models: null,
+      requests_per_minute: null,
+      budget: null,
+      replaced_by: null,
+      retires_at: null,
+      last_used_at: null,
+    };
+    assert.deepEqual(Object.keys(list[0]!), ["id", "org_id", "name", "created_at", "revoked_at", ...Object.keys(noSettings)]);
+    assert.deepEqual(list[0], {
+      id: state.keyId,
+      org_id: state.acmeId,
+      name: "ci",
+      created_at: list[0]?.created_at,
+      revoked_at: null,
+      ...noSettings,
+    });
+    assert.deepEqual(list[1], {
+      id: list[1]?.id,
+      org_id: state.acmeId,
+      name: null,
+      created_at: list[1]?.created_at,
+      revoked_at: null,
+      ...noSettings,
+    });
     const table = await tds(["key", "list", "--org", state.acmeId!]);
     assert.equal(table.code, 0);
+    assert.match(table.stdout, /^ID\s+NAME\s+STATUS\s+CREATED\s+LAST USED\s+LIMITS\s+REVOKED \/ REPLACED\n/);
     assert.ok(table.stdout.includes(state.keyId!));
     assert.ok(!table.stdout.includes(state.rawKey!));
   });

@@ -207,11 +207,36 @@ describe("admin API: organizations, keys, credits, usage, audit", () => {
     assert.equal(created.status, 201, created.text);
     assert.equal(created.headers.get("cache-control"), "no-store");
     assert.match(created.json.key, /^tds_[a-z0-9]{12}_[A-Za-z0-9_-]{43}$/);
-    assert.equal(created.json.name, "backend");
-    assert.equal(created.json.org_id, org.id);
+    const noSettings = { expires_at: null, models: null, requests_per_minute: null, budget: null };
+    assert.deepEqual(created.json, {
+      id: created.json.id,
+      org_id: org.id,
+      name: "backend",
+      key: created.json.key,
+      created_at: created.json.created_at,
+      ...noSettings,
+    });
     const unnamed = await admin.post(`/organizations/Keyed/keys`, {});
     assert.equal(unnamed.status, 201);
-    assert.equal(unnamed.json.name, null);
+    assert.deepEqual(unnamed.json, {
+      id: unnamed.json.id,
+      org_id: org.id,
+      name: null,
+      key: unnamed.json.key,
+      created_at: unnamed.json.created_at,
+      ...noSettings,
+    });
+    const listedKey = (k: Json, name: string | null, lastUsedAt: string | null) => ({
+      id: k.id,
+      org_id: org.id,
+      name,
+      created_at: k.created_at,
+      revoked_at: null,
+      ...noSettings,
+      replaced_by: null,
+      retires_at: null,
+      last_used_at: lastUsedAt,
+    });
 
     const other = await startGateway({ env: { TDS_DATABASE_URL: gw.config.databaseUrl }, orgName: "second-instance-org" });
     try {
@@ -219,22 +244,22 @@ describe("admin API: organizations, keys, credits, usage, audit", () => {
       assert.equal(await decideWithKey(gw, created.json.key), 200, "the new key works at once");
       assert.equal(await decideWithKey(other, created.json.key), 200, "on every instance");
 
+      await gw.app.flushKeyUse();
+      await other.app.flushKeyUse();
       const listed = await admin.get(`/organizations/${org.id}/keys`);
       assert.equal(listed.status, 200);
-      assert.deepEqual(
-        listed.json.data.map((k: Json) => Object.keys(k).sort()),
-        [
-          ["created_at", "id", "name", "org_id", "revoked_at"],
-          ["created_at", "id", "name", "org_id", "revoked_at"],
-        ],
+      const lastUsedAt: string = listed.json.data[0].last_used_at;
+      assert.deepEqual(listed.json.data, [listedKey(created.json, "backend", lastUsedAt), listedKey(unnamed.json, null, null)]);
+      assert.ok(
+        Date.parse(lastUsedAt) >= Date.parse(created.json.created_at) && Date.parse(lastUsedAt) <= Date.now(),
+        `used after its creation: ${lastUsedAt}`,
       );
       const stored = (await gw.store.listApiKeys(org.id))[0]!;
       assert.ok(!listed.text.includes(stored.hash) && !listed.text.includes(created.json.key), "never the hash or the key");
 
       const one = await admin.get(`/keys/${created.json.id}`);
       assert.equal(one.status, 200);
-      assert.deepEqual(Object.keys(one.json).sort(), ["created_at", "id", "name", "org_id", "revoked_at"]);
-      assert.equal(one.json.org_id, org.id);
+      assert.deepEqual(one.json, listedKey(created.json, "backend", lastUsedAt));
       assert.equal((await admin.get("/keys/nosuchkey123")).status, 404);
       const revoked = await admin.del(`/keys/${created.json.id}`);
       assert.equal(revoked.status, 204);

@@ -48,6 +48,8 @@ const OPERATION_IDS: Record<string, string> = {
   "POST /admin/v1/organizations/{org}/keys": "adminCreateKey",
   "GET /admin/v1/organizations/{org}/keys": "adminListKeys",
   "GET /admin/v1/keys/{key_id}": "adminGetKey",
+  "PATCH /admin/v1/keys/{key_id}": "adminUpdateKey",
+  "POST /admin/v1/keys/{key_id}/rotate": "adminRotateKey",
   "DELETE /admin/v1/keys/{key_id}": "adminRevokeKey",
   "POST /admin/v1/organizations/{org}/credits": "adminGrantCredits",
   "GET /admin/v1/organizations/{org}/usage": "adminListUsage",

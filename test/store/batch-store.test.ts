@@ -3,13 +3,15 @@ import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import Database from "better-sqlite3";
 import { ERROR_CATALOGUE } from "../../src/domain/errors.ts";
+import { nameKey } from "../../src/domain/name-key.ts";
 import { BATCH_ROWS_PER_CHUNK, Batches, type BatchStore, type ClaimedRequest, MAX_LINES_PER_CALL } from "../../src/store/batches.ts";
 import { readMigrations } from "../../src/store/migration-files.ts";
 import { POSTGRES_MIGRATIONS_DIR } from "../../src/store/postgres/postgres-migrations.ts";
 import { openPostgresStore, type PostgresStore } from "../../src/store/postgres/postgres-store.ts";
 import type { SqlProgram, SqlRunner } from "../../src/store/sql-program.ts";
-import { SQLITE_MIGRATIONS_DIR } from "../../src/store/sqlite/migrations.ts";
+import { applyMigrations, SQLITE_MIGRATIONS_DIR } from "../../src/store/sqlite/migrations.ts";
 import { sqliteRunner } from "../../src/store/sqlite/sqlite-accounts.ts";
 import { openSqliteStore, type SqliteStore } from "../../src/store/sqlite/sqlite-store.ts";
 import { createTestDatabase } from "../support/postgres-db.ts";
@@ -108,17 +110,26 @@ describeBatchStoreContract("sqlite (temp file)", async (): Promise<BatchStoreFix
 describe("batches on SQLite", () => {
   it("migration 011 applies to a database at 010 and keeps its rows", async () => {
     const path = tempFile();
-    const old = openSqliteStore(path, { migrationsDir: migrationsBefore(SQLITE_MIGRATIONS_DIR, 11) });
-    await old.createOrganization({ id: "org_a", name: "Acme", nowMs: T0 });
-    assert.equal(old.db.prepare("SELECT count(*) AS n FROM sqlite_master WHERE name = 'batches'").pluck().get(), 0);
-    await old.close();
+    // The rows as the service wrote them at 010: the store of today writes columns of later migrations.
+    const old = new Database(path);
+    try {
+      assert.deepEqual(applyMigrations(old, readMigrations(migrationsBefore(SQLITE_MIGRATIONS_DIR, 11))).at(-1), 10);
+      old
+        .prepare("INSERT INTO organizations (id, name, paused, created_at_ms, name_key) VALUES (?, ?, 0, ?, ?)")
+        .run("org_a", "Acme", T0, nameKey("Acme"));
+      assert.equal(old.prepare("SELECT count(*) AS n FROM sqlite_master WHERE name = 'batches'").pluck().get(), 0);
+    } finally {
+      old.close();
+    }
     const store = openSqliteStore(path);
     try {
       assert.deepEqual(store.db.prepare("SELECT version, name FROM schema_migrations WHERE version = 11").get(), {
         version: 11,
         name: "batches",
       });
-      assert.equal((await store.findOrganization("org_a"))?.name, "Acme");
+      const org = { id: "org_a", name: "Acme", paused: false, createdAtMs: T0 };
+      assert.deepEqual(await store.findOrganization("org_a"), org);
+      assert.deepEqual(await store.findOrganization("Acme"), org);
       const { batches } = store;
       await seedRefusable(batches);
       assert.equal((await batches.getBatch("org_a", "b"))?.total, 2);

@@ -71,9 +71,13 @@ const paid = (requestId: string, idempotent: boolean): AdmitCommand =>
     orgId: "org_1",
     idempotency: idempotent ? { key: `k_${requestId}`, requestHash: "h", lockUntilMs: T0 + 60_000, expiresAtMs: T0 + 86_400_000 } : null,
     reservation: { amountMicrousd: 100, expiresAtMs: T0 + 120_000 },
+    keyBudget: { period: DAY, limitMicrousd: 1_000_000_000 },
   });
 
-/** Every kind of bookkeeping transaction once: admissions and completions (paid with keys, preview), sweep, release, grants. */
+/**
+ * Every kind of bookkeeping transaction once: admissions and completions (paid with Idempotency-Keys and a key budget,
+ * preview), sweep, release, grants.
+ */
 async function everyTransaction(store: PostgresStore, round: number): Promise<void> {
   const id = (name: string) => `${name}_${round}`;
   const first = [paid(id("p1"), true), paid(id("p2"), true)];
@@ -85,6 +89,7 @@ async function everyTransaction(store: PostgresStore, round: number): Promise<vo
       orgId: "org_1",
       costMicrousd: a.reservation ? 10 : 0,
       reserved: a.reservation !== null,
+      keyBudget: a.keyBudget ? { keyId: a.keyId, period: a.keyBudget.period } : null,
       idempotency: a.idempotency && { key: a.idempotency.key, response: { status: 200, body: "{}", requestId: a.requestId } },
     });
   await store.commitBatch({ admissions: [paid(id("s1"), false)], completions: [...first, preview].map(done) });
@@ -144,6 +149,10 @@ describe("PostgreSQL: the generic plans of the bookkeeping statements", { timeou
     assert.ok(
       statements.some((s) => s.name === "tds_dueInFlight") && statements.some((s) => s.name === "tds_orphanedInFlight"),
       "the sweep's and the release's reads",
+    );
+    assert.ok(
+      statements.filter((s) => /INSERT INTO key_spend/.test(s.text)).length >= 2,
+      "the key spend's locked read (created at 0 where missing) and its write",
     );
 
     await copyRows(sql, "usage_records", "outcome = 'succeeded'", ROWS, {

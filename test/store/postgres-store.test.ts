@@ -32,6 +32,7 @@ import type { UsageQuery } from "../../src/store/store.ts";
 import { StoreInputError } from "../../src/store/store-errors.ts";
 import { encodeUsageCursor } from "../../src/store/usage-cursor.ts";
 import { checkRowsAfter010, rowsBefore010 } from "../support/books-before-010.ts";
+import { auditRowWithAction, checkKeysAfter013, keyRowsBefore013 } from "../support/keys-before-013.ts";
 import { SOURCES_AFTER_012, usageRowsBefore012, usageRowWithSource } from "../support/usage-before-012.ts";
 import { REFUSED_STATEMENTS, SEEDED_BALANCE, seedInvariantRows } from "./refused-statements.ts";
 import { admission, checkBalanceInvariants, completion, describeStoreContract, usageRecord } from "./store-contract.ts";
@@ -608,8 +609,10 @@ function definePostgresTests(): void {
           before.indexes.map((i) => i.indexname),
           ["usage_records_by_org_outcome_time", "usage_records_by_org_time", "usage_records_in_flight", "usage_records_pkey"],
         );
-        const store = await open(url);
-        assert.deepEqual(store.migrations.applied, [{ version: 12, name: "usage_source_batch" }]);
+        copyFileSync(join(POSTGRES_MIGRATIONS_DIR, "012_usage_source_batch.sql"), join(dir, "012_usage_source_batch.sql"));
+        const at012 = await open(url, { migrationsDir: dir });
+        assert.deepEqual(at012.migrations.applied, [{ version: 12, name: "usage_source_batch" }]);
+        await at012.close();
         const sourceCheck = (c: { conname: string }) => c.conname === "usage_records_source_check";
         const after = await shape(client);
         assert.deepEqual(
@@ -621,6 +624,8 @@ function definePostgresTests(): void {
           def: "CHECK ((source = ANY (ARRAY['api'::text, 'playground'::text, 'batch'::text])))",
           convalidated: true,
         });
+        const store = await open(url);
+        assert.deepEqual(store.migrations.applied, [{ version: 13, name: "key_controls" }]);
         await client.query(usageRowWithSource("req_batch", "batch", String));
         assert.equal((await store.getUsage("org_1", "req_batch"))?.source, "batch");
         await assert.rejects(client.query(usageRowWithSource("req_nope", "nope", String)), /usage_records_source_check/);
@@ -629,6 +634,129 @@ function definePostgresTests(): void {
           (await store.listUsage("org_1", { limit: 10 })).records.map((r) => [r.requestId, r.source]),
           SOURCES_AFTER_012,
         );
+        await store.close();
+      } finally {
+        await client.end();
+      }
+    });
+
+    it("013 adds the key settings as NULL to the keys there are, and allows 'key.updated' and 'key.rotated' in admin_audit: rows, ids, columns, other constraints and indexes as before", async () => {
+      const dir = mkdtempSync(join(tmpdir(), "tds-pg-migrations-"));
+      tempDirs.push(dir);
+      for (const m of readPostgresMigrations().filter((m) => m.version < 13))
+        copyFileSync(join(POSTGRES_MIGRATIONS_DIR, m.file), join(dir, m.file));
+      const { schema, url } = await freshSchema();
+      const at012 = await open(url, { migrationsDir: dir });
+      assert.deepEqual(at012.migrations.current.at(-1), { version: 12, name: "usage_source_batch" });
+      await at012.close();
+      const catalog = async (client: pg.Client, table: string) => ({
+        columns: (
+          await client.query(
+            "SELECT column_name, data_type, collation_name, is_nullable, column_default, is_identity, identity_generation " +
+              "FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = $1 ORDER BY ordinal_position",
+            [table],
+          )
+        ).rows,
+        constraints: (
+          await client.query(
+            "SELECT conname, pg_get_constraintdef(oid) AS def, convalidated FROM pg_constraint WHERE conrelid = $1::regclass ORDER BY conname",
+            [table],
+          )
+        ).rows,
+        indexes: (
+          await client.query(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = $1 ORDER BY indexname",
+            [table],
+          )
+        ).rows,
+      });
+      const audit = async (client: pg.Client) => ({
+        rows: (await client.query("SELECT * FROM admin_audit ORDER BY id")).rows,
+        ...(await catalog(client, "admin_audit")),
+        next: (await client.query(`SELECT last_value, is_called FROM ${schema}.admin_audit_id_seq`)).rows,
+      });
+      const keys = async (client: pg.Client) => ({
+        rows: (await client.query("SELECT * FROM api_keys ORDER BY id")).rows as Record<string, unknown>[],
+        ...(await catalog(client, "api_keys")),
+      });
+      const client = await rawClient(schemaUrl(schema));
+      try {
+        await client.query(keyRowsBefore013(String));
+        for (const action of ["key.updated", "key.rotated"])
+          await assert.rejects(client.query(auditRowWithAction(action)), /admin_audit_action_check/, action);
+        const auditBefore = await audit(client);
+        const keysBefore = await keys(client);
+        assert.deepEqual(
+          auditBefore.rows.map((r) => Number(r.id)),
+          [1, 2, 3, 4],
+        );
+        // The refused inserts took ids 5 and 6 from the sequence.
+        assert.deepEqual(auditBefore.next, [{ last_value: "6", is_called: true }]);
+        assert.equal(keysBefore.rows.length, 2);
+
+        const store = await open(url);
+        assert.deepEqual(store.migrations.applied, [{ version: 13, name: "key_controls" }]);
+        const actionCheck = (c: { conname: string }) => c.conname === "admin_audit_action_check";
+        const auditAfter = await audit(client);
+        assert.deepEqual(
+          { ...auditAfter, constraints: auditAfter.constraints.filter((c) => !actionCheck(c)) },
+          { ...auditBefore, constraints: auditBefore.constraints.filter((c) => !actionCheck(c)) },
+        );
+        assert.deepEqual(auditAfter.constraints.find(actionCheck), {
+          conname: "admin_audit_action_check",
+          def:
+            "CHECK ((action = ANY (ARRAY['organization.created'::text, 'organization.paused'::text, 'organization.resumed'::text, " +
+            "'key.created'::text, 'key.revoked'::text, 'key.updated'::text, 'key.rotated'::text, 'credits.granted'::text])))",
+          convalidated: true,
+        });
+        const keysAfter = await keys(client);
+        assert.deepEqual(
+          keysAfter.rows,
+          keysBefore.rows.map((k) => ({
+            ...k,
+            expires_at_ms: null,
+            models: null,
+            requests_per_minute: null,
+            budget_microusd: null,
+            budget_period: null,
+            replaced_by: null,
+            retires_at_ms: null,
+            last_used_at_ms: null,
+          })),
+        );
+        assert.deepEqual(
+          keysAfter.columns.slice(0, keysBefore.columns.length),
+          keysBefore.columns,
+          "the columns there were come first, unchanged",
+        );
+        assert.deepEqual(
+          keysAfter.columns.slice(keysBefore.columns.length).map((c) => [c.column_name, c.is_nullable, c.column_default]),
+          [
+            ["expires_at_ms", "YES", null],
+            ["models", "YES", null],
+            ["requests_per_minute", "YES", null],
+            ["budget_microusd", "YES", null],
+            ["budget_period", "YES", null],
+            ["replaced_by", "YES", null],
+            ["retires_at_ms", "YES", null],
+            ["last_used_at_ms", "YES", null],
+          ],
+        );
+        for (const c of keysBefore.constraints)
+          assert.ok(
+            keysAfter.constraints.some((a) => JSON.stringify(a) === JSON.stringify(c)),
+            c.conname,
+          );
+        assert.deepEqual(keysAfter.indexes, keysBefore.indexes);
+        assert.deepEqual((await client.query("SELECT * FROM key_spend")).rows, []);
+
+        await checkKeysAfter013(store, 7);
+        await client.query(auditRowWithAction("key.rotated"));
+        await assert.rejects(client.query(auditRowWithAction("key.nope")), /admin_audit_action_check/);
+        assert.deepEqual((await client.query("SELECT id::int, action FROM admin_audit WHERE id > 4 ORDER BY id")).rows, [
+          { id: 7, action: "key.updated" },
+          { id: 8, action: "key.rotated" },
+        ]);
         await store.close();
       } finally {
         await client.end();

@@ -15,6 +15,7 @@ import { openSqliteStore, SERVING_SQLITE, type SqliteStore, usageListQuery } fro
 import type { UsageQuery } from "../../src/store/store.ts";
 import { decodeUsageCursor, encodeUsageCursor } from "../../src/store/usage-cursor.ts";
 import { checkRowsAfter010, rowsBefore010 } from "../support/books-before-010.ts";
+import { auditRowWithAction, checkKeysAfter013, keyRowsBefore013 } from "../support/keys-before-013.ts";
 import { SOURCES_AFTER_012, usageRowsBefore012, usageRowWithSource } from "../support/usage-before-012.ts";
 import { finalRecord, seedUsage } from "../support/usage-fixtures.ts";
 import { REFUSED_STATEMENTS, SEEDED_BALANCE, seedInvariantRows } from "./refused-statements.ts";
@@ -677,6 +678,7 @@ describe("SQLite migrations", () => {
         "reservations_on_usage_records",
         "batches",
         "usage_source_batch",
+        "key_controls",
       ],
     );
   });
@@ -804,12 +806,19 @@ describe("SQLite migrations", () => {
       before.indexes.map((i) => (i as { name: string }).name),
       ["sqlite_autoindex_usage_records_1", "usage_records_by_org_outcome_time", "usage_records_by_org_time", "usage_records_in_flight"],
     );
+    copyFileSync(join(SQLITE_MIGRATIONS_DIR, "012_usage_source_batch.sql"), join(dir, "012_usage_source_batch.sql"));
+    const at012 = new Database(path);
+    try {
+      assert.deepEqual(applyMigrations(at012, readMigrations(dir)), [12]);
+      assert.deepEqual(shape(at012), before);
+      assert.deepEqual(at012.prepare("PRAGMA foreign_key_check").all(), []);
+      assert.equal(at012.prepare("PRAGMA integrity_check").pluck().get(), "ok");
+    } finally {
+      at012.close();
+    }
     const store = openSqliteStore(path);
     try {
-      assert.equal(store.db.prepare("SELECT max(version) FROM schema_migrations").pluck().get(), 12);
-      assert.deepEqual(shape(store.db), before);
-      assert.deepEqual(store.db.prepare("PRAGMA foreign_key_check").all(), []);
-      assert.equal(store.db.prepare("PRAGMA integrity_check").pluck().get(), "ok");
+      assert.equal(store.db.prepare("SELECT max(version) FROM schema_migrations").pluck().get(), 13);
       store.db.exec(usageRowWithSource("req_batch", "batch", bool));
       assert.equal((await store.getUsage("org_1", "req_batch"))?.source, "batch");
       assert.throws(() => store.db.exec(usageRowWithSource("req_nope", "nope", bool)), /CHECK constraint failed/);
@@ -818,6 +827,80 @@ describe("SQLite migrations", () => {
         (await store.listUsage("org_1", { limit: 10 })).records.map((r) => [r.requestId, r.source]),
         SOURCES_AFTER_012,
       );
+    } finally {
+      await store.close();
+    }
+  });
+
+  it("013 adds the key settings as NULL to the keys there are, and rebuilds admin_audit to allow 'key.updated' and 'key.rotated': rows, ids, columns and index as before", async () => {
+    const dir = tempDir("migrations-012");
+    for (const m of readMigrations(SQLITE_MIGRATIONS_DIR).filter((m) => m.version < 13))
+      copyFileSync(join(SQLITE_MIGRATIONS_DIR, m.file), join(dir, m.file));
+    const path = tempFile("from-012");
+    const bool = (b: boolean) => (b ? "1" : "0");
+    const audit = (db: Database.Database) => ({
+      rows: db.prepare("SELECT * FROM admin_audit ORDER BY id").all(),
+      columns: db.prepare("SELECT * FROM pragma_table_xinfo('admin_audit')").all(),
+      indexes: db.prepare("SELECT name, sql FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'admin_audit' ORDER BY name").all(),
+      next: db.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'admin_audit'").pluck().get(),
+      // The table's definition without comments and white space, and with the one change 013 makes.
+      definition: (db.prepare("SELECT sql FROM sqlite_schema WHERE name = 'admin_audit'").pluck().get() as string)
+        .replace(/--[^\n]*/g, "")
+        .replace(/\s+/g, "")
+        .replace('"admin_audit"', "admin_audit")
+        .replace("'key.updated','key.rotated',", ""),
+    });
+    const keys = (db: Database.Database) => db.prepare("SELECT * FROM api_keys ORDER BY id").all() as Record<string, unknown>[];
+    const old = new Database(path);
+    let auditBefore: ReturnType<typeof audit>;
+    let keysBefore: Record<string, unknown>[];
+    try {
+      assert.deepEqual(applyMigrations(old, readMigrations(dir)).at(-1), 12);
+      old.exec(keyRowsBefore013(bool));
+      auditBefore = audit(old);
+      keysBefore = keys(old);
+      for (const action of ["key.updated", "key.rotated"])
+        assert.throws(() => old.exec(auditRowWithAction(action)), /CHECK constraint failed/, action);
+    } finally {
+      old.close();
+    }
+    assert.deepEqual(
+      auditBefore.rows.map((r) => (r as { id: number }).id),
+      [1, 2, 3, 4],
+    );
+    assert.equal(auditBefore.next, 4);
+    assert.equal(keysBefore.length, 2);
+    const store = openSqliteStore(path);
+    try {
+      assert.deepEqual(store.db.prepare("SELECT version, name FROM schema_migrations WHERE version >= 12 ORDER BY version").all(), [
+        { version: 12, name: "usage_source_batch" },
+        { version: 13, name: "key_controls" },
+      ]);
+      assert.deepEqual(audit(store.db), auditBefore);
+      const settingsColumns = {
+        expires_at_ms: null,
+        models: null,
+        requests_per_minute: null,
+        budget_microusd: null,
+        budget_period: null,
+        replaced_by: null,
+        retires_at_ms: null,
+        last_used_at_ms: null,
+      };
+      assert.deepEqual(
+        keys(store.db),
+        keysBefore.map((k) => ({ ...k, ...settingsColumns })),
+      );
+      assert.deepEqual(store.db.prepare("SELECT * FROM key_spend").all(), []);
+      assert.deepEqual(store.db.prepare("PRAGMA foreign_key_check").all(), []);
+      assert.equal(store.db.prepare("PRAGMA integrity_check").pluck().get(), "ok");
+      await checkKeysAfter013(store);
+      store.db.exec(auditRowWithAction("key.rotated"));
+      assert.throws(() => store.db.exec(auditRowWithAction("key.nope")), /CHECK constraint failed/);
+      assert.deepEqual(store.db.prepare("SELECT id, action FROM admin_audit WHERE id > 4 ORDER BY id").all(), [
+        { id: 5, action: "key.updated" },
+        { id: 6, action: "key.rotated" },
+      ]);
     } finally {
       await store.close();
     }

@@ -405,6 +405,13 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           hash: hashApiKey("raw-1"),
           createdAtMs: T0 + 7,
           revokedAtMs: null,
+          expiresAtMs: null,
+          models: null,
+          requestsPerMinute: null,
+          budget: null,
+          replacedBy: null,
+          retiresAtMs: null,
+          lastUsedAtMs: null,
         });
         assert.deepEqual(await store.findApiKey("k1"), { key: created, org: o });
         assert.equal(await store.findApiKey("k2"), null);

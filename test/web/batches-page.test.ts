@@ -62,8 +62,13 @@ async function finish(gw: Gateway, claimed: ClaimedRequest, status: number, cost
 }
 
 /** The calls to GET /v1/batches/{id} the page made since `from`. */
-const batchReads = (watch: PageWatch, from: number) =>
-  watch.requests.slice(from).filter((u) => /\/v1\/batches\/batch_[^/]+$/.test(new URL(u).pathname));
+/** A refresh reads the newest batches in one list page of 200; the first load and "Show more" read pages of 20. */
+const isRefreshRead = (u: string) => {
+  const url = new URL(u);
+  return url.pathname === "/v1/batches" && url.searchParams.get("limit") === "200";
+};
+const isOneBatchRead = (u: string) => /\/v1\/batches\/batch_[^/]+$/.test(new URL(u).pathname);
+const batchReads = (watch: PageWatch, from: number) => watch.requests.slice(from).filter((u) => isOneBatchRead(u) || isRefreshRead(u));
 
 describe("the Batches page in a browser", { timeout: 120_000 }, () => {
   let browser: Browser;
@@ -174,6 +179,11 @@ describe("the Batches page in a browser", { timeout: 120_000 }, () => {
     assert.equal(await card.getByRole("button", { name: `Cancel batch ${id}` }).count(), 0, "no Cancel button once cancelling");
     assert.equal(await page.locator("#confirm-cancel").innerText(), "Cancel", "the shared dialog is left as it was");
 
+    // A refresh is one list read, not one read per running batch.
+    const refreshFrom = watch.requests.length;
+    await page.waitForRequest((r) => isRefreshRead(r.url()));
+    assert.deepEqual(watch.requests.slice(refreshFrom).filter(isOneBatchRead), [], "the shown batch is refreshed from the list page");
+
     // While the browser tab is hidden nothing is fetched; shown again, the batch is fetched at once.
     const setHidden = (hidden: boolean) =>
       inPage(
@@ -184,7 +194,7 @@ describe("the Batches page in a browser", { timeout: 120_000 }, () => {
     const hiddenFrom = watch.requests.length;
     await page.waitForTimeout(4500);
     assert.deepEqual(batchReads(watch, hiddenFrom), [], "no refreshing while the tab is hidden");
-    await Promise.all([page.waitForRequest((r) => new URL(r.url()).pathname === `/v1/batches/${id}`), setHidden(false)]);
+    await Promise.all([page.waitForRequest((r) => isRefreshRead(r.url())), setHidden(false)]);
 
     // Away from the page nothing is fetched; back on it, the batch is fetched again.
     await page.getByRole("link", { name: "Usage" }).click();

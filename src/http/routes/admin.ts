@@ -1,6 +1,8 @@
 import type { FastifyInstance, FastifyRequest } from "fastify";
+import { type KeyRules, registryModelCheck } from "../../admin/key-settings.ts";
 import { StoreAdministration } from "../../admin/store-administration.ts";
 import type { Config } from "../../config.ts";
+import { listingServices } from "../../config-models.ts";
 import type { Clock } from "../../domain/clock.ts";
 import type { Store } from "../../store/store.ts";
 import { authenticateAdmin } from "../admin-auth.ts";
@@ -14,7 +16,7 @@ import { adminUsageRoutes } from "./admin/usage.ts";
 const ADMIN_BODY_LIMIT = 16 * 1024;
 
 export interface AdminRouteDeps {
-  config: Pick<Config, "adminToken" | "limits">;
+  config: Pick<Config, "adminToken" | "limits" | "models" | "modelServices">;
   store: Store;
   clock: Clock;
 }
@@ -28,6 +30,11 @@ export function adminRoutes(app: FastifyInstance, deps: AdminRouteDeps): void {
   const token = deps.config.adminToken;
   if (token === null) return;
   const nowMs = () => deps.clock.nowMs();
+  // Models named in the configuration are known without asking a model service; models a service lists are not.
+  const keyRules: KeyRules = {
+    requestsPerMinute: deps.config.limits.requestsPerMinute,
+    checkModel: listingServices(deps.config).length === 0 ? registryModelCheck((name) => app.modelRegistry.resolve(name)) : null,
+  };
   const context: AdminContext = {
     route: { onRequest: authenticateAdmin(token), bodyLimit: ADMIN_BODY_LIMIT },
     admin: (request: FastifyRequest) => {
@@ -37,6 +44,7 @@ export function adminRoutes(app: FastifyInstance, deps: AdminRouteDeps): void {
         previewRequestLimit: deps.config.limits.previewRequestLimit,
         nowMs,
         actor: { source: "http", client: typeof client === "string" && client !== "" ? client : null, remoteAddress: request.ip ?? null },
+        keyRules,
       });
     },
     store: deps.store,

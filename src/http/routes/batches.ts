@@ -14,6 +14,7 @@ import { newBatchId } from "../../domain/api-keys.ts";
 import type { Clock } from "../../domain/clock.ts";
 import { type ErrorCode, ServiceError } from "../../domain/errors.ts";
 import type { DecisionPipeline } from "../../gateway/decision-pipeline.ts";
+import { checkModelAllowed } from "../../gateway/key-controls.ts";
 import type { ModelRegistry } from "../../gateway/model-registry.ts";
 import { batchJson, batchResultLine } from "../../presentation/batch-json.ts";
 import {
@@ -50,8 +51,12 @@ const NDJSON_TYPES = ["application/x-ndjson", "application/jsonl"];
 
 const SUBMIT_ERRORS: ErrorCode[] = [
   ...API_KEY_ERRORS,
+  "expired_api_key",
+  "retired_api_key",
   "org_paused",
+  "model_not_allowed",
   "rate_limited",
+  "key_rate_limited",
   "body_too_large",
   "invalid_body",
   "invalid_query",
@@ -171,10 +176,15 @@ export function batchRoutes(app: FastifyInstance, deps: BatchRouteDeps) {
   // Models named in the configuration are known without asking a model service; models a service lists are not.
   const knowsModels = listingServices(config).length === 0;
 
-  async function checkModel(model: string): Promise<void> {
-    if (!knowsModels) return;
+  /** The model of ?model=: known (422 otherwise, when the configuration names the models) and one the key may use (403). */
+  async function checkModel(model: string, allowed: string[] | null): Promise<void> {
+    const resolved = knowsModels ? await resolvedName(model) : model;
+    checkModelAllowed(allowed, resolved, model);
+  }
+
+  async function resolvedName(model: string): Promise<string> {
     try {
-      await deps.registry.resolve(model);
+      return (await deps.registry.resolve(model)).name;
     } catch (err) {
       if (err instanceof ServiceError && err.code === "unknown_model") {
         throw new ServiceError("unknown_model", err.detail, {
@@ -182,6 +192,7 @@ export function batchRoutes(app: FastifyInstance, deps: BatchRouteDeps) {
         });
       }
       // Nothing offered now (no model configured): the requests are answered when they run, as decisions would be.
+      return model;
     }
   }
 
@@ -225,7 +236,7 @@ export function batchRoutes(app: FastifyInstance, deps: BatchRouteDeps) {
       async (request, reply) => {
         const auth = authOf(request);
         const model = request.query.model ?? null;
-        if (model !== null) await checkModel(model);
+        if (model !== null) await checkModel(model, auth.key.models);
         const body = request.body as Readable | undefined;
         const nowMs = clock.nowMs();
         const batch = await store.batches.beginBatch({

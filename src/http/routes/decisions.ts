@@ -16,8 +16,12 @@ import type { InFlight } from "../in-flight.ts";
 /** Every catalogue code a decision request can be answered with. */
 const DECISION_ERRORS: ErrorCode[] = [
   ...API_KEY_ERRORS,
+  "expired_api_key",
+  "retired_api_key",
   "insufficient_credits",
+  "key_budget_exhausted",
   "org_paused",
+  "model_not_allowed",
   "reservation_expired",
   "idempotency_in_progress",
   "idempotency_response_not_kept",
@@ -29,6 +33,7 @@ const DECISION_ERRORS: ErrorCode[] = [
   "context_rejected",
   "idempotency_key_reused",
   "rate_limited",
+  "key_rate_limited",
   "preview_quota_org",
   "model_unavailable",
   "model_timeout",
@@ -87,6 +92,7 @@ export function decisionRoutes(
             requestId: request.id,
             org: auth.org,
             keyId: auth.keyId,
+            key: auth.key,
             source: sourceOf(request.headers["x-tds-source"]),
             startedAt: request.startedAt,
             signal: deps.inFlight.signal,

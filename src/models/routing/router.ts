@@ -71,6 +71,7 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
   const random = options.random ?? Math.random;
   const timers = options.timers ?? realTimers;
   const observer = safeObserver(options.observer);
+  const tracer = options.tracer ?? null;
 
   const queue = new WaitQueue<Lease>(timers, nowMs);
   // A deployment that came back may serve waiters; one that went down may leave them none. Deferred: a state may
@@ -203,10 +204,11 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
    * failure, the deadline (the router's own timer: "timeout", even if the service ignores its deadline), or the
    * caller's abort ("aborted", at once). The slot is held until the service call itself settles.
    */
-  function attempt(l: Lease, call: ModelCall, remainingMs: number, signal: AbortSignal | undefined): Promise<AttemptResult> {
+  function attempt(l: Lease, call: ModelCall, remainingMs: number, signal: AbortSignal | undefined, n: number): Promise<AttemptResult> {
     const d = l.deployment;
     const started = nowMs();
     const controller = new AbortController();
+    const span = tracer === null ? null : tracer.start(model, d.name, n);
     return new Promise<AttemptResult>((resolve) => {
       let decided = false;
       const finish = (error: unknown | null, result: AttemptResult) => {
@@ -215,7 +217,9 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
         timers.clearTimeout(timer);
         signal?.removeEventListener("abort", onAbort);
         const now = nowMs();
-        observer.attempt(d.name, attemptOutcome(error), now - started);
+        const outcome = attemptOutcome(error);
+        observer.attempt(d.name, outcome, now - started);
+        span?.end(outcome, error);
         d.health.end(l.ticket, healthOutcome(error), now, error instanceof ModelServiceError ? error : null);
         resolve(result);
       };
@@ -236,9 +240,9 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
 
       let running: Promise<ModelAnswerSet>;
       try {
-        running = Promise.resolve(
-          d.spec.service.decide({ ...call, model: d.spec.upstreamName }, { timeoutMs: remainingMs, signal: controller.signal }),
-        );
+        const serviceCall = () =>
+          d.spec.service.decide({ ...call, model: d.spec.upstreamName }, { timeoutMs: remainingMs, signal: controller.signal });
+        running = Promise.resolve(span === null ? serviceCall() : span.within(serviceCall));
       } catch (err) {
         running = Promise.reject(err);
       }
@@ -297,6 +301,7 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
         call,
         attemptTimeoutMs === null || lastPossible ? remainingMs : Math.min(remainingMs, attemptTimeoutMs),
         signal,
+        attempts,
       );
       // latencyMs: the whole routed call (slot wait and failed attempts included), so that the gateway's own share
       // (gateway_latency_ms = its time minus this) is not inflated by failovers.

@@ -54,6 +54,19 @@ export interface RouterObserver {
   check?(deployment: string, outcome: AttemptOutcome, ms: number): void;
 }
 
+/** Traces the attempts of `decide` calls (src/observability/tracing.ts implements it); absent while tracing is off. */
+export interface AttemptTracer {
+  /** The span of one attempt on `deployment`, under the caller's current span; null when the call is not traced. */
+  start(model: string, deployment: string, attempt: number): AttemptSpan | null;
+}
+
+export interface AttemptSpan {
+  /** Runs the attempt's service call with this span current (an HTTP adapter sends its trace context on). */
+  within<T>(call: () => T): T;
+  /** `error`: the attempt's failure, null when it answered. */
+  end(outcome: AttemptOutcome, error: unknown): void;
+}
+
 /** Timer functions (injectable for tests). Handles of the periodic health checks are `unref()`'d when they can be. */
 export interface RouterTimers {
   setTimeout(fn: () => void, ms: number): unknown;
@@ -83,6 +96,8 @@ export interface RouterOptions {
   /** Whether `close()` closes the deployments' services (default false: they may be shared with other routers). */
   ownsServices?: boolean;
   observer?: RouterObserver;
+  /** Spans of the attempts (OpenTelemetry tracing). */
+  tracer?: AttemptTracer;
   /** A monotonic clock in milliseconds (default `performance.now`). */
   nowMs?: () => number;
   /** Uniform numbers in [0, 1) for the balancer (default `Math.random`). */

@@ -9,6 +9,7 @@ import {
   type UpstreamModel,
 } from "../model-service.ts";
 import { positiveInteger } from "../option-checks.ts";
+import { traceExchange, traceStatus } from "./call-span.ts";
 import { saysContextExceeded } from "./context-rejection.ts";
 import { bodySnippet, parseDecideEnvelope, parseJsonBody, parseModelList, truncate, upstreamDetail } from "./parse-response.ts";
 
@@ -77,6 +78,7 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
   const maxResponseBytes = options.maxResponseBytes ?? DEFAULT_MAX_RESPONSE_BYTES;
   positiveInteger("maxResponseBytes", maxResponseBytes);
 
+  const originUrl = new URL(base.origin);
   const pool = new Pool(base.origin, {
     connections,
     pipelining: 1,
@@ -139,6 +141,7 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
     try {
       const headers: Record<string, string> = { ...baseHeaders };
       if (payload !== undefined) headers["content-type"] = "application/json";
+      const span = traceExchange(headers, method, originUrl, base.pathPrefix + path);
       let res: Awaited<ReturnType<typeof pool.request>>;
       try {
         res = await pool.request({
@@ -153,6 +156,7 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
       }
 
       const status = res.statusCode;
+      if (span !== undefined) traceStatus(span, status);
       if (status >= 200 && status < 300) {
         let body: Uint8Array;
         try {

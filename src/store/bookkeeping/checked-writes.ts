@@ -109,6 +109,18 @@ function checkAdmit(a: AdmitCommand): void {
     checkAmount(a.reservation.amountMicrousd, "reservation.amountMicrousd");
     checkEpochMs(a.reservation.expiresAtMs, "reservation.expiresAtMs");
   }
+  if (a.keyBudget) {
+    checkBudgetPeriod(a.keyBudget.period, "keyBudget.period");
+    checkAmount(a.keyBudget.limitMicrousd, "keyBudget.limitMicrousd");
+  }
+}
+
+const BUDGET_PERIOD = /^[0-9]{4}-(0[1-9]|1[0-2])(-(0[1-9]|[12][0-9]|3[01]))?$/;
+
+/** A key budget's period: a UTC day "YYYY-MM-DD" or month "YYYY-MM". */
+export function checkBudgetPeriod(value: string, field = "period"): void {
+  if (typeof value !== "string" || !BUDGET_PERIOD.test(value))
+    throw new StoreInputError(`${field} must be a UTC day written YYYY-MM-DD or a month written YYYY-MM`, field);
 }
 
 function checkComplete(c: CompleteCommand): void {
@@ -119,6 +131,10 @@ function checkComplete(c: CompleteCommand): void {
   checkCount(c.inputTokens, "inputTokens");
   checkCount(c.outputTokens, "outputTokens");
   checkAmount(c.costMicrousd, "costMicrousd");
+  if (c.keyBudget) {
+    checkText(c.keyBudget.keyId, "keyBudget.keyId");
+    checkBudgetPeriod(c.keyBudget.period, "keyBudget.period");
+  }
   if (c.idempotency) checkText(c.idempotency.key, "idempotency.key");
   if (c.idempotency?.response) {
     checkHttpStatus(c.idempotency.response.status, "idempotency.response.status");

@@ -20,6 +20,8 @@ import {
   type IdempotencyKeyRef,
   type IdempotencyRow,
   idempotencyKey,
+  type KeySpendKey,
+  keySpendKey,
   type OrphanQuery,
   type Snapshot,
   type SnapshotQuery,
@@ -53,6 +55,7 @@ class BatchState {
    * in the database, when this batch's additions are made, for every admission counted here to have been within its limit.
    */
   readonly #counters = new Map<string, { key: CounterKey; read: number; count: number; shared: boolean; maxRead: number }>();
+  readonly #keySpend = new Map<string, { key: KeySpendKey; reserved: number; spent: number; changed: boolean }>();
   readonly #idempotency = new Map<string, { ref: IdempotencyKeyRef; row: IdempotencyRow | null; existed: boolean; changed: boolean }>();
   readonly #completed = new Set<string>();
 
@@ -111,6 +114,30 @@ class BatchState {
       createdAtMs: nowMs,
       note,
     });
+  }
+
+  /** A key's spend in a budget period, as read (locked) and changed here; zeros where it has no row. */
+  keySpend(keyId: string, period: string): { reserved: number; spent: number } {
+    return this.#keySpendEntry(keyId, period);
+  }
+
+  #keySpendEntry(keyId: string, period: string) {
+    const k = keySpendKey(keyId, period);
+    let entry = this.#keySpend.get(k);
+    if (!entry) {
+      const stored = this.snapshot.keySpend.get(k);
+      entry = { key: { keyId, period }, reserved: stored?.reservedMicrousd ?? 0, spent: stored?.spentMicrousd ?? 0, changed: false };
+      this.#keySpend.set(k, entry);
+    }
+    return entry;
+  }
+
+  /** A change of a key's spend: a reservation set aside, or resolved (out of reserved, its cost into spent). */
+  moveKeySpend(keyId: string, period: string, reserved: number, spent: number): void {
+    const entry = this.#keySpendEntry(keyId, period);
+    entry.reserved += reserved;
+    entry.spent += spent;
+    entry.changed = true;
   }
 
   counter(scope: string, day: string): number {
@@ -175,13 +202,16 @@ class BatchState {
     entry.changed = true;
   }
 
-  /** The write set, with every balance, counter and idempotency entry written once. */
+  /** The write set, with every balance, key spend, counter and idempotency entry written once. */
   finish(): WriteSet {
     const w = this.writes;
     for (const [orgId, entry] of this.#balances) {
       if (entry.delta === null) continue;
       if (entry.existed) w.balanceDeltas.push({ orgId, ...entry.delta });
       else w.balanceInserts.push({ orgId, ...entry.value });
+    }
+    for (const { key, reserved, spent, changed } of this.#keySpend.values()) {
+      if (changed) w.keySpend.push({ ...key, reservedMicrousd: reserved, spentMicrousd: spent });
     }
     for (const { key, read, count, shared, maxRead } of this.#counters.values()) {
       if (count === read) continue;
@@ -207,8 +237,9 @@ const ENTRY_KIND = { settled: "settle", released: "release", expired: "expire" }
 
 /**
  * Resolves a record's pending reservation, charging `cost` (settled; 0 otherwise): the amount leaves `reserved`, the
- * cost goes to `spent` and the rest back to `available`. Its one ledger entry holds what changed for good: the cost.
- * Returns the status, for the final record.
+ * cost goes to `spent` and the rest back to `available`; so too in its key's spend of its budget period, when it counts
+ * in one (that row read locked). Its one ledger entry holds what changed for good: the cost. Returns the status, for
+ * the final record.
  */
 function resolve<S extends Exclude<ReservationStatus, "pending">>(
   batch: BatchState,
@@ -224,26 +255,34 @@ function resolve<S extends Exclude<ReservationStatus, "pending">>(
     );
   }
   batch.move(u.orgId, { available: amount - cost, reserved: -amount, spent: cost, granted: 0 });
+  if (u.keyBudgetPeriod !== null) batch.moveKeySpend(u.keyId, u.keyBudgetPeriod, -amount, cost);
   batch.enter(u.orgId, ENTRY_KIND[status], u.requestId, { available: -cost, reserved: 0, spent: cost, granted: 0 }, nowMs);
   return status;
 }
 
-/** The rows a batch needs (the shared counters read without a lock), in the one order every transaction locks them: counters, usage (with their reservations), balances, idempotency. */
+/**
+ * The rows a batch needs (the shared counters read without a lock), in the one order every transaction locks them:
+ * counters, usage (with their reservations), balances, key spend, idempotency.
+ */
 export function batchQuery(admissions: readonly AdmitCommand[], completions: readonly CompleteCommand[]): SnapshotQuery {
   const counters = new Map<string, CounterKey>();
   const shared = new Map<string, CounterKey>();
   const balances = new Set<string>();
+  const keySpend = new Map<string, KeySpendKey>();
   const idempotency = new Map<string, IdempotencyKeyRef>();
+  const spendOf = (keyId: string, period: string) => keySpend.set(keySpendKey(keyId, period), { keyId, period });
   for (const a of admissions) {
     if (a.quota) {
       counters.set(counterKey(a.orgId, a.quota.day), { scope: a.orgId, day: a.quota.day });
       shared.set(counterKey(GLOBAL_PREVIEW_SCOPE, a.quota.day), { scope: GLOBAL_PREVIEW_SCOPE, day: a.quota.day });
     }
     if (a.reservation) balances.add(a.orgId);
+    if (a.reservation && a.keyBudget) spendOf(a.keyId, a.keyBudget.period);
     if (a.idempotency) idempotency.set(idempotencyKey(a.orgId, a.idempotency.key), { orgId: a.orgId, key: a.idempotency.key });
   }
   for (const c of completions) {
     if (c.reserved) balances.add(c.orgId);
+    if (c.keyBudget) spendOf(c.keyBudget.keyId, c.keyBudget.period);
     if (c.idempotency) idempotency.set(idempotencyKey(c.orgId, c.idempotency.key), { orgId: c.orgId, key: c.idempotency.key });
   }
   return {
@@ -251,6 +290,7 @@ export function batchQuery(admissions: readonly AdmitCommand[], completions: rea
     sharedCounters: [...shared.values()],
     usage: completions.map((c) => c.requestId),
     balances: [...balances],
+    keySpend: [...keySpend.values()],
     idempotency: [...idempotency.values()],
   };
 }
@@ -276,9 +316,15 @@ function complete(batch: BatchState, snapshot: Snapshot, c: CompleteCommand): Co
   };
   let result: CompleteResult = { kind: "completed" };
   const pending = reserving(state) ? state : null;
-  // Only a completion that says it reserved has its organization's balance read and locked.
+  // Only a completion that says it reserved has its organization's balance read and locked; so too its key's spend.
   if (pending && !c.reserved)
     throw new Error(`The request ${JSON.stringify(c.requestId)} holds a reservation its completion does not name`);
+  if (pending?.keyBudgetPeriod != null && (c.keyBudget?.keyId !== pending.keyId || c.keyBudget.period !== pending.keyBudgetPeriod)) {
+    throw new Error(
+      `The request ${JSON.stringify(c.requestId)} holds a reservation in the budget of key ${JSON.stringify(pending.keyId)} ` +
+        `for ${JSON.stringify(pending.keyBudgetPeriod)}, which its completion does not name`,
+    );
+  }
   if (c.reserved) {
     const expired = pending === null || pending.reservationExpiresAtMs <= c.nowMs;
     if (c.outcome === "succeeded" && expired) {
@@ -355,7 +401,14 @@ function admit(batch: BatchState, a: AdmitCommand): AdmitResult {
     // An unknown organization has nothing to reserve from, not even 0.
     const available = batch.knows(a.orgId) ? batch.balance(a.orgId).available : -1;
     if (available < amount) return { kind: "insufficient_credits", availableMicrousd: Math.max(0, available) };
-    // Set aside in the balance and on the record (inFlightRecord); the ledger records it once resolved.
+    // The organization's balance is asked first: a key's budget is a share of what its organization may spend.
+    if (a.keyBudget) {
+      const { reserved, spent } = batch.keySpend(a.keyId, a.keyBudget.period);
+      const remaining = a.keyBudget.limitMicrousd - spent - reserved;
+      if (amount > remaining) return { kind: "key_budget_exhausted", remainingMicrousd: Math.max(0, remaining) };
+      batch.moveKeySpend(a.keyId, a.keyBudget.period, amount, 0);
+    }
+    // Set aside in the balance (and the key's spend) and on the record (inFlightRecord); the ledger records it once resolved.
     batch.move(a.orgId, { available: -amount, reserved: amount, spent: 0, granted: 0 });
   }
   if (a.quota) {
@@ -399,6 +452,7 @@ export function inFlightRecord(a: AdmitCommand): StoredUsageRecord {
     reservedMicrousd: a.reservation?.amountMicrousd ?? null,
     reservationExpiresAtMs: a.reservation?.expiresAtMs ?? null,
     reservationStatus: a.reservation ? "pending" : null,
+    keyBudgetPeriod: a.reservation && a.keyBudget ? a.keyBudget.period : null,
   };
 }
 
@@ -476,11 +530,14 @@ interface Unanswered {
 /**
  * Completes requests left in flight as gateway_error with nothing charged (no answer is known, so no HTTP status),
  * resolving the reservations they hold as `how` says. Usage rows (already locked by the caller's read), then
- * balances, as a completion locks them.
+ * balances and the key spend they count in, as a completion locks them.
  */
 function* completeUnanswered(nowMs: number, inFlight: readonly UsageState[], how: Unanswered): BookProgram<void> {
   const pending = inFlight.filter(reserving);
-  const locked = (yield { read: { balances: [...new Set(pending.map((u) => u.orgId))] } })!;
+  const keySpend = new Map<string, KeySpendKey>();
+  for (const { keyId, keyBudgetPeriod: period } of pending)
+    if (period !== null) keySpend.set(keySpendKey(keyId, period), { keyId, period });
+  const locked = (yield { read: { balances: [...new Set(pending.map((u) => u.orgId))], keySpend: [...keySpend.values()] } })!;
   const batch = new BatchState(locked);
   for (const u of inFlight) {
     const final: UsageFinal = {

@@ -2,10 +2,12 @@ import type { Balance, LedgerEntry, Reservation } from "../../domain/credits.ts"
 import { USAGE_OUTCOMES, type UsageRecord, type UsageTotals } from "../../domain/usage-records.ts";
 import { checkUsageTotalsQuery, keysetPage, type SumsRow, toSums, type UsageTotalsQuery } from "../admin-rows.ts";
 import type { BookkeepingPart } from "../compose-store.ts";
-import { checkDay, checkPageLimit, checkPreviewOrg, GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
+import { checkDay, checkPageLimit, checkPreviewOrg, checkText, GLOBAL_PREVIEW_SCOPE } from "../input-checks.ts";
 import type { DbRow } from "../schema/table.ts";
 import {
   BALANCE_FIELDS,
+  KEY_SPEND_FIELDS,
+  keySpends,
   ledgerEntries,
   orgBalances,
   RESERVATION_FIELDS,
@@ -17,6 +19,7 @@ import { runSqlAsync, type SqlProgram } from "../sql-program.ts";
 import type { UsagePage, UsageQuery } from "../store.ts";
 import { StoreInputError } from "../store-errors.ts";
 import { badCursor, decodeUsageCursor, encodeUsageCursor, type UsageCursor } from "../usage-cursor.ts";
+import { checkBudgetPeriod } from "./checked-writes.ts";
 
 /**
  * The reading half of the books, the same for every adapter: the arguments are checked and the rows mapped here,
@@ -40,6 +43,7 @@ const READS = {
     "SELECT CAST(COALESCE(SUM(CASE WHEN scope = ? THEN count END), 0) AS BIGINT) AS org, CAST(COALESCE(SUM(count), 0) AS BIGINT) AS global " +
     `FROM preview_counters WHERE day = ? AND scope <> '${GLOBAL_PREVIEW_SCOPE}'`,
   usage: `SELECT ${USAGE_COLUMNS} FROM usage_records WHERE org_id = ? AND request_id = ?`,
+  keySpend: `SELECT ${keySpends.list(KEY_SPEND_FIELDS)} FROM key_spend WHERE key_id = ? AND period = ?`,
 } as const;
 
 const toUsageRecord = (row: DbRow): UsageRecord => usageRecords.fromRow(row, USAGE_RECORD_FIELDS);
@@ -104,6 +108,7 @@ type ReadMethod =
   | "listLedger"
   | "previewUsage"
   | "previewCount"
+  | "keySpend"
   | "getUsage"
   | "listUsage"
   | "usageTotals";
@@ -155,6 +160,13 @@ export abstract class BookkeepingReads implements Pick<BookkeepingPart, ReadMeth
     // Text the database cannot hold is no organization's id: "" is none either.
     const [row] = await this.rows<{ org: number; global: number }>(READS.previewUsage, [this.holds(orgId) ? orgId : "", day]);
     return { org: Number(row?.org ?? 0), global: Number(row?.global ?? 0) };
+  }
+
+  async keySpend(keyId: string, period: string): Promise<{ reservedMicrousd: number; spentMicrousd: number }> {
+    checkText(keyId, "keyId");
+    checkBudgetPeriod(period);
+    const [row] = this.holds(keyId) ? await this.rows(READS.keySpend, [keyId, period]) : [];
+    return row ? keySpends.fromRow(row, KEY_SPEND_FIELDS) : { reservedMicrousd: 0, spentMicrousd: 0 };
   }
 
   async getUsage(orgId: string, requestId: string): Promise<UsageRecord | null> {

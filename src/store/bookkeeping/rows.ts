@@ -5,6 +5,8 @@ import {
   BALANCE_FIELDS,
   type IdempotencyEntry,
   idempotencyKeys,
+  type KeySpend,
+  keySpends,
   type OrgBalance,
   orgBalances,
   type PreviewCounter,
@@ -46,6 +48,12 @@ export class CounterLimitPassed extends Error {
   }
 }
 
+/** A key's budget period: its key_spend row. */
+export interface KeySpendKey {
+  keyId: string;
+  period: string;
+}
+
 export interface IdempotencyKeyRef {
   orgId: string;
   key: string;
@@ -63,6 +71,8 @@ export interface SnapshotQuery {
   usage?: readonly string[];
   /** Balances by organization id, locked; the organizations that exist are reported too (with or without a balance). */
   balances?: readonly string[];
+  /** Keys' spend per budget period, locked (created at 0 where missing, so that they can be locked); no key twice. */
+  keySpend?: readonly KeySpendKey[];
   /** Idempotency entries, locked. */
   idempotency?: readonly IdempotencyKeyRef[];
   /** In-flight usage records created before the time, oldest first; rows another transaction holds are skipped. */
@@ -84,10 +94,10 @@ export interface OrphanQuery {
 }
 
 /**
- * What a program reads of a usage record, with its reservation; the day of creation is the day the record counts in
- * (usage_daily).
+ * What a program reads of a usage record, with its reservation (and the key budget period it counts in, of its key);
+ * the day of creation is the day the record counts in (usage_daily).
  */
-export const USAGE_STATE_FIELDS = ["requestId", "orgId", "createdAtMs", "mode", "outcome", ...RESERVATION_FIELDS] as const;
+export const USAGE_STATE_FIELDS = ["requestId", "orgId", "keyId", "createdAtMs", "mode", "outcome", ...RESERVATION_FIELDS] as const;
 export type UsageState = Pick<StoredUsageRecord, (typeof USAGE_STATE_FIELDS)[number]>;
 export const toUsageState = (row: DbRow): UsageState => usageRecords.fromRow(row, USAGE_STATE_FIELDS);
 
@@ -161,6 +171,8 @@ export interface Snapshot {
   counters: Map<string, number>;
   usage: Map<string, UsageState>;
   balances: Map<string, Balance>;
+  /** By keySpendKey; a row not read or missing is not there (nothing reserved or spent). */
+  keySpend: Map<string, Pick<KeySpend, "reservedMicrousd" | "spentMicrousd">>;
   idempotency: Map<string, IdempotencyRow>;
   dueInFlight: UsageState[];
   orphanedInFlight: UsageState[];
@@ -169,6 +181,7 @@ export interface Snapshot {
 /** Map keys of the snapshot: unambiguous for any text. */
 export const counterKey = (scope: string, day: string): string => JSON.stringify([scope, day]);
 export const idempotencyKey = (orgId: string, key: string): string => JSON.stringify([orgId, key]);
+export const keySpendKey = (keyId: string, period: string): string => JSON.stringify([keyId, period]);
 
 /** The rows a snapshot query read, by part, by column name (a part not asked for is left out). */
 export interface SnapshotRows {
@@ -177,6 +190,7 @@ export interface SnapshotRows {
   usage?: DbRow[];
   /** One per organization that exists: `org_id`, with its balance's columns (null where it has no balance row). */
   balances?: DbRow[];
+  keySpend?: DbRow[];
   /** Read with selectClaims. */
   idempotency?: DbRow[];
   dueInFlight?: DbRow[];
@@ -189,6 +203,7 @@ export function snapshotOf(rows: SnapshotRows): Snapshot {
     counters: new Map(),
     usage: new Map(),
     balances: new Map(),
+    keySpend: new Map(),
     idempotency: new Map(),
     dueInFlight: (rows.dueInFlight ?? []).map(toUsageState),
     orphanedInFlight: (rows.orphanedInFlight ?? []).map(toUsageState),
@@ -201,6 +216,8 @@ export function snapshotOf(rows: SnapshotRows): Snapshot {
     s.organizations.add(orgId);
     if (b.available != null) s.balances.set(orgId, orgBalances.fromRow(b, BALANCE_FIELDS));
   }
+  for (const { keyId, period, ...spend } of (rows.keySpend ?? []).map((r) => keySpends.fromRow(r)))
+    s.keySpend.set(keySpendKey(keyId, period), spend);
   for (const i of (rows.idempotency ?? []).map(toIdempotencyRow)) s.idempotency.set(idempotencyKey(i.orgId, i.key), i);
   return s;
 }
@@ -233,8 +250,8 @@ export type UsageFinal = Pick<StoredUsageRecord, "requestId" | (typeof USAGE_FIN
 export type NewLedgerEntry = Omit<LedgerEntry, "id">;
 
 /**
- * Rows to write, each row at most once: balances, counters and idempotency entries are final values or one
- * summed delta per row, so that an adapter may write each list with one set-based statement.
+ * Rows to write, each row at most once: balances, key spend, counters and idempotency entries are final values or
+ * one summed delta per row, so that an adapter may write each list with one set-based statement.
  */
 export interface WriteSet {
   usageInserts: StoredUsageRecord[];
@@ -247,6 +264,8 @@ export interface WriteSet {
   balanceInserts: OrgBalance[];
   /** Changes to existing (locked) balance rows, one summed delta per organization. */
   balanceDeltas: OrgBalance[];
+  /** Key spend values to set (the rows were read locked; they exist or are created). */
+  keySpend: KeySpend[];
   /** Counter values to set (the rows exist or are created). */
   counters: PreviewCounter[];
   /** Additions to shared counters (SnapshotQuery.sharedCounters), one per counter, each within its limit. */
@@ -264,6 +283,7 @@ export function emptyWriteSet(): WriteSet {
     ledger: [],
     balanceInserts: [],
     balanceDeltas: [],
+    keySpend: [],
     counters: [],
     counterIncrements: [],
     idempotencyPuts: [],

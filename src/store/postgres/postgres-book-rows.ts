@@ -15,6 +15,7 @@ import { type DbRow, postgres, type Table } from "../schema/table.ts";
 import {
   BALANCE_FIELDS,
   idempotencyKeys,
+  keySpends,
   ledgerEntries,
   NEW_LEDGER_FIELDS,
   orgBalances,
@@ -30,13 +31,13 @@ import { isUniqueViolation, type Pipeline, pgCode } from "./postgres-connection.
  * The rows of the bookkeeping programs in PostgreSQL: each list is read or written set-based (arrays unnested), and
  * the lists are combined into one statement to read and one to write, pipelined with BEGIN and COMMIT, so a batch of
  * any size costs the same two round trips (postgres-connection.ts, pipelinedTransaction). Reads lock their rows (FOR UPDATE)
- * in one order shared by every transaction — idempotency keys, counters, usage (with their reservations), balances, each
- * sorted by key — so concurrent batches of several instances wait for each other but never deadlock; the daily usage
- * rows are locked last, by the write's upsert, in their own sorted order. The sweep's reads skip rows another
- * transaction holds.
+ * in one order shared by every transaction — idempotency keys, counters, usage (with their reservations), balances, key
+ * spend, idempotency entries, each sorted by key — so concurrent batches of several instances wait for each other but
+ * never deadlock; the daily usage rows are locked last, by the write's upsert, in their own sorted order. The sweep's
+ * reads skip rows another transaction holds.
  */
 
-const KEY = { counter: ["scope", "day"], idempotency: ["orgId", "key"] } as const;
+const KEY = { counter: ["scope", "day"], keySpend: ["keyId", "period"], idempotency: ["orgId", "key"] } as const;
 const FINAL = ["requestId", ...USAGE_FINAL_FIELDS] as const;
 const SWEEP = sweepReads((alias) => ` FOR UPDATE OF ${alias} SKIP LOCKED`);
 
@@ -55,6 +56,11 @@ const SQL = {
   balances: `SELECT org_id, ${orgBalances.list(BALANCE_FIELDS)} FROM org_balances WHERE org_id = ANY($1::text[]) ORDER BY org_id FOR UPDATE`,
   // The organizations that exist (not locked), reported with or without a balance.
   organizations: "SELECT id AS org_id FROM organizations WHERE id = ANY($1::text[])",
+  // As the counters: missing rows created at 0 so that every key spend of the batch is locked, in (key_id, period) order.
+  keySpend:
+    `INSERT INTO key_spend (${keySpends.list()}) SELECT key_id, period, 0, 0 FROM ${postgres.unnestAs(keySpends, KEY.keySpend, "k")} ` +
+    'ORDER BY key_id COLLATE "C", period COLLATE "C" ' +
+    `ON CONFLICT (key_id, period) DO UPDATE SET reserved_microusd = key_spend.reserved_microusd RETURNING ${keySpends.list()}`,
   // Entries that do not exist yet cannot be locked: a transaction-level advisory lock per (organization, key), taken in
   // one order, serializes two claims of one new key (the two-key space does not overlap the migration lock's bigint key).
   lockIdempotency:
@@ -85,6 +91,8 @@ const SQL = {
   insertLedger:
     `INSERT INTO ledger_entries (${ledgerEntries.list(NEW_LEDGER_FIELDS)}) SELECT ${ledgerEntries.list(NEW_LEDGER_FIELDS)} ` +
     `FROM ${postgres.unnest(ledgerEntries, NEW_LEDGER_FIELDS)} WITH ORDINALITY AS e(${ledgerEntries.list(NEW_LEDGER_FIELDS)}, n) ORDER BY n`,
+  // Rows the read locked (and created): final values.
+  putKeySpend: postgres.insert(keySpends) + keySpends.onConflictReplace(KEY.keySpend),
   putCounters: postgres.insert(previewCounters) + previewCounters.onConflictReplace(KEY.counter),
   // Adds to the shared counters, in one order, each within its limit ($4); past it the statement fails (an invalid cast of
   // a text that is not constant, so not folded at planning), so the COMMIT behind it rolls back: CounterLimitPassed.
@@ -103,6 +111,8 @@ const SQL = {
 
 type Name = keyof typeof SQL;
 const NAMES = Object.keys(SQL) as Name[];
+/** The parts of a read that insert the rows they lock: a statement's WITH holds them (a subquery cannot insert). */
+const INSERTING = new Set<Name>(["counters", "keySpend"]);
 
 /** One part of a combined statement: a statement of SQL and the values of its $1…$n. */
 interface Part {
@@ -134,9 +144,10 @@ function combined(parts: Part[], sql: (texts: string[], next: number) => string,
 /**
  * The snapshot of a batch in one statement (after the idempotency keys' advisory locks, when there are keys), sent
  * with them and the sweep's reads in one round trip: each part is a scalar subquery, evaluated in the order written
- * and read to its end by json_agg — the counters (created at 0 where missing, in a CTE), usage records, balances,
- * idempotency entries — and each locks its rows in its own sorted order (LockRows above the sort). Every transaction
- * locks in that order (idempotency keys first), so none waits for another in a cycle.
+ * and read to its end by json_agg — the counters (created at 0 where missing, in a CTE), usage records, balances, key
+ * spend (created at 0 where missing, in a CTE), idempotency entries — and each locks its rows in its own sorted order
+ * (LockRows above the sort; the inserts in the order they insert). Every transaction locks in that order (idempotency
+ * keys first), so none waits for another in a cycle.
  */
 export async function readSnapshot(p: Pipeline, q: SnapshotQuery): Promise<Snapshot> {
   const parts: Part[] = [];
@@ -145,6 +156,7 @@ export async function readSnapshot(p: Pipeline, q: SnapshotQuery): Promise<Snaps
   if (shared?.length) parts.push({ name: "sharedCounters", values: postgres.arrays(previewCounters, shared, KEY.counter) });
   if (q.usage?.length) parts.push({ name: "usage", values: [q.usage] });
   if (q.balances?.length) parts.push({ name: "balances", values: [q.balances] }, { name: "organizations", values: [q.balances] });
+  if (q.keySpend?.length) parts.push({ name: "keySpend", values: postgres.arrays(keySpends, q.keySpend, KEY.keySpend) });
   if (q.idempotency?.length) {
     const keys = postgres.arrays(idempotencyKeys, q.idempotency, KEY.idempotency);
     // A statement of its own, before the read: the read must take its snapshot after the locks are held, to see a
@@ -157,11 +169,13 @@ export async function readSnapshot(p: Pipeline, q: SnapshotQuery): Promise<Snaps
       ? undefined
       : p.send<Record<string, DbRow[] | null>>(
           combined(parts, (texts) => {
-            const counters = parts[0]!.name === "counters" ? `WITH counters AS (${texts[0]}) ` : "";
+            // Each CTE runs when its subquery is first read: in the order of the select list, with the other parts.
+            const inserts = parts.flatMap((part, i) => (INSERTING.has(part.name) ? [`${part.name} AS (${texts[i]})`] : []));
             const selects = parts.map((part, i) =>
-              part.name === "counters" ? "(SELECT json_agg(x) FROM counters x)" : `(SELECT json_agg(x) FROM (${texts[i]}) x)`,
+              INSERTING.has(part.name) ? `(SELECT json_agg(x) FROM ${part.name} x)` : `(SELECT json_agg(x) FROM (${texts[i]}) x)`,
             );
-            return `${counters}SELECT ${selects.map((sel, i) => `${sel} AS "${parts[i]!.name}"`).join(", ")}`;
+            const ctes = inserts.length ? `WITH ${inserts.join(", ")} ` : "";
+            return `${ctes}SELECT ${selects.map((sel, i) => `${sel} AS "${parts[i]!.name}"`).join(", ")}`;
           }),
         );
   const sweep = (name: "dueInFlight" | "orphanedInFlight", values: unknown[]) =>
@@ -246,6 +260,7 @@ function writeParts(w: WriteSet): Part[] {
   add("finalUsage", usageRecords, w.usageFinals, FINAL);
   add("insertBalances", orgBalances, w.balanceInserts);
   add("moveBalances", orgBalances, w.balanceDeltas);
+  add("putKeySpend", keySpends, w.keySpend);
   add("insertLedger", ledgerEntries, w.ledger, NEW_LEDGER_FIELDS);
   add("putCounters", previewCounters, w.counters);
   add("putIdempotency", idempotencyKeys, w.idempotencyPuts);

@@ -19,6 +19,7 @@ export const GATEWAY_TABLES = [
   "batches",
   "gateway_instances",
   "idempotency_keys",
+  "key_spend",
   "ledger_entries",
   "org_balances",
   "organizations",

@@ -15,6 +15,7 @@ import { type DbRow, sqlite } from "../schema/table.ts";
 import {
   BALANCE_FIELDS,
   idempotencyKeys,
+  keySpends,
   ledgerEntries,
   NEW_LEDGER_FIELDS,
   orgBalances,
@@ -37,6 +38,7 @@ export class SqliteBookRows {
   readonly #counter: Statement<[string, string], DbRow>;
   readonly #usageState: Statement<[string], DbRow>;
   readonly #balance: Statement<[string], DbRow>;
+  readonly #keySpend: Statement<[string, string], DbRow>;
   readonly #idempotency: Statement<[string, string], DbRow>;
   readonly #dueInFlight: Statement<[number, number], DbRow>;
   readonly #orphanedInFlight: Statement<[string, number | null, number, number], DbRow>;
@@ -46,6 +48,7 @@ export class SqliteBookRows {
   readonly #insertLedger: Statement<unknown[]>;
   readonly #insertBalance: Statement<unknown[]>;
   readonly #moveBalance: Statement<unknown[]>;
+  readonly #putKeySpend: Statement<unknown[]>;
   readonly #putCounter: Statement<unknown[]>;
   readonly #incrementCounter: Statement<unknown[]>;
   readonly #putIdempotency: Statement<unknown[]>;
@@ -59,6 +62,7 @@ export class SqliteBookRows {
     this.#balance = db.prepare(
       `SELECT o.id AS org_id, ${orgBalances.list(BALANCE_FIELDS, "b.")} FROM organizations o LEFT JOIN org_balances b ON b.org_id = o.id WHERE o.id = ?`,
     );
+    this.#keySpend = db.prepare(`SELECT ${keySpends.list()} FROM key_spend WHERE key_id = ? AND period = ?`);
     this.#idempotency = db.prepare(`${selectClaims()} WHERE i.org_id = ? AND i.key = ?`);
     this.#dueInFlight = db.prepare(SWEEP.dueInFlight);
     this.#orphanedInFlight = db.prepare(SWEEP.orphanedInFlight);
@@ -70,6 +74,7 @@ export class SqliteBookRows {
     this.#insertLedger = db.prepare(sqlite.insert(ledgerEntries, NEW_LEDGER_FIELDS));
     this.#insertBalance = db.prepare(sqlite.insert(orgBalances));
     this.#moveBalance = db.prepare(`UPDATE org_balances SET ${orgBalances.assign(BALANCE_FIELDS, (c) => `${c} + ?`)} WHERE org_id = ?`);
+    this.#putKeySpend = db.prepare(sqlite.insert(keySpends) + keySpends.onConflictReplace(["keyId", "period"]));
     this.#putCounter = db.prepare(sqlite.insert(previewCounters) + previewCounters.onConflictReplace(["scope", "day"]));
     // One writer: the count read is still the count, so the limit always holds here; checked all the same.
     this.#incrementCounter = db.prepare(
@@ -87,6 +92,7 @@ export class SqliteBookRows {
       sharedCounters: q.sharedCounters?.flatMap(({ scope, day }) => this.#counter.all(scope, day)),
       usage: q.usage?.flatMap((id) => this.#usageState.all(id)),
       balances: q.balances?.flatMap((orgId) => this.#balance.all(orgId)),
+      keySpend: q.keySpend?.flatMap(({ keyId, period }) => this.#keySpend.all(keyId, period)),
       idempotency: q.idempotency?.flatMap(({ orgId, key }) => this.#idempotency.all(orgId, key)),
       dueInFlight: q.dueInFlight && this.#dueInFlight.all(q.dueInFlight.createdBeforeMs, q.dueInFlight.limit),
       orphanedInFlight: orphans && this.#orphanedInFlight.all(orphans.instanceId, orphans.createdBeforeMs, orphans.nowMs, orphans.limit),
@@ -117,6 +123,7 @@ export class SqliteBookRows {
         throw new Error(`No credit balance for organization ${JSON.stringify(b.orgId)}`);
       }
     }
+    for (const k of w.keySpend) this.#putKeySpend.run(...keySpends.params(sqlite, k));
     for (const e of w.ledger) this.#insertLedger.run(...ledgerEntries.params(sqlite, e, NEW_LEDGER_FIELDS));
     for (const c of w.counters) this.#putCounter.run(...previewCounters.params(sqlite, c));
     for (const c of w.counterIncrements) {

@@ -1,10 +1,21 @@
 import { Type } from "@sinclair/typebox";
 import type { FastifyInstance } from "fastify";
-import { apiKeyJson } from "../../../admin/admin-json.ts";
-import { AdminApiKey, AdminApiKeyList, CreatedApiKey, CreateKeyBody, KeyParams, OrgParams } from "../../../contract/admin.ts";
+import { apiKeyJson, createdApiKeyJson, rotatedApiKeyJson } from "../../../admin/admin-json.ts";
+import {
+  AdminApiKey,
+  AdminApiKeyList,
+  CreatedApiKey,
+  CreateKeyBody,
+  KeyParams,
+  OrgParams,
+  RotatedApiKey,
+  RotateKeyBody,
+  UpdateKeyBody,
+} from "../../../contract/admin.ts";
+import { errorResponses } from "../../error-responses.ts";
 import { type AdminContext, AdminHeaders, errors, security } from "./admin-context.ts";
 
-/** API keys: create (the key is answered once), list, show, revoke. */
+/** API keys: create (the key is answered once), list, show, change, rotate, revoke. */
 export function adminKeyRoutes(app: FastifyInstance, { route, admin }: AdminContext): void {
   app.post<{ Params: OrgParams; Body: CreateKeyBody; Headers: { "x-tds-client"?: string } }>(
     "/admin/v1/organizations/:org/keys",
@@ -12,7 +23,7 @@ export function adminKeyRoutes(app: FastifyInstance, { route, admin }: AdminCont
       ...route,
       schema: {
         operationId: "adminCreateKey",
-        summary: "Create an API key; the key is in this answer only",
+        summary: "Create an API key, with limits of its own if given; the key is in this answer only",
         security,
         params: OrgParams,
         headers: AdminHeaders,
@@ -21,11 +32,10 @@ export function adminKeyRoutes(app: FastifyInstance, { route, admin }: AdminCont
       },
     },
     async (request, reply) => {
-      const { key, raw } = await admin(request).createKey(request.params.org, request.body.name ?? null);
+      const { name, ...settings } = request.body;
+      const { key, raw } = await admin(request).createKey(request.params.org, name ?? null, settings);
       reply.header("cache-control", "no-store");
-      return reply
-        .code(201)
-        .send({ id: key.id, org_id: key.orgId, name: key.name, key: raw, created_at: new Date(key.createdAtMs).toISOString() });
+      return reply.code(201).send(createdApiKeyJson(key, raw));
     },
   );
 
@@ -35,7 +45,7 @@ export function adminKeyRoutes(app: FastifyInstance, { route, admin }: AdminCont
       ...route,
       schema: {
         operationId: "adminListKeys",
-        summary: "An organization's API keys: ids, names, created and revoked times",
+        summary: "An organization's API keys: ids, names, times, limits, rotation and last use",
         security,
         params: OrgParams,
         response: { 200: AdminApiKeyList, ...errors },
@@ -50,13 +60,55 @@ export function adminKeyRoutes(app: FastifyInstance, { route, admin }: AdminCont
       ...route,
       schema: {
         operationId: "adminGetKey",
-        summary: "One API key by id: its organization, name, created and revoked times",
+        summary: "One API key by id: its organization, name, times, limits, rotation and last use",
         security,
         params: KeyParams,
         response: { 200: AdminApiKey, ...errors },
       },
     },
     async (request) => apiKeyJson((await admin(request).key(request.params.key_id)).key),
+  );
+
+  app.patch<{ Params: KeyParams; Body: UpdateKeyBody; Headers: { "x-tds-client"?: string } }>(
+    "/admin/v1/keys/:key_id",
+    {
+      ...route,
+      schema: {
+        operationId: "adminUpdateKey",
+        summary: "Change an API key's name or limits (a field absent is kept, null clears it); 409 for a revoked key",
+        security,
+        params: KeyParams,
+        headers: AdminHeaders,
+        body: UpdateKeyBody,
+        response: { 200: AdminApiKey, ...errorResponses("key_not_active"), ...errors },
+      },
+    },
+    async (request) => apiKeyJson((await admin(request).updateKey(request.params.key_id, request.body)).key),
+  );
+
+  app.post<{ Params: KeyParams; Body: RotateKeyBody | undefined; Headers: { "x-tds-client"?: string } }>(
+    "/admin/v1/keys/:key_id/rotate",
+    {
+      ...route,
+      // No body at all is an empty one: the default grace.
+      preValidation: async (request) => {
+        request.body ??= {};
+      },
+      schema: {
+        operationId: "adminRotateKey",
+        summary: "Rotate an API key: a new key with the same limits (in this answer only); the old one works until its grace ends",
+        security,
+        params: KeyParams,
+        headers: AdminHeaders,
+        body: RotateKeyBody,
+        response: { 201: RotatedApiKey, ...errorResponses("key_not_active"), ...errors },
+      },
+    },
+    async (request, reply) => {
+      const { old, key, raw } = await admin(request).rotateKey(request.params.key_id, request.body?.grace_seconds);
+      reply.header("cache-control", "no-store");
+      return reply.code(201).send(rotatedApiKeyJson(old, key, raw));
+    },
   );
 
   app.delete<{ Params: KeyParams; Headers: { "x-tds-client"?: string } }>(

@@ -1,0 +1,84 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { context, propagation, ROOT_CONTEXT, type Span, SpanKind, SpanStatusCode, trace } from "@opentelemetry/api";
+import {
+  ATTR_ERROR_TYPE,
+  ATTR_HTTP_REQUEST_METHOD,
+  ATTR_HTTP_RESPONSE_STATUS_CODE,
+  ATTR_HTTP_ROUTE,
+  ATTR_URL_PATH,
+  ATTR_URL_SCHEME,
+  ATTR_USER_AGENT_ORIGINAL,
+} from "@opentelemetry/semantic-conventions";
+import type { FastifyInstance } from "fastify";
+import { SPAN_ATTRIBUTES, type Tracing } from "./tracing.ts";
+
+type RequestListener = (req: IncomingMessage, res: ServerResponse) => void;
+
+const serverSpans = new WeakMap<IncomingMessage, Span>();
+
+/**
+ * A SERVER span per HTTP request, continuing the client's W3C trace context (traceparent, tracestate). Fastify's
+ * request listener runs inside the span's context, and the request and response emitters are bound to it, so that
+ * everything the request does (hooks, body parsing, the handler, the log lines, the model calls) sees its span.
+ * The span is named `METHOD /route/template` once the route is known, and ends when the response is closed.
+ */
+export function traceRequests(app: FastifyInstance, tracing: Tracing): void {
+  const { tracer } = tracing;
+  const server = app.server;
+  const listeners = server.listeners("request") as RequestListener[];
+  server.removeAllListeners("request");
+  for (const listener of listeners) {
+    server.on("request", (req: IncomingMessage, res: ServerResponse) => {
+      const parent = propagation.extract(ROOT_CONTEXT, req.headers);
+      const method = req.method ?? "_OTHER";
+      const url = req.url ?? "/";
+      const query = url.indexOf("?");
+      const span = tracer.startSpan(
+        method,
+        {
+          kind: SpanKind.SERVER,
+          attributes: {
+            [ATTR_HTTP_REQUEST_METHOD]: method,
+            [ATTR_URL_PATH]: query < 0 ? url : url.slice(0, query),
+            [ATTR_URL_SCHEME]: "http",
+            ...(req.headers["user-agent"] ? { [ATTR_USER_AGENT_ORIGINAL]: req.headers["user-agent"] } : {}),
+          },
+        },
+        parent,
+      );
+      serverSpans.set(req, span);
+      const current = trace.setSpan(parent, span);
+      context.bind(current, req);
+      context.bind(current, res);
+      res.once("close", () => {
+        const status = res.statusCode;
+        span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, status);
+        if (status >= 500) {
+          span.setAttribute(ATTR_ERROR_TYPE, String(status));
+          span.setStatus({ code: SpanStatusCode.ERROR });
+        } else if (!res.writableFinished) {
+          span.setAttribute(ATTR_ERROR_TYPE, "aborted");
+        }
+        span.end();
+      });
+      context.with(current, listener, server, req, res);
+    });
+  }
+  app.addHook("onRequest", (request, _reply, done) => {
+    const span = serverSpans.get(request.raw);
+    if (span !== undefined) {
+      const route = request.routeOptions.url;
+      span.setAttribute(SPAN_ATTRIBUTES.requestId, request.id);
+      if (route !== undefined) {
+        span.updateName(`${request.method} ${route}`);
+        span.setAttribute(ATTR_HTTP_ROUTE, route);
+      }
+    }
+    done();
+  });
+  app.addHook("onResponse", (request, _reply, done) => {
+    const orgId = request.auth?.org.id;
+    if (orgId !== undefined) serverSpans.get(request.raw)?.setAttribute(SPAN_ATTRIBUTES.organizationId, orgId);
+    done();
+  });
+}
