@@ -43,7 +43,7 @@ import type { ModelService } from "./models/model-service.ts";
 import { traceRequests } from "./observability/http-tracing.ts";
 import { LOG_REDACTION } from "./observability/logging.ts";
 import { Metrics, metricsObserver } from "./observability/metrics.ts";
-import { type Tracing, traceLogFields } from "./observability/tracing.ts";
+import { type Tracing, traceLogFields } from "./observability/spans.ts";
 import { GroupCommit, lanesFor } from "./store/group-commit.ts";
 import type { Store } from "./store/store.ts";
 import { SERVICE_VERSION } from "./version.ts";
@@ -248,12 +248,13 @@ export async function buildApp(config: Config, deps: AppDeps): Promise<FastifyIn
     releaseAbandoned: () => jobs.releaseOrphansNow(),
   });
   // Decisions and reads have limits of their own; rejected requests (413, 422) count like accepted ones. A key's own
-  // per-minute limit counts its decisions (and submissions), as the organization's requests_per_minute does.
+  // per-minute limit counts its decisions (and submissions), as the organization's requests_per_minute does, together
+  // with those of the keys it replaced by rotation.
   const decisionLimit = rateLimit({
     limiter,
     limit: config.limits.requestsPerMinute,
     key: (orgId) => orgId,
-    apiKey: (keyId) => `key:${keyId}`,
+    apiKey: (lineageId) => `key:${lineageId}`,
     setting: "requests_per_minute",
     what: "request",
     observer,

@@ -11,7 +11,6 @@ import type { ModelService } from "./models/model-service.ts";
 import { openEngines, openModelServices } from "./models/open-model-service.ts";
 import { createLogger } from "./observability/logging.ts";
 import { Metrics } from "./observability/metrics.ts";
-import { startTracing } from "./observability/tracing.ts";
 import { type TracingSettings, tracingSettings } from "./observability/tracing-settings.ts";
 import { freeSpaceFailure } from "./startup/disk-space.ts";
 import { databaseFailure, listenFailure, StartupFailure } from "./startup/failures.ts";
@@ -23,6 +22,8 @@ import { SERVICE_NAME, SERVICE_VERSION } from "./version.ts";
 
 /** A shutdown that has not ended by then exits 1: the drain and the close hooks, then closing the services and the store. */
 const SHUTDOWN_DEADLINE_MS = SHUTDOWN_GRACE_MS + CLOSE_HOOKS_MS + 5000;
+/** How long the shutdown waits for the collector to take the last spans (alongside closing the store). */
+const TRACES_FLUSH_MS = 2000;
 /** How long the start-up summary waits for the model services to list their models. */
 const LIST_WAIT_MS = 2000;
 
@@ -73,7 +74,9 @@ async function main(): Promise<void> {
 
   const log = createLogger({ ...config, traced: traces !== null });
   const tracingLog = log.child({ component: "tracing" });
-  const tracing = traces && startTracing(traces, { warn: (message) => tracingLog.warn(message) });
+  // The SDK and its exporters are loaded only when tracing is on.
+  const tracing =
+    traces && (await import("./observability/tracing.ts")).startTracing(traces, { warn: (message) => tracingLog.warn(message) });
   if (traces) {
     const endpoint = traces.url.replace(/\/\/[^/@]*@/, "//");
     tracingLog.info(
@@ -174,11 +177,17 @@ async function main(): Promise<void> {
       app.log.error({ err }, "closing the server failed; closing the rest");
       code = 1;
     }
+    // The spans of the drained requests are exported before the exit when the collector takes them in time.
+    const traced = tracing
+      ?.shutdown(TRACES_FLUSH_MS)
+      .then((exported) => {
+        if (!exported) tracingLog.warn(`the last spans were not exported: the collector did not answer within ${TRACES_FLUSH_MS} ms`);
+      })
+      .catch((err: unknown) => tracingLog.warn({ err }, "the last spans could not be exported"));
     await rateLimiter?.close();
     await Promise.all([...modelServices.values(), ...engines.values()].map((s) => s.close()));
     await store.close();
-    // The spans of the drained requests are exported before the exit.
-    await tracing?.shutdown().catch((err: unknown) => tracingLog.warn({ err }, "the last spans could not be exported"));
+    await traced;
     process.exit(code);
   };
   process.on("SIGINT", () => void shutdown("SIGINT"));

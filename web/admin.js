@@ -632,10 +632,10 @@ export function createAdmin(deps) {
     const button = (text, label, onclick, className = "btn btn-small") =>
       h("button", { type: "button", class: className, text, "aria-label": `${label} ${keyLabel(key)}`, onclick });
     const actions = [];
-    if ((state === "active" || state === "expired") && !key.replaced_by) {
+    // An expired key may be given a later expiry, not rotated; a rotated key is changed through the key replacing it.
+    if ((state === "active" || state === "expired") && !key.replaced_by)
       actions.push(button("Edit", "Edit the settings of", (event) => openEdit(key, event.currentTarget)));
-      actions.push(button("Rotate", "Rotate", (event) => openRotate(key, event.currentTarget)));
-    }
+    if (state === "active") actions.push(button("Rotate", "Rotate", (event) => openRotate(key, event.currentTarget)));
     // A rotated key can be revoked before its grace ends; a retired one is refused already.
     if (state !== "revoked" && state !== "retired")
       actions.push(button("Revoke", "Revoke", (event) => void revokeKey(key, event.currentTarget), "btn btn-small btn-danger-quiet"));
@@ -1153,6 +1153,7 @@ export function createAdmin(deps) {
       else if (name === "budget_microusd" && typeof value === "number")
         parts.push(`budget ${microusdToUsd(value)} USD${details.budget_period ? ` per UTC ${details.budget_period}` : ""}`);
       else if (name === "new_key_id") parts.push(`new key ${value}`);
+      else if (name === "rotated_from") parts.push(`replaces key ${value}`);
       else if (name === "retires_at") parts.push(`old key works until ${utcTime(new Date(String(value)))}`);
       else parts.push(`${name.replace(/_/g, " ")}: ${value}`);
     }

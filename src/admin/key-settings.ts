@@ -25,13 +25,25 @@ export interface KeyRules {
   checkModel: ModelCheck | null;
 }
 
-const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?(?:[Zz]|([+-])(\d{2}):(\d{2}))$/;
 
-/** An RFC 3339 time as epoch milliseconds, or null. */
+/**
+ * An RFC 3339 time as epoch milliseconds (fractions below a millisecond dropped), or null. Strict where Date.parse is
+ * not: a date that does not exist (2030-02-30), 24:00 and offsets beyond 23:59 are refused.
+ */
 export function parseRfc3339(text: string): number | null {
-  if (!RFC3339.test(text)) return null;
-  const ms = Date.parse(text);
-  return Number.isSafeInteger(ms) ? ms : null;
+  const m = RFC3339.exec(text);
+  if (!m) return null;
+  const [year, month, day, hour, minute, second] = m.slice(1, 7).map(Number) as [number, number, number, number, number, number];
+  const [offsetHours, offsetMinutes] = [Number(m[9] ?? 0), Number(m[10] ?? 0)];
+  if (hour > 23 || minute > 59 || second > 59 || offsetHours > 23 || offsetMinutes > 59) return null;
+  const date = new Date(0);
+  date.setUTCFullYear(year, month - 1, day);
+  if (date.getUTCFullYear() !== year || date.getUTCMonth() !== month - 1 || date.getUTCDate() !== day) return null;
+  const offsetMs = (m[8] === "-" ? -1 : 1) * (offsetHours * 60 + offsetMinutes) * 60_000;
+  const fractionMs = m[7] === undefined ? 0 : Math.floor(Number(`0${m[7]}`) * 1000);
+  const ms = date.getTime() + ((hour * 60 + minute) * 60 + second) * 1000 + fractionMs - offsetMs;
+  return Number.isSafeInteger(ms) && Math.abs(ms) <= 8.64e15 ? ms : null;
 }
 
 /**

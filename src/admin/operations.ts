@@ -6,14 +6,15 @@ import type { PreviewUse } from "../gateway/preview-use.ts";
 import type { UsagePage, UsageQuery } from "../store/store.ts";
 import type { KeySettingsRequest } from "./key-settings.ts";
 
-/** An API key as administration shows it: never the hash, never the key. */
-export type ApiKeyInfo = Omit<ApiKeyRecord, "hash">;
+/** An API key as administration shows it: never the hash, never the key (nor its lineage, an internal of the books). */
+export type ApiKeyInfo = Omit<ApiKeyRecord, "hash" | "lineageId">;
 
 /** An organization with where it stands: credits, today's preview use, keys. */
 export interface OrganizationStatus {
   org: Organization;
   balance: Balance;
   preview: PreviewUse;
+  /** active: the keys that work now (active, or rotated within their grace); expired and retired keys are in neither. */
   keys: { active: number; revoked: number };
 }
 
@@ -30,11 +31,11 @@ export interface AdminOperations {
   setPaused(ref: string, paused: boolean): Promise<{ org: Organization; changed: boolean }>;
   /** `raw` is the key itself, to be shown once. `settings`: its own limits (absent: none). */
   createKey(ref: string, name: string | null, settings?: KeySettingsRequest): Promise<{ org: Organization; key: ApiKeyInfo; raw: string }>;
-  /** Changes a key's name or settings (absent: kept; null: cleared); `conflict` for a revoked key. */
+  /** Changes a key's name or settings (absent: kept; null: cleared); `conflict` for a revoked or rotated key. */
   updateKey(keyId: string, changes: KeyUpdate): Promise<{ org: Organization; key: ApiKeyInfo }>;
   /**
    * A new key (`raw`, shown once) with the old one's organization, name and settings; the old one keeps working for
-   * `graceSeconds` (default DEFAULT_GRACE_SECONDS). `conflict` for a revoked key or one already rotated.
+   * `graceSeconds` (default DEFAULT_GRACE_SECONDS). `conflict` for a revoked key, one already rotated or an expired one.
    */
   rotateKey(keyId: string, graceSeconds?: number): Promise<{ org: Organization; old: ApiKeyInfo; key: ApiKeyInfo; raw: string }>;
   listKeys(ref: string): Promise<{ org: Organization; keys: ApiKeyInfo[] }>;

@@ -9,6 +9,7 @@ import type { Store, UsageQuery } from "../store/store.ts";
 import { StoreConflictError } from "../store/store-errors.ts";
 import { AdminError } from "./admin-error.ts";
 import { type KeyRules, type KeySettingsRequest, keySettingsOf } from "./key-settings.ts";
+import { keyStatus, keyWorks } from "./key-status.ts";
 import { checkName, looksLikeOrganizationId } from "./names.ts";
 import {
   type AdminOperations,
@@ -34,7 +35,7 @@ export interface StoreAdministrationDeps {
 const keyNotFound = (keyId: string) => new AdminError("not_found", `No API key with id ${JSON.stringify(keyId)}.`);
 
 function keyInfo(key: ApiKeyRecord): ApiKeyInfo {
-  const { hash: _hash, ...info } = key;
+  const { hash: _hash, lineageId: _lineageId, ...info } = key;
   return info;
 }
 
@@ -93,8 +94,11 @@ export class StoreAdministration implements AdminOperations {
       previewUse(this.store, { orgId: org.id, limit: this.deps.previewRequestLimit, nowMs: this.deps.nowMs() }),
       this.store.listApiKeys(org.id),
     ]);
-    const revoked = keys.filter((k) => k.revokedAtMs !== null).length;
-    return { org, balance, preview, keys: { active: keys.length - revoked, revoked } };
+    const nowMs = this.deps.nowMs();
+    const statuses = keys.map((k) => keyStatus(k, nowMs));
+    const active = statuses.filter(keyWorks).length;
+    const revoked = statuses.filter((s) => s === "revoked").length;
+    return { org, balance, preview, keys: { active, revoked } };
   }
 
   async setPaused(ref: string, paused: boolean) {
@@ -135,9 +139,14 @@ export class StoreAdministration implements AdminOperations {
     try {
       updated = await this.store.updateApiKey({ keyId, changes, nowMs: this.deps.nowMs(), audit: this.deps.actor });
     } catch (err) {
-      if (err instanceof StoreConflictError)
-        throw new AdminError("conflict", `The API key ${JSON.stringify(keyId)} is revoked; it cannot be changed.`);
-      throw err;
+      if (!(err instanceof StoreConflictError)) throw err;
+      const found = (await this.store.findApiKey(keyId))?.key;
+      if (found?.revokedAtMs == null && found?.replacedBy != null)
+        throw new AdminError(
+          "conflict",
+          `The API key ${JSON.stringify(keyId)} was rotated (replaced by ${found.replacedBy}); it cannot be changed: change ${found.replacedBy} instead.`,
+        );
+      throw new AdminError("conflict", `The API key ${JSON.stringify(keyId)} is revoked; it cannot be changed.`);
     }
     if (!updated) throw keyNotFound(keyId);
     const org = await this.store.findOrganization(updated.orgId);
@@ -173,6 +182,11 @@ export class StoreAdministration implements AdminOperations {
         throw new AdminError(
           "conflict",
           `The API key ${JSON.stringify(keyId)} was already rotated: it is replaced by ${found.replacedBy}.`,
+        );
+      if (found?.expiresAtMs != null && found.expiresAtMs <= nowMs)
+        throw new AdminError(
+          "conflict",
+          `The API key ${JSON.stringify(keyId)} has expired; it cannot be rotated (create a new key, or extend its expiry first).`,
         );
       // Else the new key's id was taken (very unlikely).
       throw err;

@@ -1,6 +1,8 @@
 import { apiKeyJson, createdApiKeyJson, rotatedApiKeyJson } from "../admin/admin-json.ts";
 import type { KeySettingsRequest } from "../admin/key-settings.ts";
+import { keyStatus } from "../admin/key-status.ts";
 import type { ApiKeyInfo, KeyUpdate } from "../admin/operations.ts";
+import { MAX_GRACE_SECONDS } from "../contract/admin.ts";
 import { apiKeyMatches, keyIdOf } from "../domain/api-keys.ts";
 import { formatUsd } from "../domain/money.ts";
 import { StoreConflictError } from "../store/store-errors.ts";
@@ -85,14 +87,6 @@ function describeSettings(key: ApiKeyInfo): string {
     key.budget === null ? null : `$${formatUsd(key.budget.limitMicrousd)}/${key.budget.period}`,
   ].filter((p) => p !== null);
   return parts.length === 0 ? "no limits of its own" : parts.join("; ");
-}
-
-/** active, revoked, expired, or rotated (working until its grace ends, or retired). */
-function keyStatus(key: ApiKeyInfo, nowMs: number): string {
-  if (key.revokedAtMs !== null) return "revoked";
-  if (key.retiresAtMs !== null) return key.retiresAtMs <= nowMs ? "retired" : "rotated";
-  if (key.expiresAtMs !== null && key.expiresAtMs <= nowMs) return "expired";
-  return "active";
 }
 
 function printNewKey(ctx: CommandContext, raw: string): void {
@@ -228,8 +222,8 @@ export const keyCommands: CommandGroup = {
       async run(ctx, input) {
         const keyId = await keyIdGiven(ctx, input.positionals[0]!);
         const graceText = stringOption(input, "grace-seconds");
-        if (graceText !== undefined && !/^(0|[1-9][0-9]{0,7})$/.test(graceText))
-          throw new UsageError("--grace-seconds must be a whole number of seconds, 0 or more");
+        if (graceText !== undefined && !(/^(0|[1-9][0-9]{0,7})$/.test(graceText) && Number(graceText) <= MAX_GRACE_SECONDS))
+          throw new UsageError(`--grace-seconds must be a whole number of seconds from 0 to ${MAX_GRACE_SECONDS} (30 days)`);
         const grace = graceText === undefined ? undefined : Number(graceText);
         const { org, old, key, raw } = await (await ctx.admin()).rotateKey(keyId, grace).catch((err: unknown) => {
           if (err instanceof StoreConflictError)

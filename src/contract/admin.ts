@@ -32,7 +32,13 @@ export const AdminOrganization = Type.Object(
     balance: AdminBalance,
     preview: PreviewQuota,
     keys: Type.Object(
-      { active: Type.Integer({ minimum: 0 }), revoked: Type.Integer({ minimum: 0 }) },
+      {
+        active: Type.Integer({
+          minimum: 0,
+          description: "Keys that work now: active, or rotated within their grace (not expired or retired)",
+        }),
+        revoked: Type.Integer({ minimum: 0 }),
+      },
       { additionalProperties: false, description: "How many API keys it has" },
     ),
   },
@@ -244,7 +250,10 @@ export const AuditEntryJson = Type.Object(
       description: "The admin API caller's x-tds-client header (the console sends console, the CLI cli)",
     }),
     remote_address: Type.Union([Type.String(), Type.Null()]),
-    details: Type.Record(Type.String(), Type.Union([Type.String(), Type.Number(), Type.Boolean(), Type.Null()])),
+    details: Type.Record(Type.String(), Type.Union([Type.String(), Type.Number(), Type.Boolean(), Type.Null()]), {
+      description:
+        "What changed: a name; a key's settings at creation (with rotated_from, the old key's id, for a rotation's new key) or the fields an update changed; a rotation's new_key_id and retires_at; a grant's amount_microusd and note",
+    }),
   },
   { additionalProperties: false, title: "AuditEntry" },
 );

@@ -49,10 +49,11 @@ export interface AdmitCommand {
   /** Paid: the credits to set aside; the reservation's id is the request id. */
   reservation: { amountMicrousd: number; expiresAtMs: number } | null;
   /**
-   * Paid, by a key with a budget: the reservation is also set aside in the key's spend of `period` (its UTC day
-   * "YYYY-MM-DD" or month "YYYY-MM" at admission), refused when spent + reserved there would pass `limitMicrousd`.
+   * Paid, by a key with a budget: the reservation is also set aside in the spend of `keyId` (the key's lineage id,
+   * shared with the keys it replaced by rotation) in `period` (its UTC day "YYYY-MM-DD" or month "YYYY-MM" at
+   * admission), refused when spent + reserved there would pass `limitMicrousd`.
    */
-  keyBudget?: { period: string; limitMicrousd: number } | null;
+  keyBudget?: { keyId: string; period: string; limitMicrousd: number } | null;
 }
 
 export type AdmitResult =
@@ -103,8 +104,8 @@ export interface CompleteCommand
    */
   reserved: boolean;
   /**
-   * The admission's reservation also counted in this key's spend of this period (AdmitCommand.keyBudget): moved
-   * from reserved to spent (the cost) or released there too. A completion of such a request must name it.
+   * The admission's reservation also counted in this key spend (AdmitCommand.keyBudget: the lineage id and the
+   * period): moved from reserved to spent (the cost) or released there too. A completion of such a request must name it.
    */
   keyBudget?: { keyId: string; period: string } | null;
   /** The request's Idempotency-Key: a success keeps `response` for replays, anything else drops the claim. */

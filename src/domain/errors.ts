@@ -18,7 +18,10 @@ export const ERROR_CATALOGUE = {
     detail: "Too many failed admin authentications from this address; retry after the time in Retry-After.",
   },
   name_taken: { status: 409, detail: "The name is already in use." },
-  key_not_active: { status: 409, detail: "The API key is revoked or was already rotated: it cannot be changed or rotated." },
+  key_not_active: {
+    status: 409,
+    detail: "The API key is revoked or was already rotated (it cannot be changed or rotated), or has expired (it cannot be rotated).",
+  },
   org_paused: { status: 403, detail: "Requests of this organization are paused pending billing review." },
   model_not_allowed: { status: 403, detail: "This API key may not use this model." },
   key_budget_exhausted: { status: 402, detail: "This API key's budget for the period cannot cover the reservation for this request." },

@@ -39,6 +39,11 @@ export interface ApiKeyRecord extends KeySettings {
   hash: string;
   createdAtMs: number;
   revokedAtMs: number | null;
+  /**
+   * The id of the first key of its chain of rotations (its own id when it replaced no key): a key and the keys that
+   * replaced it share one budget spend and one per-minute count.
+   */
+  lineageId: string;
   /** Rotated: the id of the key that replaced it. */
   replacedBy: string | null;
   /** Rotated: the end of its grace period, from which it is refused (401). */

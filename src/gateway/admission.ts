@@ -117,8 +117,9 @@ export class AdmissionPolicy {
     // The period is fixed here: the completion settles in the same period's spend, whenever it runs.
     const budget = priced.mode === "paid" ? (ctx.key?.budget ?? null) : null;
     const keyPeriod = budget && utcPeriod(budget.period, now);
-    const charging: Charging =
-      priced.mode === "paid" && keyPeriod ? { ...priced, keyBudget: { keyId: ctx.keyId, period: keyPeriod } } : priced;
+    // A key and the keys that replaced it by rotation spend in one row: their lineage's.
+    const keySpend = keyPeriod ? { keyId: ctx.key?.lineageId ?? ctx.keyId, period: keyPeriod } : null;
+    const charging: Charging = priced.mode === "paid" && keySpend ? { ...priced, keyBudget: keySpend } : priced;
     const command: AdmitCommand = {
       requestId: ctx.requestId,
       orgId: ctx.org.id,
@@ -148,7 +149,7 @@ export class AdmissionPolicy {
         charging.mode === "paid"
           ? { amountMicrousd: charging.reservation.amount, expiresAtMs: now + config.reservationTtlSeconds * 1000 }
           : null,
-      keyBudget: budget && keyPeriod ? { period: keyPeriod, limitMicrousd: budget.limitMicrousd } : null,
+      keyBudget: budget && keySpend ? { ...keySpend, limitMicrousd: budget.limitMicrousd } : null,
     };
     let result = await books.admit(command);
     if (result.kind === "idempotency_abandoned" && this.deps.releaseAbandoned) {

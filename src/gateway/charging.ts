@@ -18,7 +18,7 @@ export type Charging =
   | { mode: "preview" }
   /**
    * Its reservation set aside; charged the cost of the tokens it used at `price`, at most the reservation. `keyBudget`:
-   * the reservation also counts in this key's spend of this budget period (the key has a budget), settled there too.
+   * the reservation also counts in this key spend (the key has a budget: its lineage's id and the period), settled there too.
    */
   | { mode: "paid"; price: Price; priceInputUsd: string; reservation: Reservation; keyBudget: { keyId: string; period: string } | null };
 

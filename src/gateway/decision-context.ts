@@ -1,12 +1,15 @@
-import type { KeySettings, Organization } from "../domain/organizations.ts";
+import type { ApiKeyRecord, Organization } from "../domain/organizations.ts";
 import type { UsageSource } from "../domain/usage-records.ts";
 
 export interface DecisionContext {
   requestId: string;
   org: Organization;
   keyId: string;
-  /** The limits of the key that the pipeline applies: the models it may use, its budget (absent: none of its own). */
-  key?: Pick<KeySettings, "models" | "budget">;
+  /**
+   * The limits of the key that the pipeline applies: the models it may use, its budget, spent in its lineage's row
+   * (absent: none of its own).
+   */
+  key?: Pick<ApiKeyRecord, "models" | "budget" | "lineageId">;
   source: UsageSource;
   /** performance.now() when the request arrived. */
   startedAt: number;

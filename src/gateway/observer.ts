@@ -26,7 +26,7 @@ export const silentObserver: DecisionObserver = {
 export type DecisionStep = "admission" | "model call" | "completion";
 export type TraceAttributes = Readonly<Record<string, string | number>>;
 
-/** The decision's steps as trace spans (src/observability/tracing.ts implements it); absent while tracing is off. */
+/** The decision's steps as trace spans (src/observability/spans.ts implements it); absent while tracing is off. */
 export interface DecisionTracer {
   /** A span of one step under the current one (the request's); null when nothing is traced now. */
   step(name: DecisionStep, attributes?: TraceAttributes): TraceStep | null;

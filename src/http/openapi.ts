@@ -11,14 +11,14 @@ const STATUS_TEXT: Record<string, string> = {
   "200": "Success",
   "202": "Accepted",
   "400": "Malformed request: its URL, request line, headers or body framing cannot be parsed",
-  "401": "Missing, invalid or revoked API key",
-  "402": "Credits cannot cover the reservation (paid mode)",
-  "403": "Organization paused pending billing review",
+  "401": "Missing, invalid, revoked, expired or retired (rotated, grace over) API key",
+  "402": "Credits, or the API key's budget, cannot cover the reservation (paid mode)",
+  "403": "Organization paused pending billing review, or a model the API key may not use",
   "404": "Not found in this organization",
   "409": "Reservation expired, or the same Idempotency-Key is still running",
   "413": "Body over max_request_bytes (a batch: over max_batch_bytes, or a line over max_request_bytes)",
   "422": "Invalid body or query, unknown model, or context rejected",
-  "429": "Rate limit or daily preview quota reached",
+  "429": "Per-minute limit (the organization's or the API key's) or daily preview quota reached",
   "502": "Model unavailable, timed out or invalid; nothing charged",
   "503": "Model service not configured, or storage unavailable",
 };
@@ -30,7 +30,7 @@ const ADMIN_STATUS_TEXT: Record<string, string> = {
   "204": "Done (also when it was already revoked)",
   "401": "Missing or invalid admin token (API keys are not accepted)",
   "404": "No such organization or key",
-  "409": "The name is already in use",
+  "409": "The name is already in use, or the key is revoked, rotated or expired and cannot be changed or rotated",
   "422": "Invalid body, query or header, or an Idempotency-Key reused with another grant",
   "503": "Storage unavailable",
 };
@@ -99,7 +99,9 @@ function build(routes: RouteDoc[], info: { title: string; version: string; descr
       parameters: parameters(schema),
       responses,
     };
-    if (schema.body) operation.requestBody = { required: true, content: { "application/json": { schema: schema.body } } };
+    // `bodyOptional`: the route takes no body as an empty one (a rotation's default grace).
+    if (schema.body)
+      operation.requestBody = { required: schema.bodyOptional !== true, content: { "application/json": { schema: schema.body } } };
     if (schema.streamedBody) {
       const { mediaType, schema: lineSchema, description } = schema.streamedBody as StreamedBody;
       operation.requestBody = { required: true, ...(description ? { description } : {}), content: { [mediaType]: { schema: lineSchema } } };
@@ -178,6 +180,8 @@ declare module "fastify" {
     hide?: boolean;
     /** A body the route reads as a stream (not parsed as JSON): documented only, never validated by Fastify. */
     streamedBody?: StreamedBody;
+    /** The route takes a request without a body as an empty one: its requestBody is documented as not required. */
+    bodyOptional?: boolean;
   }
 }
 

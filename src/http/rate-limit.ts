@@ -11,9 +11,10 @@ export interface RateLimitRule {
   key: (orgId: string) => string;
   /**
    * The limiter's key for an API key with a per-minute limit of its own (requests_per_minute), counted before its
-   * organization's; absent: keys' own limits do not apply to these requests.
+   * organization's, by the key's lineage (ApiKeyRecord.lineageId): a key and the keys that replaced it by rotation
+   * count together. Absent: keys' own limits do not apply to these requests.
    */
-  apiKey?: (keyId: string) => string;
+  apiKey?: (lineageId: string) => string;
   /** The setting that sets the limit, for the 429 detail. */
   setting: string;
   /** What is limited, for the 429 detail: "request" or "usage read". */
@@ -35,7 +36,7 @@ export function rateLimit(rule: RateLimitRule) {
     const { org, key } = request.auth;
     const own = key?.requestsPerMinute ?? null;
     if (rule.apiKey && own !== null) {
-      const rate = await rule.limiter.consume(rule.apiKey(key.id), own);
+      const rate = await rule.limiter.consume(rule.apiKey(key.lineageId), own);
       if (!rate.allowed) {
         rule.observer?.rejected("key_rate_limited");
         throw new ServiceError(

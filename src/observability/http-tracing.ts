@@ -10,17 +10,24 @@ import {
   ATTR_USER_AGENT_ORIGINAL,
 } from "@opentelemetry/semantic-conventions";
 import type { FastifyInstance } from "fastify";
-import { SPAN_ATTRIBUTES, type Tracing } from "./tracing.ts";
+import { SPAN_ATTRIBUTES, type Tracing } from "./spans.ts";
 
 type RequestListener = (req: IncomingMessage, res: ServerResponse) => void;
 
 const serverSpans = new WeakMap<IncomingMessage, Span>();
 
+/** The longest url.path and user_agent.original kept on a span (a client may send kilobytes of either). */
+export const MAX_PATH_CHARS = 1024;
+export const MAX_USER_AGENT_CHARS = 256;
+/** error.type of a request whose connection closed before its answer was sent. */
+export const CLIENT_CLOSED = "client_closed";
+
 /**
  * A SERVER span per HTTP request, continuing the client's W3C trace context (traceparent, tracestate). Fastify's
  * request listener runs inside the span's context, and the request and response emitters are bound to it, so that
  * everything the request does (hooks, body parsing, the handler, the log lines, the model calls) sees its span.
- * The span is named `METHOD /route/template` once the route is known, and ends when the response is closed.
+ * The span is named `METHOD /route/template` once the route is known, and ends when the response is closed: with
+ * the status sent, or without one (error.type client_closed) when the connection closed before the answer was sent.
  */
 export function traceRequests(app: FastifyInstance, tracing: Tracing): void {
   const { tracer } = tracing;
@@ -39,9 +46,9 @@ export function traceRequests(app: FastifyInstance, tracing: Tracing): void {
           kind: SpanKind.SERVER,
           attributes: {
             [ATTR_HTTP_REQUEST_METHOD]: method,
-            [ATTR_URL_PATH]: query < 0 ? url : url.slice(0, query),
+            [ATTR_URL_PATH]: (query < 0 ? url : url.slice(0, query)).slice(0, MAX_PATH_CHARS),
             [ATTR_URL_SCHEME]: "http",
-            ...(req.headers["user-agent"] ? { [ATTR_USER_AGENT_ORIGINAL]: req.headers["user-agent"] } : {}),
+            ...(req.headers["user-agent"] ? { [ATTR_USER_AGENT_ORIGINAL]: req.headers["user-agent"].slice(0, MAX_USER_AGENT_CHARS) } : {}),
           },
         },
         parent,
@@ -51,6 +58,12 @@ export function traceRequests(app: FastifyInstance, tracing: Tracing): void {
       context.bind(current, req);
       context.bind(current, res);
       res.once("close", () => {
+        // Without headers sent, res.statusCode is Node's default 200: nothing was answered.
+        if (!res.headersSent) {
+          span.setAttribute(ATTR_ERROR_TYPE, CLIENT_CLOSED);
+          span.end();
+          return;
+        }
         const status = res.statusCode;
         span.setAttribute(ATTR_HTTP_RESPONSE_STATUS_CODE, status);
         if (status >= 500) {
@@ -78,7 +91,8 @@ export function traceRequests(app: FastifyInstance, tracing: Tracing): void {
   });
   app.addHook("onResponse", (request, _reply, done) => {
     const orgId = request.auth?.org.id;
-    if (orgId !== undefined) serverSpans.get(request.raw)?.setAttribute(SPAN_ATTRIBUTES.organizationId, orgId);
+    const span = serverSpans.get(request.raw);
+    if (orgId !== undefined && span?.isRecording()) span.setAttribute(SPAN_ATTRIBUTES.organizationId, orgId);
     done();
   });
 }

@@ -1,7 +1,7 @@
 import pino, { type Logger } from "pino";
 import type { LogFormat, LogLevel } from "../config.ts";
 import { prettyDestination } from "./pretty-log.ts";
-import { traceLogFields } from "./tracing.ts";
+import { traceLogFields } from "./spans.ts";
 
 /** Never logged: an API key or admin token in a request's headers. */
 export const LOG_REDACTION = { paths: ["req.headers.authorization", "req.headers.cookie"], censor: "[redacted]" };

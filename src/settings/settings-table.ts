@@ -614,6 +614,17 @@ export const SETTINGS = {
     summary: "The same for traces only (wins over `OTEL_EXPORTER_OTLP_PROTOCOL`)",
     details: "The same as OTEL_EXPORTER_OTLP_PROTOCOL, for traces only; it wins.",
   }),
+  otelHeaders: documented({
+    env: "OTEL_EXPORTER_OTLP_HEADERS",
+    file: null,
+    default: null,
+    defaultText: "none",
+    example: "",
+    section: "tracing",
+    summary: "Headers sent with every export, `key=value,key=value` (percent-encoded), such as a collector's `authorization=Bearer%20…`",
+    details:
+      "Headers sent with every export, as key=value pairs separated by commas (values percent-encoded), such as a collector's token: authorization=Bearer%20…. OTEL_EXPORTER_OTLP_TRACES_HEADERS is the same for traces only. Read by the OpenTelemetry exporter itself; its values are never logged.",
+  }),
   otelServiceName: documented({
     env: "OTEL_SERVICE_NAME",
     file: null,

@@ -35,8 +35,9 @@ const organizations = new Table<OrganizationRow>("organizations", {
   createdAtMs: bigint("created_at_ms"),
 });
 
-/** An api_keys row: a key with its models as JSON array text and its budget in two columns. */
-type ApiKeyRow = Omit<ApiKeyRecord, "models" | "budget"> & {
+/** An api_keys row: a key with its models as JSON array text, its budget in two columns, its lineage null when its own id. */
+type ApiKeyRow = Omit<ApiKeyRecord, "models" | "budget" | "lineageId"> & {
+  lineageId: string | null;
   models: string | null;
   budgetMicrousd: number | null;
   budgetPeriod: BudgetPeriod | null;
@@ -56,13 +57,15 @@ const apiKeys = new Table<ApiKeyRow>("api_keys", {
   budgetPeriod: text("budget_period"),
   replacedBy: text("replaced_by"),
   retiresAtMs: bigint("retires_at_ms"),
+  lineageId: text("lineage_id"),
   lastUsedAtMs: bigint("last_used_at_ms"),
 });
 
 function toKey(row: DbRow): ApiKeyRecord {
-  const { models, budgetMicrousd, budgetPeriod, ...rest } = apiKeys.fromRow(row);
+  const { models, budgetMicrousd, budgetPeriod, lineageId, ...rest } = apiKeys.fromRow(row);
   return {
     ...rest,
+    lineageId: lineageId ?? rest.id,
     models: models === null ? null : (JSON.parse(models) as string[]),
     budget: budgetMicrousd === null || budgetPeriod === null ? null : { limitMicrousd: budgetMicrousd, period: budgetPeriod },
   };
@@ -82,8 +85,15 @@ function settingsColumns(s: Partial<KeySettings>): Partial<ApiKeyRow> {
 }
 
 function rowOf(key: ApiKeyRecord): ApiKeyRow {
-  const { models: _models, budget: _budget, ...rest } = key;
-  return { ...rest, models: null, budgetMicrousd: null, budgetPeriod: null, ...settingsColumns(key) };
+  const { models: _models, budget: _budget, lineageId, ...rest } = key;
+  return {
+    ...rest,
+    lineageId: lineageId === key.id ? null : lineageId,
+    models: null,
+    budgetMicrousd: null,
+    budgetPeriod: null,
+    ...settingsColumns(key),
+  };
 }
 
 /** The settings of a key, copied (a rotation gives the new key the same). */
@@ -144,8 +154,8 @@ const SQL = {
   revokeKey: "UPDATE api_keys SET revoked_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL RETURNING org_id, name",
   // Changes nothing: locks the key (PostgreSQL: until the transaction ends) and answers it as it is then.
   lockKey: `UPDATE api_keys SET revoked_at_ms = revoked_at_ms WHERE id = ? RETURNING ${apiKeys.list()}`,
-  // Only a key neither revoked nor already rotated is rotated, once.
-  retireKey: `UPDATE api_keys SET replaced_by = ?, retires_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL AND replaced_by IS NULL RETURNING ${apiKeys.list()}`,
+  // Only a key neither revoked, already rotated nor expired is rotated, once.
+  retireKey: `UPDATE api_keys SET replaced_by = ?, retires_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL AND replaced_by IS NULL AND (expires_at_ms IS NULL OR expires_at_ms > ?) RETURNING ${apiKeys.list()}`,
   findKey: `SELECT ${apiKeys.list()} FROM api_keys WHERE id = ?`,
   updateKey: `UPDATE api_keys SET ${apiKeys.assign(UPDATED_COLUMNS, () => "?")} WHERE id = ? RETURNING ${apiKeys.list()}`,
   // Never back: another instance may have written a later use.
@@ -264,6 +274,7 @@ export class Accounts implements AccountsPart {
       createdAtMs: input.nowMs,
       revokedAtMs: null,
       ...settingsOf(input.settings ?? NO_KEY_SETTINGS),
+      lineageId: input.id,
       replacedBy: null,
       retiresAtMs: null,
       lastUsedAtMs: null,
@@ -303,6 +314,8 @@ export class Accounts implements AccountsPart {
       if (!row) return null;
       const key = toKey(row);
       if (key.revokedAtMs !== null) throw new StoreConflictError(`The API key ${JSON.stringify(keyId)} is revoked`);
+      if (key.replacedBy !== null)
+        throw new StoreConflictError(`The API key ${JSON.stringify(keyId)} was rotated (replaced by ${JSON.stringify(key.replacedBy)})`);
       const changed = differences(key, changes);
       if (Object.keys(changed).length === 0) return key;
       const merged = rowOf({ ...key, ...changed } as ApiKeyRecord);
@@ -327,7 +340,7 @@ export class Accounts implements AccountsPart {
     if (!this.db.holds(keyId)) return null;
     try {
       return await this.db.write(function* () {
-        const [retired] = yield* query(SQL.retireKey, newId, retiresAtMs, keyId);
+        const [retired] = yield* query(SQL.retireKey, newId, retiresAtMs, keyId, nowMs);
         if (!retired) {
           const [row] = yield* query(SQL.findKey, keyId);
           if (!row) return null;
@@ -335,7 +348,9 @@ export class Accounts implements AccountsPart {
           throw new StoreConflictError(
             found.revokedAtMs !== null
               ? `The API key ${JSON.stringify(keyId)} is revoked`
-              : `The API key ${JSON.stringify(keyId)} was already rotated (replaced by ${JSON.stringify(found.replacedBy)})`,
+              : found.replacedBy !== null
+                ? `The API key ${JSON.stringify(keyId)} was already rotated (replaced by ${JSON.stringify(found.replacedBy)})`
+                : `The API key ${JSON.stringify(keyId)} has expired`,
           );
         }
         const old = toKey(retired);
@@ -347,12 +362,17 @@ export class Accounts implements AccountsPart {
           createdAtMs: nowMs,
           revokedAtMs: null,
           ...settingsOf(old),
+          // One budget spend and one per-minute count for the key and the keys it replaces.
+          lineageId: old.lineageId,
           replacedBy: null,
           retiresAtMs: null,
           lastUsedAtMs: null,
         };
         yield* execute(SQL.insertKey, ...valuesOf(apiKeys, rowOf(created)));
-        if (audit) yield* recordAudit(audits.keyRotated(old, newId, retiresAtMs, audit, nowMs));
+        if (audit) {
+          yield* recordAudit(audits.keyCreated(created, audit, nowMs, old.id));
+          yield* recordAudit(audits.keyRotated(old, newId, retiresAtMs, audit, nowMs));
+        }
         return { old, created };
       });
     } catch (err) {

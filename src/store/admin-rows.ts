@@ -109,8 +109,21 @@ export const audits = {
   key: (action: "key.created" | "key.revoked", key: { id: string; orgId: string; name: string | null }, actor: AuditActor, atMs: number) =>
     entry(action, key.orgId, key.id, { name: key.name }, actor, atMs),
   /** A key created with settings of its own: its name and those settings. */
-  keyCreated: (key: { id: string; orgId: string; name: string | null } & KeySettings, actor: AuditActor, atMs: number) =>
-    entry("key.created", key.orgId, key.id, { name: key.name, ...keySettingsDetails(settingsHeld(key)) }, actor, atMs),
+  /** `rotatedFrom`: the key a rotation replaced with this one. */
+  keyCreated: (
+    key: { id: string; orgId: string; name: string | null } & KeySettings,
+    actor: AuditActor,
+    atMs: number,
+    rotatedFrom?: string,
+  ) =>
+    entry(
+      "key.created",
+      key.orgId,
+      key.id,
+      { name: key.name, ...(rotatedFrom === undefined ? {} : { rotated_from: rotatedFrom }), ...keySettingsDetails(settingsHeld(key)) },
+      actor,
+      atMs,
+    ),
   /** The fields an update changed, with their new values. */
   keyUpdated: (key: { id: string; orgId: string }, changed: KeyChanges, actor: AuditActor, atMs: number) =>
     entry("key.updated", key.orgId, key.id, keySettingsDetails(changed), actor, atMs),

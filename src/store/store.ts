@@ -62,7 +62,8 @@ export interface AccountStore {
   }): Promise<ApiKeyRecord | null>;
   /**
    * Replaces a key that is neither revoked nor retired by a new one (`newId`, `hash`) with the same organization, name
-   * and settings, in one transaction: the old key gets `replacedBy` and `retiresAtMs`. Null when no such key exists;
+   * and settings, and the same lineage (one budget spend and per-minute count), in one transaction: the old key gets
+   * `replacedBy` and `retiresAtMs`. Null when no such key exists;
    * StoreConflictError when it is revoked or already rotated. With `audit`, records "key.rotated" on the old key.
    */
   rotateApiKey(input: {
@@ -140,7 +141,10 @@ export interface BookkeepingStore {
   /** The organization's preview requests counted on one UTC day: one key lookup (previewUsage reads the day's rows). */
   previewCount(orgId: string, day: string): Promise<number>;
 
-  /** A key's spend in one budget period ("YYYY-MM-DD" or "YYYY-MM"): zeros when it has none. */
+  /**
+   * A key lineage's spend (`keyId`: ApiKeyRecord.lineageId, shared by a key and the keys that replaced it) in one
+   * budget period ("YYYY-MM-DD" or "YYYY-MM"): zeros when it has none.
+   */
   keySpend(keyId: string, period: string): Promise<{ reservedMicrousd: number; spentMicrousd: number }>;
 
   /** Scoped to the organization: another organization's record is null. */

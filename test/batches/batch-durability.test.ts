@@ -481,7 +481,15 @@ describe("batches survive their gateway process", { timeout: 300_000 }, () => {
       await waitFor("both instances holding requests at the model", () => gates.every((g) => g.held() > 0));
       for (const gate of gates) gate.open();
 
-      await assertExactlyOnce(client(gateways[1]!, org), org, id, count);
+      await assertExactlyOnce(client(gateways[1]!, org), org, id, count).catch((err: unknown) => {
+        // What the instances said about the model service (a deployment taken out of rotation explains 502s).
+        for (const line of gateways
+          .flatMap((g) => g.lines)
+          .filter((l) => /deployment|model service/i.test(l))
+          .slice(-20))
+          t.diagnostic(line);
+        throw err;
+      });
       const calls = callsPerTicket(fake);
       assert.equal(calls.size, count, "every request reached the model");
       assert.ok(

@@ -120,11 +120,11 @@ describe("tds batch", () => {
     assert.equal(batch.status, "queued");
     assert.deepEqual(batch.request_counts, { total: 3, succeeded: 0, failed: 0 });
 
-    const json = await cli(["batch", "submit", ndjson([line("x")]), "--model", "m1", "--json"], env);
+    const json = await cli(["batch", "submit", ndjson([line("x")]), "--model", "fake-large", "--json"], env);
     assert.equal(json.code, 0, json.stderr);
     const submitted = JSON.parse(json.stdout) as Batch;
     assert.equal(submitted.object, "batch");
-    assert.equal(submitted.model, "m1");
+    assert.equal(submitted.model, "fake-large");
     assert.equal(submitted.request_counts.total, 1);
   });
 

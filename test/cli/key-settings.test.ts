@@ -93,6 +93,9 @@ describe("tds key with settings", () => {
         [null, null, 9, null, expires],
       );
 
+      const tooLong = await tds("key", "rotate", created.id, "--grace-seconds", "2592001");
+      assert.deepEqual([tooLong.code, tooLong.stdout], [2, ""], "refused before either back-end is asked");
+      assert.match(tooLong.stderr, /--grace-seconds must be a whole number of seconds from 0 to 2592000 \(30 days\)/);
       const rotated = json(await tds("key", "rotate", created.id, "--grace-seconds", "60", "--json"));
       assert.equal(rotated.replaces, created.id);
       assert.equal(rotated.requests_per_minute, 9);

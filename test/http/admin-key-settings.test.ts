@@ -1,7 +1,8 @@
 /**
  * A key's own limits through the admin API of a real listening gateway: set at creation, shown in the list and by
  * id, changed and cleared with PATCH, checked beyond the schema (422 with field errors, nothing changed), rotation
- * (201 with a working new key; the old one shown as replaced), the audit entries, and the 404 and 409 cases.
+ * (201 with a working new key; the old one shown as replaced), the audit entries, the 404 and 409 cases, and the
+ * organization's count of the keys that work.
  */
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -169,11 +170,18 @@ describe("admin API: a key's own limits and its rotation", () => {
     const id = created.json.id as string;
     const before = (await call("GET", `/keys/${id}`)).json;
     const auditBefore = (await auditOf()).length;
+    const keysBefore = (await keysOf()).length;
     const cases: [Json, string, RegExp][] = [
       [{ budget: { usd: "1.0000001", period: "day" } }, "budget.usd", /at most 6 decimals/],
       [{ budget: { usd: "-1", period: "day" } }, "budget.usd", /decimal USD/],
       [{ budget: { usd: " 1", period: "day" } }, "budget.usd", /decimal USD/],
       [{ expires_at: new Date(Date.now() - 60_000).toISOString() }, "expires_at", /in the future/],
+      // Dates Date.parse would take, as another day.
+      [{ expires_at: "2030-02-30T00:00:00Z" }, "expires_at", /RFC 3339/],
+      [{ expires_at: "2030-04-31T12:00:00Z" }, "expires_at", /RFC 3339/],
+      [{ expires_at: "2030-01-01T24:00:00Z" }, "expires_at", /RFC 3339/],
+      [{ expires_at: "2030-01-01T12:60:00Z" }, "expires_at", /RFC 3339/],
+      [{ expires_at: "2030-01-01T12:00:00+24:00" }, "expires_at", /RFC 3339/],
       [{ models: ["decider", "nope"] }, "models[1]", /unknown model "nope"/],
       [
         { requests_per_minute: ORG_RPM + 1 },
@@ -201,6 +209,7 @@ describe("admin API: a key's own limits and its rotation", () => {
     }
     assert.deepEqual((await call("GET", `/keys/${id}`)).json, before, "nothing changed");
     assert.equal((await auditOf()).length, auditBefore, "nothing recorded");
+    assert.equal((await keysOf()).length, keysBefore, "no key created");
     assert.equal(
       (await call("POST", `/organizations/${orgId}/keys`, { requests_per_minute: ORG_RPM })).status,
       201,
@@ -248,8 +257,23 @@ describe("admin API: a key's own limits and its rotation", () => {
     assert.ok(listed.some((k) => k.id === oldId && k.replaced_by === rotated.json.id));
     assert.ok(listed.some((k) => k.id === rotated.json.id && k.replaced_by === null));
 
-    const entry = (await auditOf()).find((e) => e.action === "key.rotated" && e.target === oldId);
+    const audit = await auditOf();
+    const entry = audit.find((e) => e.action === "key.rotated" && e.target === oldId);
     assert.deepEqual(entry?.details, { name: "rotating", new_key_id: rotated.json.id, retires_at: rotated.json.old_key_retires_at });
+    const createdEntry = audit.find((e) => e.action === "key.created" && e.target === rotated.json.id);
+    assert.deepEqual(createdEntry?.details, {
+      name: "rotating",
+      rotated_from: oldId,
+      expires_at: expiresAt,
+      models: '["helper"]',
+      budget_microusd: 3_000_000,
+      budget_period: "day",
+    });
+    assert.deepEqual(
+      [createdEntry.at, createdEntry.source, createdEntry.client, createdEntry.org_id],
+      [entry?.at, "http", "key-test", orgId],
+      "written with the rotation",
+    );
     assert.ok(!JSON.stringify(await auditOf()).includes(rotated.json.key), "never the key");
 
     const again = await call("POST", `/keys/${oldId}/rotate`, {});
@@ -282,5 +306,70 @@ describe("admin API: a key's own limits and its rotation", () => {
     assert.equal(rotated.status, 409, rotated.text);
     assert.match(rotated.json.detail, /revoked/);
     assert.equal((await keysOf()).filter((k) => k.name === "gone").length, 1, "no new key");
+  });
+
+  test("409 to change a rotated key (its replacement is changed instead); a rotated key can still be revoked", async () => {
+    const created = await call("POST", `/organizations/${orgId}/keys`, { name: "replaced", requests_per_minute: 7 });
+    const oldId = created.json.id as string;
+    const rotated = await call("POST", `/keys/${oldId}/rotate`, { grace_seconds: 3600 });
+    assert.equal(rotated.status, 201, rotated.text);
+    const auditBefore = (await auditOf()).length;
+    const before = (await call("GET", `/keys/${oldId}`)).json;
+    const patched = await call("PATCH", `/keys/${oldId}`, { requests_per_minute: 3 });
+    assert.equal(patched.status, 409, patched.text);
+    assert.match(patched.json.detail, new RegExp(`was rotated \\(replaced by ${rotated.json.id}\\); it cannot be changed`));
+    assert.deepEqual((await call("GET", `/keys/${oldId}`)).json, before, "nothing changed");
+    assert.equal((await auditOf()).length, auditBefore, "nothing recorded");
+    const onNew = await call("PATCH", `/keys/${rotated.json.id}`, { requests_per_minute: 3 });
+    assert.equal(onNew.status, 200, onNew.text);
+    assert.equal((await call("DELETE", `/keys/${oldId}`)).status, 204, "revoking a rotated key ends its grace");
+  });
+
+  test("409 to rotate an expired key: no new key, nothing recorded; a later expiry makes it rotatable", async () => {
+    const expiresAt = new Date(Date.now() + 1500).toISOString();
+    const created = await call("POST", `/organizations/${orgId}/keys`, { name: "expiring", expires_at: expiresAt });
+    assert.equal(created.status, 201, created.text);
+    const id = created.json.id as string;
+    while (Date.now() <= Date.parse(expiresAt) + 50) await new Promise((r) => setTimeout(r, 100));
+    const auditBefore = (await auditOf()).length;
+    const rotated = await call("POST", `/keys/${id}/rotate`, {});
+    assert.equal(rotated.status, 409, rotated.text);
+    assert.match(rotated.json.detail, /has expired; it cannot be rotated/);
+    assert.equal((await call("GET", `/keys/${id}`)).json.replaced_by, null);
+    assert.equal((await keysOf()).filter((k) => k.name === "expiring").length, 1, "no new key");
+    assert.equal((await auditOf()).length, auditBefore, "nothing recorded");
+
+    const extended = await call("PATCH", `/keys/${id}`, { expires_at: future(5) });
+    assert.equal(extended.status, 200, extended.text);
+    assert.equal((await call("POST", `/keys/${id}/rotate`, {})).status, 201);
+  });
+
+  test("an expiry with an offset and a fraction is taken as the instant it names", async () => {
+    const year = new Date().getUTCFullYear() + 2;
+    const created = await call("POST", `/organizations/${orgId}/keys`, { expires_at: `${year}-03-01T05:30:00.1239+05:30` });
+    assert.equal(created.status, 201, created.text);
+    assert.equal(created.json.expires_at, `${year}-03-01T00:00:00.123Z`);
+    const leap = await call("PATCH", `/keys/${created.json.id}`, { expires_at: "2032-02-29T23:59:59z" });
+    assert.equal(leap.status, 200, leap.text);
+    assert.equal(leap.json.expires_at, "2032-02-29T23:59:59.000Z");
+  });
+
+  test("an organization's active keys are those that work now: not expired, retired or revoked", async () => {
+    const org = await call("POST", "/organizations", { name: "Counted" });
+    const id = org.json.id as string;
+    const make = async (body: Json) => (await call("POST", `/organizations/${id}/keys`, body)).json.id as string;
+    const expiresAt = new Date(Date.now() + 1500).toISOString();
+    await make({ name: "active" });
+    await make({ name: "expired", expires_at: expiresAt });
+    assert.equal((await call("POST", `/keys/${await make({ name: "retired" })}/rotate`, { grace_seconds: 0 })).status, 201);
+    assert.equal((await call("POST", `/keys/${await make({ name: "in grace" })}/rotate`, { grace_seconds: 3600 })).status, 201);
+    assert.equal((await call("DELETE", `/keys/${await make({ name: "revoked" })}`)).status, 204);
+    while (Date.now() <= Date.parse(expiresAt) + 50) await new Promise((r) => setTimeout(r, 100));
+    // active, "in grace" (rotated) and the two new keys work; "expired", "retired" and "revoked" do not.
+    const shown = await call("GET", `/organizations/${id}`);
+    assert.equal(shown.status, 200, shown.text);
+    assert.deepEqual(shown.json.keys, { active: 4, revoked: 1 });
+    const listed = (await call("GET", "/organizations?limit=200")).json.data.find((o: Json) => o.id === id);
+    assert.deepEqual(listed?.keys, { active: 4, revoked: 1 });
   });
 });

@@ -4,7 +4,8 @@
  * own per-minute limit beside an unlimited key of the same organization (429 with Retry-After, the organization's
  * count untouched), its budget under concurrency on SQLite and on PostgreSQL (k of n paid requests, never over the
  * budget; a failure releases its reservation there too; batch requests count), rotation (the old key refused once its
- * grace ends) and last_used_at in the admin key list after a flush.
+ * grace ends; the old and new keys share one budget and one per-minute count) and last_used_at in the admin key list
+ * after a flush.
  */
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
@@ -195,6 +196,31 @@ describe("per-key controls", () => {
     });
   });
 
+  test("batches with a model service that lists the models: ?model= an alias is checked as the model it names, as decisions are", async () => {
+    await withGateway({ env: { TDS_MODEL_ALIASES: "big=fake-large" } }, async (gw) => {
+      const { key } = await createKey(gw, { models: ["fake-large"] });
+      assert.equal(await statusOf(await decideAs(gw, key, sampleRequest({ model: "big" }))), 200, "a decision for the alias");
+      const id = await submitted(gw, key, [batchLine(0)], "big");
+      assert.deepEqual(
+        (await storedResults(gw, id)).map((r) => r.status),
+        [200],
+      );
+      const other = await errorBody(await submitBatch({ url: gw.url, key }, ndjson([batchLine(0)]), { model: "fake-small" }), 403);
+      assert.match(other.detail, /"fake-small"/);
+      const unknown = await errorBody(await submitBatch({ url: gw.url, key }, ndjson([batchLine(0)]), { model: "nope" }), 422);
+      assert.match(unknown.detail, /nope/);
+    });
+  });
+
+  test("batches when the models cannot be listed: ?model= is checked as given", async () => {
+    await withGateway({ fake: false, runBatches: false, env: { TDS_MODEL_SERVICE_URL: "http://127.0.0.1:9" } }, async (gw) => {
+      const { key } = await createKey(gw, { models: ["fake-large"] });
+      await submitted(gw, key, [batchLine(0)], "fake-large");
+      const other = await errorBody(await submitBatch({ url: gw.url, key }, ndjson([batchLine(0)]), { model: "big" }), 403);
+      assert.match(other.detail, /"big"/);
+    });
+  });
+
   test("a key's per-minute limit beside an unlimited key of its organization: 429 with Retry-After, the other key unaffected", async () => {
     await withGateway({ env: { TDS_REQUESTS_PER_MINUTE: "6" } }, async (gw) => {
       const limited = await createKey(gw, { name: "script", requests_per_minute: 3 });
@@ -348,6 +374,78 @@ describe("per-key controls", () => {
       const oldListed = listed.find((k) => k.id === old.id)!;
       assert.equal(oldListed.replaced_by, fresh.id);
       assert.equal(oldListed.retires_at, new Date(T0 + 60_000).toISOString());
+    });
+  });
+
+  test("rotation: the new key spends the old key's budget, not a fresh one; both keys draw on what is left during the grace", async () => {
+    const clock = new FixedClock(T0);
+    await withGateway({ clock, env: PAID }, async (gw) => {
+      await gw.store.grantCredits({ orgId: gw.orgId, amountMicrousd: 10_000_000, nowMs: T0 });
+      const spending = (tokens: number) => sampleRequest({ state: { ticket: "x", fake_behavior: `tokens:${tokens}:0` } });
+      const bound = byteBound(spending(1));
+      // The old key spends all but bound - 1 of its budget: no request of either key fits in what is left.
+      const cost = bound - 10;
+      const budget = cost + bound - 1;
+      const old = await createKey(gw, { name: "backend", budget: { usd: formatUsd(budget), period: "day" } });
+      const first = await json(await decideAs(gw, old.key, spending(cost)));
+      assert.equal(first.usage.cost_microusd, cost);
+      const period = utcPeriod("day", T0);
+      assert.deepEqual(await gw.store.keySpend(old.id, period), { reservedMicrousd: 0, spentMicrousd: cost });
+
+      const rotated = await admin(gw, "POST", `/keys/${old.id}/rotate`, { grace_seconds: 60 });
+      assert.equal(rotated.status, 201, JSON.stringify(rotated.json));
+      const fresh = { id: rotated.json.id as string, key: rotated.json.key as string };
+      assert.deepEqual(rotated.json.budget, { usd: formatUsd(budget), period: "day" });
+      for (const [who, key] of [
+        ["the new key", fresh.key],
+        ["the old key in its grace", old.key],
+      ] as const) {
+        const refused = await decideAs(gw, key, spending(1));
+        const { detail } = await errorBody(refused, 402);
+        assert.match(detail, /API key's budget/, who);
+        assert.ok(detail.includes(`has ${formatUsd(bound - 1)} USD left`), `${who}: ${detail}`);
+        await assertNotRecorded(gw, refused);
+      }
+      assert.deepEqual(await gw.store.keySpend(old.id, period), { reservedMicrousd: 0, spentMicrousd: cost });
+      assert.deepEqual(await gw.store.keySpend(fresh.id, period), { reservedMicrousd: 0, spentMicrousd: 0 }, "no budget of its own");
+
+      // A second rotation keeps the one budget: the key rotated from the new one spends it too.
+      const again = await admin(gw, "POST", `/keys/${fresh.id}/rotate`, { grace_seconds: 60 });
+      assert.equal(again.status, 201, JSON.stringify(again.json));
+      await errorBody(await decideAs(gw, again.json.key, spending(1)), 402);
+
+      // The next UTC day starts the lineage's budget again, for the newest key as for the others.
+      clock.set(T0 + 86_400_000);
+      assert.equal(await statusOf(await decideAs(gw, again.json.key, spending(cost))), 200);
+      const nextPeriod = utcPeriod("day", T0 + 86_400_000);
+      assert.deepEqual(await gw.store.keySpend(old.id, nextPeriod), { reservedMicrousd: 0, spentMicrousd: cost });
+      const balance = await assertLedgerMatches(gw.store, gw.orgId);
+      assert.deepEqual([balance.spent, balance.reserved], [2 * cost, 0]);
+    });
+  });
+
+  test("rotation: the old key and the new one count in one per-minute limit during the grace", async () => {
+    const clock = new FixedClock(T0);
+    await withGateway({ clock, env: { TDS_REQUESTS_PER_MINUTE: "100" } }, async (gw) => {
+      const old = await createKey(gw, { name: "script", requests_per_minute: 4 });
+      for (let i = 0; i < 2; i++) assert.equal(await statusOf(await decideAs(gw, old.key)), 200, `old key, request ${i + 1}`);
+      const rotated = await admin(gw, "POST", `/keys/${old.id}/rotate`, { grace_seconds: 600 });
+      assert.equal(rotated.status, 201, JSON.stringify(rotated.json));
+      const fresh = rotated.json.key as string;
+      assert.equal(await statusOf(await decideAs(gw, fresh)), 200, "new key, the 3rd request of the minute");
+      assert.equal(await statusOf(await decideAs(gw, old.key)), 200, "old key, the 4th");
+      for (const key of [fresh, old.key]) {
+        const res = await decideAs(gw, key);
+        const { detail } = await errorBody(res, 429);
+        assert.match(detail, /requests_per_minute = 4/);
+        await assertNotRecorded(gw, res);
+      }
+      assert.equal(await rejections(gw, "key_rate_limited"), 2);
+      assert.equal(await statusOf(await gw.decide(sampleRequest())), 200, "another key of the organization is unaffected");
+      // A minute later, the lineage has its 4 again.
+      clock.advance(60_000);
+      for (let i = 0; i < 4; i++) assert.equal(await statusOf(await decideAs(gw, i % 2 ? old.key : fresh)), 200, `request ${i + 1}`);
+      await errorBody(await decideAs(gw, fresh), 429);
     });
   });
 

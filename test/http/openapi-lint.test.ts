@@ -131,6 +131,14 @@ describe("/openapi.json under Redocly's recommended rules", () => {
     for (const [name, op] of operations(doc)) if (name !== "GET /api/config") assert.ok(op.security?.length, name);
   });
 
+  test("a body is required where the route needs one: a key's rotation may be sent without one", () => {
+    const required = (path: string, method: string) =>
+      (doc.paths[path]![method] as { requestBody?: { required?: boolean } }).requestBody?.required;
+    assert.equal(required("/admin/v1/keys/{key_id}/rotate", "post"), false);
+    assert.equal(required("/admin/v1/keys/{key_id}", "patch"), true);
+    assert.equal(required("/v1/systemone", "post"), true);
+  });
+
   test("building the document leaves the validators as they were: the question variants still decide", async () => {
     const questions = {
       pick: { type: "choice", criteria: { yes: "Yes", no: "No" } },

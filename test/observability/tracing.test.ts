@@ -6,9 +6,9 @@
  * variables nothing is exported and nothing is sent on.
  */
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { after, before, describe, test } from "node:test";
 import { SpanKind, trace } from "@opentelemetry/api";
 import { InMemorySpanExporter } from "@opentelemetry/sdk-trace-base";
@@ -22,13 +22,25 @@ import { tracingSettings } from "../../src/observability/tracing-settings.ts";
 import { openStore } from "../../src/store/open-store.ts";
 import { type FakeModelServer, startFakeModelServer } from "../fixtures/fake-model-server.ts";
 import { startGatewayProcess } from "../support/gateway-process.ts";
-import { type OtlpReceiver, type ReceivedSpan, startOtlpReceiver } from "../support/otlp-receiver.ts";
+import { moduleReferences } from "../support/import-graph.ts";
+import { closedPortUrl, type OtlpReceiver, type ReceivedSpan, startOtlpReceiver, startSilentCollector } from "../support/otlp-receiver.ts";
 
 const SERVER = 2;
 const CLIENT = 3;
 const ERROR = 2;
 
 const BODY = JSON.stringify({ state: { order: 17 }, questions: { refund: { type: "noul", instructions: "Refund?" } } });
+
+const ROOT = new URL("../../", import.meta.url).pathname;
+
+const records = (lines: string[]) =>
+  lines.flatMap((line) => {
+    try {
+      return [JSON.parse(line) as Record<string, unknown>];
+    } catch {
+      return [];
+    }
+  });
 
 const randomHex = (bytes: number) => Buffer.from(crypto.getRandomValues(new Uint8Array(bytes))).toString("hex");
 
@@ -166,21 +178,238 @@ for (const protocol of ["http/json", "http/protobuf"] as const) {
     });
 
     test("the request's log lines carry its trace id", () => {
-      const records = lines.flatMap((line) => {
-        try {
-          return [JSON.parse(line) as Record<string, unknown>];
-        } catch {
-          return [];
-        }
-      });
-      const ofRequest = records.filter((r) => r.request_id === requestId);
+      const logged = records(lines);
+      const ofRequest = logged.filter((r) => r.request_id === requestId);
       assert.ok(ofRequest.length > 0, "the request was logged");
       for (const record of ofRequest) assert.equal(record.trace_id, traceId, JSON.stringify(record));
-      const started = records.find((r) => r.component === "tracing");
+      const started = logged.find((r) => r.component === "tracing");
       assert.match(String(started?.msg), /tracing on/);
     });
   });
 }
+
+describe("a traced gateway's edges", () => {
+  let setup: Setup;
+  let receiver: OtlpReceiver;
+  let fake: FakeModelServer;
+  let gw: Awaited<ReturnType<typeof startGatewayProcess>>;
+
+  before(async () => {
+    setup = await database();
+    receiver = await startOtlpReceiver();
+    fake = await startFakeModelServer();
+    gw = await startGatewayProcess({
+      TDS_DATABASE_URL: setup.databaseUrl,
+      TDS_MODEL_SERVICE_URL: fake.url,
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+      OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
+      OTEL_EXPORTER_OTLP_HEADERS: "x-collector-token=s3cret,tenant=tds",
+      OTEL_BSP_SCHEDULE_DELAY: "100",
+    });
+  });
+  after(async () => {
+    await gw?.stop();
+    await receiver?.close();
+    await fake?.close();
+    rmSync(setup.dir, { recursive: true, force: true });
+  });
+
+  test("OTEL_EXPORTER_OTLP_HEADERS are sent with each export", async () => {
+    const res = await decide(gw.url, setup.key);
+    assert.equal(res.status, 200);
+    const requestId = res.headers.get("x-typesafe-request-id");
+    await res.arrayBuffer();
+    await receiver.waitFor((s) => s.attributes["tds.request_id"] === requestId);
+    assert.ok(receiver.headers.length > 0);
+    for (const headers of receiver.headers) {
+      assert.equal(headers["x-collector-token"], "s3cret");
+      assert.equal(headers.tenant, "tds");
+    }
+  });
+
+  test("an invalid traceparent starts a new trace", async () => {
+    const invalid = `00-${"0".repeat(32)}-${randomHex(8)}-01`;
+    for (const traceparent of [invalid, "not a traceparent"]) {
+      fake.received.length = 0;
+      const res = await decide(gw.url, setup.key, { traceparent });
+      assert.equal(res.status, 200);
+      const requestId = res.headers.get("x-typesafe-request-id");
+      await res.arrayBuffer();
+      const server = await receiver.waitFor((s) => s.kind === SERVER && s.attributes["tds.request_id"] === requestId);
+      assert.equal(server.parentSpanId, "", "a root span");
+      assert.match(server.traceId, /^[0-9a-f]{32}$/);
+      assert.notEqual(server.traceId, "0".repeat(32));
+      assert.equal(traceparentParts(fake.received[0]?.traceparent).traceId, server.traceId);
+    }
+  });
+
+  test("a long path and user agent are cut on the span", async () => {
+    const marker = randomHex(8);
+    const path = `/v1/${marker}${"a".repeat(3000)}`;
+    const res = await fetch(`${gw.url}${path}?q=1`, { headers: { "user-agent": "u".repeat(5000) } });
+    assert.equal(res.status, 404);
+    await res.arrayBuffer();
+    const server = await receiver.waitFor((s) => s.kind === SERVER && String(s.attributes["url.path"]).includes(marker));
+    assert.equal(server.attributes["url.path"], path.slice(0, 1024));
+    assert.equal(server.attributes["user_agent.original"], "u".repeat(256));
+    assert.equal(server.attributes["http.response.status_code"], 404);
+  });
+});
+
+describe("a client that goes away before the answer", () => {
+  test("its server span ends without a status code, and nothing writes to it afterwards", async () => {
+    const setup = await database();
+    const receiver = await startOtlpReceiver();
+    const fake = await startFakeModelServer();
+    const traceId = randomHex(16);
+    let lines: string[] = [];
+    try {
+      const gw = await startGatewayProcess({
+        TDS_DATABASE_URL: setup.databaseUrl,
+        TDS_MODEL_SERVICE_URL: fake.url,
+        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+        OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
+        OTEL_BSP_SCHEDULE_DELAY: "100",
+      });
+      try {
+        const aborter = new AbortController();
+        const answered = fetch(`${gw.url}/v1/systemone`, {
+          method: "POST",
+          headers: {
+            authorization: `Bearer ${setup.key}`,
+            "content-type": "application/json",
+            traceparent: `00-${traceId}-${randomHex(8)}-01`,
+          },
+          body: JSON.stringify({ state: { fake_behavior: "delay:1500" }, questions: { refund: { type: "noul", instructions: "?" } } }),
+          signal: aborter.signal,
+        });
+        answered.catch(() => {});
+        // Gone while the model is working on it.
+        while (fake.received.length === 0) await new Promise((r) => setTimeout(r, 20));
+        aborter.abort();
+        await assert.rejects(answered);
+        const server = await receiver.waitFor((s) => s.traceId === traceId && s.kind === SERVER);
+        assert.equal(server.attributes["http.response.status_code"], undefined);
+        assert.equal(server.attributes["error.type"], "client_closed");
+        // The model answers after the span ended; the pipeline goes on (the shutdown waits for it).
+        await receiver.waitFor((s) => s.traceId === traceId && s.name === "model call");
+      } finally {
+        await gw.stop();
+        lines = gw.lines;
+      }
+      assert.deepEqual(
+        lines.filter((line) => /ended Span/i.test(line)),
+        [],
+      );
+      assert.equal(receiver.spans.filter((s) => s.traceId === traceId && s.name === "completion").length, 0);
+    } finally {
+      await receiver.close();
+      await fake.close();
+      rmSync(setup.dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("a collector that is down or does not answer", () => {
+  let setup: Setup;
+  let fake: FakeModelServer;
+
+  before(async () => {
+    setup = await database();
+    fake = await startFakeModelServer();
+  });
+  after(async () => {
+    await fake.close();
+    rmSync(setup.dir, { recursive: true, force: true });
+  });
+
+  test("down: requests are answered; the export failure is logged once, with no request's trace id", async () => {
+    const gw = await startGatewayProcess({
+      TDS_DATABASE_URL: setup.databaseUrl,
+      TDS_MODEL_SERVICE_URL: fake.url,
+      OTEL_EXPORTER_OTLP_ENDPOINT: await closedPortUrl(),
+      OTEL_BSP_SCHEDULE_DELAY: "100",
+    });
+    try {
+      for (let i = 0; i < 3; i++) {
+        const res = await decide(gw.url, setup.key, { traceparent: `00-${randomHex(16)}-${randomHex(8)}-01` });
+        assert.equal(res.status, 200);
+        assert.deepEqual(Object.keys(((await res.json()) as { answers: object }).answers), ["refund"]);
+      }
+      const warned = () => records(gw.lines).filter((r) => r.component === "tracing" && r.level === 40);
+      const until = Date.now() + 30_000;
+      while (warned().length === 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 100));
+      const warnings = warned();
+      assert.equal(warnings.length, 1, JSON.stringify(warnings));
+      assert.match(String(warnings[0]!.msg), /OpenTelemetry/);
+      assert.equal(warnings[0]!.trace_id, undefined, JSON.stringify(warnings[0]));
+    } finally {
+      await gw.stop();
+    }
+  });
+
+  test("not answering: SIGTERM exits 0 without waiting out the exporter's 10 s timeout", async () => {
+    const silent = await startSilentCollector();
+    try {
+      const gw = await startGatewayProcess({
+        TDS_DATABASE_URL: setup.databaseUrl,
+        TDS_MODEL_SERVICE_URL: fake.url,
+        OTEL_EXPORTER_OTLP_ENDPOINT: silent.url,
+        // Nothing is exported before the shutdown: it is the shutdown's export that meets the silent collector.
+        OTEL_BSP_SCHEDULE_DELAY: "600000",
+      });
+      const res = await decide(gw.url, setup.key);
+      assert.equal(res.status, 200);
+      await res.arrayBuffer();
+      const exited = new Promise<{ code: number | null; signal: string | null }>((resolve) =>
+        gw.child.once("exit", (code, signal) => resolve({ code, signal })),
+      );
+      const killer = setTimeout(() => gw.child.kill("SIGKILL"), 30_000);
+      const startedMs = Date.now();
+      gw.child.kill("SIGTERM");
+      const { code, signal } = await exited;
+      const tookMs = Date.now() - startedMs;
+      clearTimeout(killer);
+      assert.deepEqual({ code, signal }, { code: 0, signal: null });
+      assert.ok(silent.connections() > 0, "the last spans were sent to the collector");
+      // Before: the exporter's 10 s timeout, then the exit. Now the export gets 2 s, alongside closing the store.
+      assert.ok(tookMs < 8000, `the shutdown took ${tookMs} ms`);
+      assert.ok(
+        records(gw.lines).some((r) => r.component === "tracing" && /not exported/.test(String(r.msg))),
+        "the lost spans are logged",
+      );
+    } finally {
+      await silent.close();
+    }
+  });
+});
+
+describe("with tracing off", () => {
+  test("the app and the logger do not load the OpenTelemetry SDK: server.ts imports it only when tracing is on", () => {
+    const sdk = /^@opentelemetry\/(?!api$|semantic-conventions$)/;
+    const seen = new Set<string>();
+    const loaded: string[] = [];
+    const visit = (file: string) => {
+      if (seen.has(file)) return;
+      seen.add(file);
+      for (const { specifier, form } of moduleReferences(file, readFileSync(file, "utf8"))) {
+        if (form !== "import" && form !== "side effect" && form !== "export from" && form !== "require") continue;
+        if (specifier.startsWith(".")) visit(resolve(dirname(file), specifier));
+        else if (sdk.test(specifier)) loaded.push(`${file.slice(ROOT.length)} → ${specifier}`);
+      }
+    };
+    visit(join(ROOT, "src/server.ts"));
+    assert.ok(seen.has(join(ROOT, "src/app.ts")) && seen.has(join(ROOT, "src/observability/logging.ts")));
+    assert.deepEqual(loaded, []);
+    const dynamic = moduleReferences("server.ts", readFileSync(join(ROOT, "src/server.ts"), "utf8")).filter(
+      (r) => r.form === "dynamic import",
+    );
+    assert.deepEqual(
+      dynamic.map((r) => r.specifier),
+      ["./observability/tracing.ts"],
+    );
+  });
+});
 
 describe("without the OTEL_* variables", () => {
   let setup: Setup;
@@ -330,7 +559,7 @@ describe("a model call that fails over", () => {
     await tracing.forceFlush();
     await router.close();
     const spans = exporter.getFinishedSpans();
-    await tracing.shutdown();
+    await tracing.shutdown(5000);
     const modelCall = spans.find((s) => s.name === "model call")!;
     const attempts = spans
       .filter((s) => s.kind === SpanKind.CLIENT)
@@ -381,7 +610,7 @@ describe("batch requests", () => {
     for (const position of [0, 1]) assert.equal((await run.run(claim(position))).kind, "finished");
     await tracing.forceFlush();
     const spans = exporter.getFinishedSpans();
-    await tracing.shutdown();
+    await tracing.shutdown(5000);
     const roots = spans.filter((s) => s.name === "batch request");
     assert.deepEqual(
       roots.map((s) => [

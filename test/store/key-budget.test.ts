@@ -1,6 +1,7 @@
 /**
- * The budget of an API key in the books (migration 013: key_spend, usage_records.key_budget_period), on SQLite and
- * PostgreSQL: a paid admission by a key with a budget sets its reservation aside in the key's spend of the period,
+ * The budget of an API key in the books (migration 013: key_spend, usage_records.key_budget_key_id and
+ * key_budget_period), on SQLite and PostgreSQL: a paid admission by a key with a budget sets its reservation aside in
+ * the spend of the key's lineage (the key and the keys that replaced it by rotation: one row) in the period,
  * refused (key_budget_exhausted, with what is left) when it would pass the limit, after the organization's balance
  * is asked; the completion, the sweep and the release of orphans move it out of reserved (its cost into spent when
  * settled). Under concurrency (separate commitBatch calls; on PostgreSQL also two stores on one database) exactly
@@ -36,26 +37,30 @@ after(() => {
   for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
 });
 
-/** A paid admission of `keyId` reserving `amount`, counted in its budget of `period` up to `limit`. */
+/**
+ * A paid admission of `keyId` reserving `amount`, counted in the budget of its lineage (`lineage`, default the key
+ * itself) of `period` up to `limit`.
+ */
 function paid(
   requestId: string,
   amount: number,
-  budget: { keyId?: string; period?: string; limit: number } | null,
+  budget: { keyId?: string; lineage?: string; period?: string; limit: number } | null,
   more: Partial<AdmitCommand> = {},
 ): AdmitCommand {
   const nowMs = more.nowMs ?? T0;
+  const keyId = budget?.keyId ?? "key_1";
   return admission({
     requestId,
     orgId: ORG,
-    keyId: budget?.keyId ?? "key_1",
+    keyId,
     nowMs,
     reservation: { amountMicrousd: amount, expiresAtMs: nowMs + 2 * MINUTE },
-    keyBudget: budget && { period: budget.period ?? DAY1, limitMicrousd: budget.limit },
+    keyBudget: budget && { keyId: budget.lineage ?? keyId, period: budget.period ?? DAY1, limitMicrousd: budget.limit },
     ...more,
   });
 }
 
-/** The completion of a paid request of `keyId` whose reservation counts in its budget of `period`. */
+/** The completion of a paid request whose reservation counts in the budget of lineage `keyId` of `period`. */
 function done(requestId: string, cost: number, more: Partial<CompleteCommand> = {}, keyId = "key_1", period = DAY1): CompleteCommand {
   return completion({ requestId, orgId: ORG, costMicrousd: cost, reserved: true, keyBudget: { keyId, period }, ...more });
 }
@@ -116,7 +121,7 @@ for (const dialect of ["sqlite", "postgres"] as const) {
       (
         await rowsOf(
           store,
-          "SELECT CAST(COALESCE(SUM(cost_microusd), 0) AS BIGINT) AS cost, count(*) AS n FROM usage_records WHERE key_id = $1 AND key_budget_period = $2",
+          "SELECT CAST(COALESCE(SUM(cost_microusd), 0) AS BIGINT) AS cost, count(*) AS n FROM usage_records WHERE key_budget_key_id = $1 AND key_budget_period = $2",
           [keyId, period],
         )
       )[0] as { cost: number; n: number };
@@ -212,7 +217,7 @@ for (const dialect of ["sqlite", "postgres"] as const) {
       // A key without a budget, and a preview admission of the key, are not counted.
       assert.deepEqual(await admit(paid("r7", 5000, null)), { kind: "admitted" });
       const preview = admission({ requestId: "r8", orgId: ORG, quota: { day: DAY1, orgLimit: 10, globalLimit: 100 } });
-      assert.deepEqual(await admit({ ...preview, keyBudget: { period: DAY1, limitMicrousd: 0 } }), { kind: "admitted" });
+      assert.deepEqual(await admit({ ...preview, keyBudget: { keyId: "key_1", period: DAY1, limitMicrousd: 0 } }), { kind: "admitted" });
       assert.deepEqual(await spend(), { reservedMicrousd: 300, spentMicrousd: 700 });
       await booksExact();
     });
@@ -246,6 +251,38 @@ for (const dialect of ["sqlite", "postgres"] as const) {
       await booksExact();
     });
 
+    it("a key and the key that replaced it by rotation spend in one row: their lineage's", async () => {
+      const old = { keyId: "key_1", limit: 1000 };
+      const rotated = { keyId: "key_1b", lineage: "key_1", limit: 1000 };
+      assert.deepEqual(await admit(paid("r_old", 600, old)), { kind: "admitted" });
+      await complete(done("r_old", 600));
+      assert.deepEqual(await admit(paid("r_new", 300, rotated, { nowMs: T0 + 1 })), { kind: "admitted" });
+      assert.deepEqual(await spend("key_1"), { reservedMicrousd: 300, spentMicrousd: 600 });
+      assert.deepEqual(await spend("key_1b"), { reservedMicrousd: 0, spentMicrousd: 0 }, "no row of the new key's own");
+      // What is left of the one budget, by either key.
+      assert.deepEqual(await admit(paid("r_new2", 101, rotated)), { kind: "key_budget_exhausted", remainingMicrousd: 100 });
+      assert.deepEqual(await admit(paid("r_old2", 101, old)), { kind: "key_budget_exhausted", remainingMicrousd: 100 });
+      assert.deepEqual(
+        await rowsOf(store, "SELECT key_id, key_budget_key_id, key_budget_period FROM usage_records ORDER BY created_at_ms", []),
+        [
+          { key_id: "key_1", key_budget_key_id: "key_1", key_budget_period: DAY1 },
+          { key_id: "key_1b", key_budget_key_id: "key_1", key_budget_period: DAY1 },
+        ],
+      );
+      // The new key's request completes in the lineage's row, and must name it.
+      await assert.rejects(commit([], [done("r_new", 50, {}, "key_1b")]), /budget/);
+      assert.deepEqual(await complete(done("r_new", 50, {}, "key_1")), { kind: "completed" });
+      assert.deepEqual(await spend("key_1"), { reservedMicrousd: 0, spentMicrousd: 650 });
+      // The sweep resolves a lineage's reservation in its row too.
+      await admit(paid("r_swept", 350, rotated, { nowMs: T0 + 2 }));
+      assert.deepEqual(await spend("key_1"), { reservedMicrousd: 350, spentMicrousd: 650 });
+      assert.deepEqual(await store.sweep({ nowMs: T0 + DAY_MS, inFlightBeforeMs: T0 + DAY_MS, limit: 10 }), { abandoned: 1 });
+      assert.deepEqual(await spend("key_1"), { reservedMicrousd: 0, spentMicrousd: 650 });
+      assert.deepEqual(await spend("key_1b"), { reservedMicrousd: 0, spentMicrousd: 0 });
+      assert.deepEqual(await costOfRecords("key_1", DAY1), { cost: 650, n: 3 });
+      await booksExact();
+    });
+
     it("a new period starts from 0; a request settles in the period it was admitted in", async () => {
       await admit(paid("d1_a", 600, { limit: 1000 }));
       await admit(paid("d1_b", 400, { limit: 1000 }));
@@ -263,14 +300,16 @@ for (const dialect of ["sqlite", "postgres"] as const) {
       await booksExact();
     });
 
-    it("admits exactly as many concurrent requests as the budget covers, never more; another key of the organization is unaffected", async () => {
+    it("admits exactly as many concurrent requests as the budget covers, never more, by a key and its replacement together; another key of the organization is unaffected", async () => {
       const stores = [store, await opened.other()];
       const AMOUNT = 100;
       const COVERED = 7;
       const key1 = { keyId: "key_1", limit: COVERED * AMOUNT };
+      // key_1's replacement by rotation, in its grace period: one budget with key_1.
+      const key1b = { keyId: "key_1b", lineage: "key_1", limit: COVERED * AMOUNT };
       const key2 = { keyId: "key_2", limit: 10 * AMOUNT };
       const commands = [
-        ...Array.from({ length: 40 }, (_, i) => paid(`k1_${i}`, AMOUNT, key1)),
+        ...Array.from({ length: 40 }, (_, i) => paid(`k1_${i}`, AMOUNT, i % 2 ? key1b : key1)),
         ...Array.from({ length: 10 }, (_, i) => paid(`k2_${i}`, AMOUNT, key2)),
       ];
       // Interleaved, each its own commitBatch, alternating between the stores.
@@ -290,11 +329,15 @@ for (const dialect of ["sqlite", "postgres"] as const) {
       );
       assert.deepEqual(await spend("key_1"), { reservedMicrousd: COVERED * AMOUNT, spentMicrousd: 0 });
       assert.deepEqual(await spend("key_2"), { reservedMicrousd: 10 * AMOUNT, spentMicrousd: 0 });
+      assert.deepEqual(await spend("key_1b"), { reservedMicrousd: 0, spentMicrousd: 0 });
 
       // Completed concurrently too, with different costs, one of them failed.
       const completions = results
         .filter(({ r }) => r.kind === "admitted")
-        .map(({ c }, i) => (i === 3 ? failed(c.requestId, c.keyId) : done(c.requestId, 10 + i, {}, c.keyId, DAY1)));
+        .map(({ c }, i) => {
+          const lineage = c.keyBudget!.keyId;
+          return i === 3 ? failed(c.requestId, lineage) : done(c.requestId, 10 + i, {}, lineage, DAY1);
+        });
       await Promise.all(completions.map((c, i) => stores[(i + 1) % stores.length]!.commitBatch({ admissions: [], completions: [c] })));
       for (const keyId of ["key_1", "key_2"]) {
         const records = await costOfRecords(keyId, DAY1);

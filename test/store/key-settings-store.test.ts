@@ -8,6 +8,8 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, describe, it } from "node:test";
+import { keyStatus } from "../../src/admin/key-status.ts";
+import { StoreAdministration } from "../../src/admin/store-administration.ts";
 import { hashApiKey } from "../../src/domain/api-keys.ts";
 import type { AuditActor } from "../../src/domain/audit.ts";
 import type { KeySettings } from "../../src/domain/organizations.ts";
@@ -102,6 +104,7 @@ for (const backend of backends) {
           createdAtMs: created.createdAtMs,
           revokedAtMs: null,
           ...SETTINGS,
+          lineageId: created.id,
           replacedBy: null,
           retiresAtMs: null,
           lastUsedAtMs: null,
@@ -175,6 +178,7 @@ for (const backend of backends) {
         id: "key_new",
         hash: hashApiKey("raw-new"),
         createdAtMs: T0 + 1000,
+        lineageId: old.id,
       });
       assert.deepEqual((await store.findApiKey(old.id))?.key, rotated.old);
       assert.deepEqual((await store.findApiKey("key_new"))?.key, rotated.created);
@@ -231,6 +235,126 @@ for (const backend of backends) {
       assert.deepEqual(
         made.map((k) => k.id),
         [winner.created.id],
+      );
+    });
+
+    it("a rotation also records key.created for the new key (rotated_from, its settings), in the same transaction", async () => {
+      const old = await store.createApiKey({
+        id: `key_${++n}`,
+        orgId: "org_a",
+        name: "audited",
+        hash: hashApiKey(`raw-a${n}`),
+        nowMs: T0,
+        settings: SETTINGS,
+        audit: CLI,
+      });
+      const newId = `key_audited_${n}`;
+      await store.rotateApiKey({
+        keyId: old.id,
+        newId,
+        hash: hashApiKey(`raw-${newId}`),
+        nowMs: T0 + 3000,
+        retiresAtMs: T0 + 4000,
+        audit: CLI,
+      });
+      const created = await auditOf(newId);
+      assert.deepEqual(
+        created.map((e) => [e.action, e.atMs, { source: e.source, client: e.client, remoteAddress: e.remoteAddress }, e.details]),
+        [
+          [
+            "key.created",
+            T0 + 3000,
+            CLI,
+            {
+              name: "audited",
+              rotated_from: old.id,
+              expires_at: new Date(SETTINGS.expiresAtMs!).toISOString(),
+              models: JSON.stringify(SETTINGS.models),
+              requests_per_minute: 42,
+              budget_microusd: 12_500_000,
+              budget_period: "month",
+            },
+          ],
+        ],
+      );
+      assert.deepEqual(
+        (await auditOf(old.id)).map((e) => e.action),
+        ["key.rotated", "key.created"],
+        "newest first: the old key's creation, then its rotation",
+      );
+    });
+
+    it("an expired key is not rotated: StoreConflictError, nothing written", async () => {
+      const expiring = await key({ ...SETTINGS, expiresAtMs: T0 + 500 }, "expired");
+      assert.deepEqual(await auditOf(expiring.id), []);
+      const rotation = { keyId: expiring.id, newId: `key_after_${n}`, hash: hashApiKey(`after-${n}`), retiresAtMs: T0 + 9000, audit: CLI };
+      await assert.rejects(store.rotateApiKey({ ...rotation, nowMs: T0 + 500 }), (err: unknown) => {
+        assert.ok(err instanceof StoreConflictError);
+        assert.match(err.message, /has expired/);
+        return true;
+      });
+      assert.deepEqual((await store.findApiKey(expiring.id))?.key, expiring, "not marked replaced");
+      assert.equal(await store.findApiKey(rotation.newId), null);
+      assert.deepEqual(await auditOf(expiring.id), []);
+      const rotated = await store.rotateApiKey({ ...rotation, nowMs: T0 + 499 });
+      assert.equal(rotated?.old.replacedBy, rotation.newId, "a moment before its expiry it is rotated");
+    });
+
+    it("a rotated key is not updated (StoreConflictError, nothing written) but can be revoked", async () => {
+      const old = await key(SETTINGS, "replaced");
+      const newId = `key_replacing_${n}`;
+      await store.rotateApiKey({ keyId: old.id, newId, hash: hashApiKey(`raw-${newId}`), nowMs: T0 + 10, retiresAtMs: T0 + 99_000 });
+      const before = (await store.findApiKey(old.id))?.key;
+      await assert.rejects(
+        store.updateApiKey({ keyId: old.id, changes: { requestsPerMinute: 1 }, nowMs: T0 + 20, audit: CLI }),
+        (err: unknown) => {
+          assert.ok(err instanceof StoreConflictError);
+          assert.match(err.message, new RegExp(`was rotated \\(replaced by "${newId}"\\)`));
+          return true;
+        },
+      );
+      assert.deepEqual((await store.findApiKey(old.id))?.key, before, "nothing changed");
+      assert.deepEqual(await auditOf(old.id), [], "no key.updated");
+      assert.equal(await store.revokeApiKey(old.id, T0 + 30, CLI), true);
+    });
+
+    it("an organization's counts: active keys are those that work (StoreAdministration, by keyStatus)", async () => {
+      await store.createOrganization({ id: "org_counts", name: "Counts", nowMs: T0 });
+      const make = (id: string, expiresAtMs: number | null = null) =>
+        store.createApiKey({
+          id,
+          orgId: "org_counts",
+          name: null,
+          hash: hashApiKey(`raw-${id}`),
+          nowMs: T0,
+          settings: { expiresAtMs, models: null, requestsPerMinute: null, budget: null },
+        });
+      const now = T0 + 10_000;
+      await make("kc_active");
+      await make("kc_expired", now);
+      await make("kc_later", now + 1);
+      await make("kc_retired");
+      await store.rotateApiKey({ keyId: "kc_retired", newId: "kc_retired_new", hash: hashApiKey("kc-rn"), nowMs: T0, retiresAtMs: now });
+      await make("kc_grace");
+      await store.rotateApiKey({ keyId: "kc_grace", newId: "kc_grace_new", hash: hashApiKey("kc-gn"), nowMs: T0, retiresAtMs: now + 1 });
+      await make("kc_revoked");
+      await store.revokeApiKey("kc_revoked", T0);
+      const admin = new StoreAdministration({ store, previewRequestLimit: 10, nowMs: () => now, actor: CLI });
+      const org = await store.findOrganization("org_counts");
+      // Working: kc_active, kc_later, kc_retired_new, kc_grace (within its grace), kc_grace_new.
+      assert.deepEqual((await admin.status(org!)).keys, { active: 5, revoked: 1 });
+      assert.deepEqual(
+        (await store.listApiKeys("org_counts")).map((k) => [k.id, keyStatus(k, now)]),
+        [
+          ["kc_active", "active"],
+          ["kc_expired", "expired"],
+          ["kc_grace", "rotated"],
+          ["kc_grace_new", "active"],
+          ["kc_later", "active"],
+          ["kc_retired", "retired"],
+          ["kc_retired_new", "active"],
+          ["kc_revoked", "revoked"],
+        ],
       );
     });
 

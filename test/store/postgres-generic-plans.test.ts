@@ -71,7 +71,7 @@ const paid = (requestId: string, idempotent: boolean): AdmitCommand =>
     orgId: "org_1",
     idempotency: idempotent ? { key: `k_${requestId}`, requestHash: "h", lockUntilMs: T0 + 60_000, expiresAtMs: T0 + 86_400_000 } : null,
     reservation: { amountMicrousd: 100, expiresAtMs: T0 + 120_000 },
-    keyBudget: { period: DAY, limitMicrousd: 1_000_000_000 },
+    keyBudget: { keyId: "key_1", period: DAY, limitMicrousd: 1_000_000_000 },
   });
 
 /**
@@ -89,7 +89,7 @@ async function everyTransaction(store: PostgresStore, round: number): Promise<vo
       orgId: "org_1",
       costMicrousd: a.reservation ? 10 : 0,
       reserved: a.reservation !== null,
-      keyBudget: a.keyBudget ? { keyId: a.keyId, period: a.keyBudget.period } : null,
+      keyBudget: a.keyBudget ? { keyId: a.keyBudget.keyId, period: a.keyBudget.period } : null,
       idempotency: a.idempotency && { key: a.idempotency.key, response: { status: 200, body: "{}", requestId: a.requestId } },
     });
   await store.commitBatch({ admissions: [paid(id("s1"), false)], completions: [...first, preview].map(done) });

@@ -721,6 +721,7 @@ function definePostgresTests(): void {
             budget_period: null,
             replaced_by: null,
             retires_at_ms: null,
+            lineage_id: null,
             last_used_at_ms: null,
           })),
         );
@@ -739,6 +740,7 @@ function definePostgresTests(): void {
             ["budget_period", "YES", null],
             ["replaced_by", "YES", null],
             ["retires_at_ms", "YES", null],
+            ["lineage_id", "YES", null],
             ["last_used_at_ms", "YES", null],
           ],
         );
@@ -749,6 +751,15 @@ function definePostgresTests(): void {
           );
         assert.deepEqual(keysAfter.indexes, keysBefore.indexes);
         assert.deepEqual((await client.query("SELECT * FROM key_spend")).rows, []);
+        assert.deepEqual(
+          (await catalog(client, "usage_records")).columns
+            .filter((c) => String(c.column_name).startsWith("key_budget_"))
+            .map((c) => [c.column_name, c.data_type, c.collation_name, c.is_nullable, c.column_default]),
+          [
+            ["key_budget_key_id", "text", "C", "YES", null],
+            ["key_budget_period", "text", "C", "YES", null],
+          ],
+        );
 
         await checkKeysAfter013(store, 7);
         await client.query(auditRowWithAction("key.rotated"));

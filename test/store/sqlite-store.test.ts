@@ -885,6 +885,7 @@ describe("SQLite migrations", () => {
         budget_period: null,
         replaced_by: null,
         retires_at_ms: null,
+        lineage_id: null,
         last_used_at_ms: null,
       };
       assert.deepEqual(
@@ -892,6 +893,17 @@ describe("SQLite migrations", () => {
         keysBefore.map((k) => ({ ...k, ...settingsColumns })),
       );
       assert.deepEqual(store.db.prepare("SELECT * FROM key_spend").all(), []);
+      assert.deepEqual(
+        store.db
+          .prepare(
+            "SELECT name, type, \"notnull\", dflt_value FROM pragma_table_xinfo('usage_records') WHERE name LIKE 'key_budget_%' ORDER BY cid",
+          )
+          .all(),
+        [
+          { name: "key_budget_key_id", type: "TEXT", notnull: 0, dflt_value: null },
+          { name: "key_budget_period", type: "TEXT", notnull: 0, dflt_value: null },
+        ],
+      );
       assert.deepEqual(store.db.prepare("PRAGMA foreign_key_check").all(), []);
       assert.equal(store.db.prepare("PRAGMA integrity_check").pluck().get(), "ok");
       await checkKeysAfter013(store);

@@ -409,6 +409,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
           models: null,
           requestsPerMinute: null,
           budget: null,
+          lineageId: "k1",
           replacedBy: null,
           retiresAtMs: null,
           lastUsedAtMs: null,

@@ -47,6 +47,7 @@ const NO_SETTINGS_YET = {
 export const K1_AFTER_013: ApiKeyRecord = {
   id: "k1",
   orgId: "org_1",
+  lineageId: "k1",
   name: "ci",
   hash: hashApiKey("raw-k1"),
   createdAtMs: T0,
@@ -57,6 +58,7 @@ export const K1_AFTER_013: ApiKeyRecord = {
 export const K2_AFTER_013: ApiKeyRecord = {
   id: "k2",
   orgId: "org_1",
+  lineageId: "k2",
   name: null,
   hash: hashApiKey("raw-k2"),
   createdAtMs: T0 + 1,

@@ -1,5 +1,5 @@
-import { createServer } from "node:http";
-import type { AddressInfo } from "node:net";
+import { createServer, type IncomingHttpHeaders } from "node:http";
+import { type AddressInfo, createServer as createTcpServer, type Socket } from "node:net";
 
 /** A span as it arrived, either protocol: ids in hex, kind as OTLP numbers it (1 internal, 2 server, 3 client). */
 export interface ReceivedSpan {
@@ -21,6 +21,8 @@ export interface OtlpReceiver {
   spans: ReceivedSpan[];
   /** The content types of the exports received (application/json, application/x-protobuf). */
   contentTypes: string[];
+  /** The request headers of the exports received. */
+  headers: IncomingHttpHeaders[];
   /** Resolves once a span matches (rejects after `timeoutMs`: an export that never comes). */
   waitFor(match: (span: ReceivedSpan) => boolean, timeoutMs?: number): Promise<ReceivedSpan>;
   close(): Promise<void>;
@@ -30,6 +32,7 @@ export interface OtlpReceiver {
 export async function startOtlpReceiver(): Promise<OtlpReceiver> {
   const spans: ReceivedSpan[] = [];
   const contentTypes: string[] = [];
+  const headers: IncomingHttpHeaders[] = [];
   const waiters = new Set<() => void>();
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
@@ -42,6 +45,7 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
       const type = (req.headers["content-type"] ?? "").split(";")[0]!.trim();
       const body = Buffer.concat(chunks);
       contentTypes.push(type);
+      headers.push(req.headers);
       if (type === "application/json") {
         spans.push(...fromJson(JSON.parse(body.toString("utf8"))));
         res.writeHead(200, { "content-type": "application/json" }).end("{}");
@@ -61,6 +65,7 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
     url: `http://127.0.0.1:${port}`,
     spans,
     contentTypes,
+    headers,
     waitFor(match, timeoutMs = 20_000) {
       return new Promise((resolve, reject) => {
         const check = () => {
@@ -84,6 +89,38 @@ export async function startOtlpReceiver(): Promise<OtlpReceiver> {
         server.close(() => resolve());
       }),
   };
+}
+
+/** A collector that hangs: it accepts connections and never answers. `url` is what OTEL_EXPORTER_OTLP_ENDPOINT names. */
+export async function startSilentCollector(): Promise<{ url: string; connections: () => number; close(): Promise<void> }> {
+  const sockets = new Set<Socket>();
+  let accepted = 0;
+  const server = createTcpServer((socket) => {
+    accepted++;
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+    socket.on("error", () => {});
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    connections: () => accepted,
+    close: () =>
+      new Promise((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+/** An origin where no collector listens: a port that was free a moment ago. */
+export async function closedPortUrl(): Promise<string> {
+  const server = createTcpServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return `http://127.0.0.1:${port}`;
 }
 
 type Json = { [key: string]: any };

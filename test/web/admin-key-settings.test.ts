@@ -371,7 +371,11 @@ describe("the Admin page's per-key controls in a browser", { timeout: 120_000 },
         page,
         `[...document.querySelectorAll("#audit-table tbody tr")].map((tr) => tr.dataset.action)`,
       );
-      assert.deepEqual(actions, ["key.rotated", "key.rotated", "key.updated", "key.updated", "key.updated", "key.created"]);
+      assert.deepEqual(
+        actions,
+        ["key.rotated", "key.created", "key.rotated", "key.created", "key.updated", "key.updated", "key.updated", "key.created"],
+        "a rotation writes the old key's key.rotated and the new key's key.created",
+      );
       const auditText = await text(page.locator("#audit-table"));
       for (const part of [
         "Key settings changed",
@@ -384,6 +388,7 @@ describe("the Admin page's per-key controls in a browser", { timeout: 120_000 },
         "model list removed",
         "budget 25.5 USD per UTC day",
         `new key ${newKey.id}`,
+        `replaces key ${ciKey.id}`,
         "old key works until",
       ])
         assert.ok(auditText.includes(part), `the audit log shows ${part}: ${auditText}`);

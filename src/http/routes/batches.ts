@@ -5,7 +5,6 @@ import type { FastifyInstance, FastifyRequest, onRequestHookHandler } from "fast
 import { NdjsonTooLargeError, ndjsonLines } from "../../batches/ndjson-lines.ts";
 import { type AcceptedLine, checkSubmission } from "../../batches/submission-check.ts";
 import type { Config } from "../../config.ts";
-import { listingServices } from "../../config-models.ts";
 import { Batch, BatchList, BatchListQuery, BatchRequestLine, BatchResultLine, CUSTOM_ID_MAX_LENGTH } from "../../contract/batches.ts";
 import { CONTRACT_LIMITS } from "../../contract/decision.ts";
 import type { FieldError } from "../../contract/errors.ts";
@@ -173,13 +172,9 @@ export function batchRoutes(app: FastifyInstance, deps: BatchRouteDeps) {
   const readAuth = [authenticate(store, { rejectPaused: false }), deps.readRateLimit];
   // A line is stored with its custom_id in one addLines call: it must fit one (max_request_bytes may be larger).
   const maxLineBytes = Math.min(config.limits.maxRequestBytes, MAX_LINE_BYTES_PER_CALL - 4 * CUSTOM_ID_MAX_LENGTH);
-  // Models named in the configuration are known without asking a model service; models a service lists are not.
-  const knowsModels = listingServices(config).length === 0;
-
-  /** The model of ?model=: known (422 otherwise, when the configuration names the models) and one the key may use (403). */
+  /** The model of ?model=: known (422 otherwise) and one the key may use (403), an alias as the model it names. */
   async function checkModel(model: string, allowed: string[] | null): Promise<void> {
-    const resolved = knowsModels ? await resolvedName(model) : model;
-    checkModelAllowed(allowed, resolved, model);
+    checkModelAllowed(allowed, await resolvedName(model), model);
   }
 
   async function resolvedName(model: string): Promise<string> {
@@ -191,7 +186,8 @@ export function batchRoutes(app: FastifyInstance, deps: BatchRouteDeps) {
           errors: [{ field: "query.model", message: err.extra.errors?.[0]?.message ?? "unknown model" }],
         });
       }
-      // Nothing offered now (no model configured): the requests are answered when they run, as decisions would be.
+      // Nothing offered now (no model configured, a model service's list not had): the requests are answered when
+      // they run, as decisions would be.
       return model;
     }
   }

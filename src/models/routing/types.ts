@@ -54,7 +54,7 @@ export interface RouterObserver {
   check?(deployment: string, outcome: AttemptOutcome, ms: number): void;
 }
 
-/** Traces the attempts of `decide` calls (src/observability/tracing.ts implements it); absent while tracing is off. */
+/** Traces the attempts of `decide` calls (src/observability/spans.ts implements it); absent while tracing is off. */
 export interface AttemptTracer {
   /** The span of one attempt on `deployment`, under the caller's current span; null when the call is not traced. */
   start(model: string, deployment: string, attempt: number): AttemptSpan | null;

@@ -8,7 +8,7 @@ import {
 } from "@opentelemetry/semantic-conventions";
 
 /**
- * Where the caller's tracing (src/observability/tracing.ts) puts the span of one model call attempt: this adapter
+ * Where the caller's tracing (src/observability/spans.ts) puts the span of one model call attempt: this adapter
  * gives it the HTTP exchange's attributes and sends its trace context to the model service (traceparent, tracestate).
  * Without tracing the context holds nothing and the adapter does nothing more.
  */
@@ -20,6 +20,7 @@ export function traceExchange(headers: Record<string, string>, method: string, o
   const span = current.getValue(MODEL_CALL_SPAN) as Span | undefined;
   if (span === undefined) return undefined;
   propagation.inject(current, headers);
+  if (!span.isRecording()) return span;
   span.setAttributes({
     [ATTR_HTTP_REQUEST_METHOD]: method,
     [ATTR_SERVER_ADDRESS]: origin.hostname,

@@ -110,6 +110,7 @@ function checkAdmit(a: AdmitCommand): void {
     checkEpochMs(a.reservation.expiresAtMs, "reservation.expiresAtMs");
   }
   if (a.keyBudget) {
+    checkText(a.keyBudget.keyId, "keyBudget.keyId");
     checkBudgetPeriod(a.keyBudget.period, "keyBudget.period");
     checkAmount(a.keyBudget.limitMicrousd, "keyBudget.limitMicrousd");
   }

@@ -231,15 +231,19 @@ class BatchState {
 /** A usage record in flight that holds a pending reservation. */
 type Reserving = UsageState & { reservedMicrousd: number; reservationExpiresAtMs: number; reservationStatus: "pending" };
 
+/** The key spend a record's reservation counts in (its key's lineage at admission); null: none. */
+const keySpendOf = (u: UsageState): KeySpendKey | null =>
+  u.keyBudgetKeyId !== null && u.keyBudgetPeriod !== null ? { keyId: u.keyBudgetKeyId, period: u.keyBudgetPeriod } : null;
+
 const reserving = (u: UsageState | undefined): u is Reserving => u?.reservationStatus === "pending";
 
 const ENTRY_KIND = { settled: "settle", released: "release", expired: "expire" } as const satisfies Record<string, LedgerKind>;
 
 /**
  * Resolves a record's pending reservation, charging `cost` (settled; 0 otherwise): the amount leaves `reserved`, the
- * cost goes to `spent` and the rest back to `available`; so too in its key's spend of its budget period, when it counts
- * in one (that row read locked). Its one ledger entry holds what changed for good: the cost. Returns the status, for
- * the final record.
+ * cost goes to `spent` and the rest back to `available`; so too in the key spend it counts in (its key's lineage and
+ * period), when it counts in one (that row read locked). Its one ledger entry holds what changed for good: the cost.
+ * Returns the status, for the final record.
  */
 function resolve<S extends Exclude<ReservationStatus, "pending">>(
   batch: BatchState,
@@ -255,7 +259,8 @@ function resolve<S extends Exclude<ReservationStatus, "pending">>(
     );
   }
   batch.move(u.orgId, { available: amount - cost, reserved: -amount, spent: cost, granted: 0 });
-  if (u.keyBudgetPeriod !== null) batch.moveKeySpend(u.keyId, u.keyBudgetPeriod, -amount, cost);
+  const spend = keySpendOf(u);
+  if (spend) batch.moveKeySpend(spend.keyId, spend.period, -amount, cost);
   batch.enter(u.orgId, ENTRY_KIND[status], u.requestId, { available: -cost, reserved: 0, spent: cost, granted: 0 }, nowMs);
   return status;
 }
@@ -277,7 +282,7 @@ export function batchQuery(admissions: readonly AdmitCommand[], completions: rea
       shared.set(counterKey(GLOBAL_PREVIEW_SCOPE, a.quota.day), { scope: GLOBAL_PREVIEW_SCOPE, day: a.quota.day });
     }
     if (a.reservation) balances.add(a.orgId);
-    if (a.reservation && a.keyBudget) spendOf(a.keyId, a.keyBudget.period);
+    if (a.reservation && a.keyBudget) spendOf(a.keyBudget.keyId, a.keyBudget.period);
     if (a.idempotency) idempotency.set(idempotencyKey(a.orgId, a.idempotency.key), { orgId: a.orgId, key: a.idempotency.key });
   }
   for (const c of completions) {
@@ -319,10 +324,11 @@ function complete(batch: BatchState, snapshot: Snapshot, c: CompleteCommand): Co
   // Only a completion that says it reserved has its organization's balance read and locked; so too its key's spend.
   if (pending && !c.reserved)
     throw new Error(`The request ${JSON.stringify(c.requestId)} holds a reservation its completion does not name`);
-  if (pending?.keyBudgetPeriod != null && (c.keyBudget?.keyId !== pending.keyId || c.keyBudget.period !== pending.keyBudgetPeriod)) {
+  const spend = pending && keySpendOf(pending);
+  if (spend && (c.keyBudget?.keyId !== spend.keyId || c.keyBudget.period !== spend.period)) {
     throw new Error(
-      `The request ${JSON.stringify(c.requestId)} holds a reservation in the budget of key ${JSON.stringify(pending.keyId)} ` +
-        `for ${JSON.stringify(pending.keyBudgetPeriod)}, which its completion does not name`,
+      `The request ${JSON.stringify(c.requestId)} holds a reservation in the budget of key lineage ${JSON.stringify(spend.keyId)} ` +
+        `for ${JSON.stringify(spend.period)}, which its completion does not name`,
     );
   }
   if (c.reserved) {
@@ -403,10 +409,11 @@ function admit(batch: BatchState, a: AdmitCommand): AdmitResult {
     if (available < amount) return { kind: "insufficient_credits", availableMicrousd: Math.max(0, available) };
     // The organization's balance is asked first: a key's budget is a share of what its organization may spend.
     if (a.keyBudget) {
-      const { reserved, spent } = batch.keySpend(a.keyId, a.keyBudget.period);
-      const remaining = a.keyBudget.limitMicrousd - spent - reserved;
+      const { keyId, period, limitMicrousd } = a.keyBudget;
+      const { reserved, spent } = batch.keySpend(keyId, period);
+      const remaining = limitMicrousd - spent - reserved;
       if (amount > remaining) return { kind: "key_budget_exhausted", remainingMicrousd: Math.max(0, remaining) };
-      batch.moveKeySpend(a.keyId, a.keyBudget.period, amount, 0);
+      batch.moveKeySpend(keyId, period, amount, 0);
     }
     // Set aside in the balance (and the key's spend) and on the record (inFlightRecord); the ledger records it once resolved.
     batch.move(a.orgId, { available: -amount, reserved: amount, spent: 0, granted: 0 });
@@ -452,6 +459,7 @@ export function inFlightRecord(a: AdmitCommand): StoredUsageRecord {
     reservedMicrousd: a.reservation?.amountMicrousd ?? null,
     reservationExpiresAtMs: a.reservation?.expiresAtMs ?? null,
     reservationStatus: a.reservation ? "pending" : null,
+    keyBudgetKeyId: a.reservation && a.keyBudget ? a.keyBudget.keyId : null,
     keyBudgetPeriod: a.reservation && a.keyBudget ? a.keyBudget.period : null,
   };
 }
@@ -535,8 +543,7 @@ interface Unanswered {
 function* completeUnanswered(nowMs: number, inFlight: readonly UsageState[], how: Unanswered): BookProgram<void> {
   const pending = inFlight.filter(reserving);
   const keySpend = new Map<string, KeySpendKey>();
-  for (const { keyId, keyBudgetPeriod: period } of pending)
-    if (period !== null) keySpend.set(keySpendKey(keyId, period), { keyId, period });
+  for (const spend of pending.map(keySpendOf)) if (spend) keySpend.set(keySpendKey(spend.keyId, spend.period), spend);
   const locked = (yield { read: { balances: [...new Set(pending.map((u) => u.orgId))], keySpend: [...keySpend.values()] } })!;
   const batch = new BatchState(locked);
   for (const u of inFlight) {

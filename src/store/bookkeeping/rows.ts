@@ -50,6 +50,7 @@ export class CounterLimitPassed extends Error {
 
 /** A key's budget period: its key_spend row. */
 export interface KeySpendKey {
+  /** The key's lineage id (ApiKeyRecord.lineageId). */
   keyId: string;
   period: string;
 }
@@ -94,8 +95,8 @@ export interface OrphanQuery {
 }
 
 /**
- * What a program reads of a usage record, with its reservation (and the key budget period it counts in, of its key);
- * the day of creation is the day the record counts in (usage_daily).
+ * What a program reads of a usage record, with its reservation (and the key spend it counts in); the day of creation
+ * is the day the record counts in (usage_daily).
  */
 export const USAGE_STATE_FIELDS = ["requestId", "orgId", "keyId", "createdAtMs", "mode", "outcome", ...RESERVATION_FIELDS] as const;
 export type UsageState = Pick<StoredUsageRecord, (typeof USAGE_STATE_FIELDS)[number]>;

@@ -12,14 +12,15 @@ import { bigint, boolean, float, int, Table, text } from "./table.ts";
  * A usage record as stored: with the instance (gateway process) that admitted it, null when none is known, and the
  * credit reservation of a paid request (all three null when it reserved nothing): pending exactly while the record
  * is in flight, resolved once with the final record (migration 010; before it, a table of its own). A reservation
- * made by a key with a budget also counts in that key's spend of `keyBudgetPeriod` (key_spend, migration 013),
- * fixed at admission and kept after it resolves; null otherwise.
+ * made by a key with a budget also counts in the key spend of `keyBudgetKeyId` (the key's lineage id) and
+ * `keyBudgetPeriod` (key_spend, migration 013), fixed at admission and kept after it resolves; both null otherwise.
  */
 export type StoredUsageRecord = UsageRecord & {
   instanceId: string | null;
   reservedMicrousd: number | null;
   reservationExpiresAtMs: number | null;
   reservationStatus: ReservationStatus | null;
+  keyBudgetKeyId: string | null;
   keyBudgetPeriod: string | null;
 };
 
@@ -47,11 +48,18 @@ export const usageRecords = new Table<StoredUsageRecord>("usage_records", {
   reservedMicrousd: bigint("reserved_microusd"),
   reservationExpiresAtMs: bigint("reservation_expires_at_ms"),
   reservationStatus: text("reservation_status"),
+  keyBudgetKeyId: text("key_budget_key_id"),
   keyBudgetPeriod: text("key_budget_period"),
 });
 
-/** The columns of the reservation a paid request's record holds, with the key budget period it counts in. */
-export const RESERVATION_FIELDS = ["reservedMicrousd", "reservationExpiresAtMs", "reservationStatus", "keyBudgetPeriod"] as const;
+/** The columns of the reservation a paid request's record holds, with the key spend it counts in. */
+export const RESERVATION_FIELDS = [
+  "reservedMicrousd",
+  "reservationExpiresAtMs",
+  "reservationStatus",
+  "keyBudgetKeyId",
+  "keyBudgetPeriod",
+] as const;
 
 /** The fields of a UsageRecord (read back): every column but the admitting instance and the reservation. */
 export const USAGE_RECORD_FIELDS = usageRecords.fieldsExcept("instanceId", ...RESERVATION_FIELDS);
@@ -122,6 +130,7 @@ export const previewCounters = new Table<PreviewCounter>("preview_counters", {
 
 /** What a key with a budget has reserved (requests in flight) and spent in one UTC period ("YYYY-MM-DD" or "YYYY-MM"). */
 export interface KeySpend {
+  /** The key's lineage id: the keys of one chain of rotations spend together. */
   keyId: string;
   period: string;
   reservedMicrousd: number;

@@ -101,6 +101,7 @@ export function adminKeyRoutes(app: FastifyInstance, { route, admin }: AdminCont
         params: KeyParams,
         headers: AdminHeaders,
         body: RotateKeyBody,
+        bodyOptional: true,
         response: { 201: RotatedApiKey, ...errorResponses("key_not_active"), ...errors },
       },
     },

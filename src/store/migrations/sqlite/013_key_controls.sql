@@ -1,6 +1,7 @@
 -- 013_key_controls: limits of each API key (expiry, models, its own per-minute limit, a budget per UTC day or month),
--- rotation with a grace period, the last use of a key, the spend of each key per budget period, and the budget
--- period a paid request's reservation counts in. Applied like 001 (one BEGIN IMMEDIATE transaction, no PRAGMAs here).
+-- rotation with a grace period (the new key shares the budget and per-minute count of the keys it replaced), the last
+-- use of a key, the spend of each key lineage per budget period, and the key spend a paid request's reservation counts
+-- in. Applied like 001 (one BEGIN IMMEDIATE transaction, no PRAGMAs here).
 -- SQLite cannot change a CHECK in place, so admin_audit is rebuilt (as usage_records in 012) to allow the actions
 -- 'key.updated' and 'key.rotated'. Times are epoch milliseconds; money is integer microUSD.
 
@@ -16,10 +17,14 @@ ALTER TABLE api_keys ADD COLUMN budget_period TEXT NULL CHECK (budget_period IS 
 -- Rotated: the key that replaced it, and when its grace ends (refused from then).
 ALTER TABLE api_keys ADD COLUMN replaced_by TEXT NULL;
 ALTER TABLE api_keys ADD COLUMN retires_at_ms INTEGER NULL CHECK (retires_at_ms IS NULL OR retires_at_ms >= 0);
+-- A key made by rotation: the id of the first key of its chain of rotations (its lineage), whose budget spend and
+-- per-minute count it shares with the keys it replaced; NULL: the key is the first of its lineage (its own id).
+ALTER TABLE api_keys ADD COLUMN lineage_id TEXT NULL;
 -- Written by each instance at most once a minute for the keys it saw; NULL: never used (or not yet written).
 ALTER TABLE api_keys ADD COLUMN last_used_at_ms INTEGER NULL CHECK (last_used_at_ms IS NULL OR last_used_at_ms >= 0);
 
 -- What a key with a budget has set aside (requests in flight) and spent in one UTC period: 'YYYY-MM-DD' or 'YYYY-MM'.
+-- key_id is the key's lineage id: a key and the keys that replaced it by rotation spend in one row.
 CREATE TABLE key_spend (
   key_id            TEXT    NOT NULL,
   period            TEXT    NOT NULL CHECK (length(period) IN (7, 10)),
@@ -28,7 +33,9 @@ CREATE TABLE key_spend (
   PRIMARY KEY (key_id, period)
 ) STRICT, WITHOUT ROWID;
 
--- The key budget period its reservation counts in (key_spend); NULL: the key had no budget, or no reservation.
+-- The key_spend row its reservation counts in: the key's lineage id and the budget period; both NULL: the key had no
+-- budget, or no reservation.
+ALTER TABLE usage_records ADD COLUMN key_budget_key_id TEXT NULL;
 ALTER TABLE usage_records ADD COLUMN key_budget_period TEXT NULL;
 
 CREATE TABLE admin_audit_013 (
