@@ -18,7 +18,7 @@ import { openStore } from "../../src/store/open-store.ts";
 import type { Store } from "../../src/store/store.ts";
 import { type FakeModelServer, startFakeModelServer } from "../fixtures/fake-model-server.ts";
 import { allUsage, assertLedgerMatches } from "../support/books.ts";
-import { type GatewayProcess, startGatewayProcess } from "../support/gateway-process.ts";
+import { type GatewayProcess, startGatewayProcess, waitUntilReady } from "../support/gateway-process.ts";
 import { startModelGate } from "../support/model-gate.ts";
 import { createTestDatabase } from "../support/postgres-db.ts";
 import { reservationStatuses, rowsOf } from "../support/roll-up.ts";
@@ -477,6 +477,7 @@ describe("batches survive their gateway process", { timeout: 300_000 }, () => {
       // The organization's limit lets each instance fill its own.
       const env = { ...PAID, TDS_DATABASE_URL: db.url, TDS_BATCH_CONCURRENCY: "16", TDS_BATCH_GLOBAL_CONCURRENCY: "8" };
       for (const gate of gates) gateways.push(await startGatewayProcess({ ...env, TDS_MODEL_SERVICE_URL: gate.url }));
+      await Promise.all(gateways.map((g) => waitUntilReady(g)));
       const id = await submit(client(gateways[0]!, org), count);
       await waitFor("both instances holding requests at the model", () => gates.every((g) => g.held() > 0));
       for (const gate of gates) gate.open();

@@ -7,7 +7,7 @@ import { openStore } from "../../src/store/open-store.ts";
 import type { Store } from "../../src/store/store.ts";
 import { type FakeModelServer, startFakeModelServer } from "../fixtures/fake-model-server.ts";
 import { sampleRequest, TICKET_HISTORY } from "../support/gateway-harness.ts";
-import { type GatewayProcess, startGatewayProcess } from "../support/gateway-process.ts";
+import { type GatewayProcess, startGatewayProcess, waitUntilReady } from "../support/gateway-process.ts";
 import { type ModelGate, startModelGate } from "../support/model-gate.ts";
 import { createTestDatabase } from "../support/postgres-db.ts";
 import { byteBound } from "../support/token-bound.ts";
@@ -39,6 +39,7 @@ async function startCluster(fake: FakeModelServer, env: Record<string, string>):
     ...env,
   };
   const gateways = await Promise.all([0, 1, 2].map(() => startGatewayProcess(common)));
+  await Promise.all(gateways.map((g) => waitUntilReady(g)));
   return { store, db, gateways, orgId: org.id, key: key.raw };
 }
 

@@ -62,3 +62,24 @@ export async function startGatewayProcess(env: Record<string, string>, timeoutMs
       }),
   };
 }
+
+/**
+ * Polls the gateway's /readyz until it answers 200: the database takes writes and every model has a deployment that
+ * takes calls. A gateway listens before its first model list; on a busy machine that list can time out and leave
+ * the only deployment cooling down for a moment, which a test must not mistake for the behaviour it checks.
+ */
+export async function waitUntilReady(gateway: Pick<GatewayProcess, "url" | "lines">, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = "";
+  while (Date.now() < deadline) {
+    try {
+      const res = await fetch(`${gateway.url}/readyz`, { signal: AbortSignal.timeout(5000) });
+      last = `${res.status} ${await res.text()}`;
+      if (res.status === 200) return;
+    } catch (err) {
+      last = String(err);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`gateway ${gateway.url} not ready in ${timeoutMs} ms (last: ${last}):\n${gateway.lines.join("\n")}`);
+}
