@@ -80,6 +80,8 @@ export interface Config {
   minFreeDiskMb: number;
   /** PostgreSQL: bookkeeping transactions in flight at once (group commit lanes); SQLite runs one whatever it says. */
   bookkeepingLanes: number;
+  /** How long a found API key is reused before it is read again (ms); 0: read for every request. */
+  keyCacheMs: number;
   /** Shared rate limits for several instances; null = in-memory limiter (one process). */
   redisUrl: string | null;
   /** When set, GET /metrics requires `Authorization: Bearer <token>`. */
@@ -260,6 +262,7 @@ export function loadConfig(environment: Env = process.env): Config {
     sqliteWalLimitMb: v.sqliteWalLimitMb,
     minFreeDiskMb: v.minFreeDiskMb,
     bookkeepingLanes: v.bookkeepingLanes,
+    keyCacheMs: v.keyCacheMs,
     redisUrl: v.redisUrl,
     metricsToken: v.metricsToken,
     adminToken: v.adminToken,

@@ -107,6 +107,7 @@ async function main(): Promise<void> {
   }).catch((err: unknown) => {
     throw databaseFailure(err, config.databaseUrl);
   });
+  store.cacheKeyLookups(config.keyCacheMs);
   const modelServices = openModelServices(config);
   const engineLog = log.child({ component: "embedded-engine" });
   const engines = await openEngines(config, {

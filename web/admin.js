@@ -730,7 +730,8 @@ export function createAdmin(deps) {
   const editDialog = formDialog({
     name: "key-edit",
     submit: "Save settings",
-    intro: "Empty a field to remove that limit (the organization's own limits still apply). Changes apply on every instance at once.",
+    intro:
+      "Empty a field to remove that limit (the organization's own limits still apply). Changes apply at once (on other instances of the gateway within TDS_KEY_CACHE_MS, when the operator set it).",
   });
   const editName = h("input", { id: uid("key-edit-name"), type: "text", autocomplete: "off", spellcheck: "false", maxlength: "200" });
   const editNameError = h("p", { id: uid("key-edit-name-error"), class: "field-error", hidden: true });
@@ -888,7 +889,7 @@ export function createAdmin(deps) {
     hideKeyOnce();
     const ok = await confirmAction({
       title: `Revoke key ${key.id}?`,
-      text: `Requests with this key${key.name ? ` (${key.name})` : ""} of ${current.name} get 401 from now on, on every instance of the gateway. This cannot be undone.`,
+      text: `Requests with this key${key.name ? ` (${key.name})` : ""} of ${current.name} get 401 from now on (on other instances of the gateway within TDS_KEY_CACHE_MS, when the operator set it). This cannot be undone.`,
       confirm: "Revoke key",
     });
     if (!ok) {

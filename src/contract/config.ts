@@ -23,6 +23,7 @@ export const ConfigFile = Type.Object(
     sqlite_wal_limit_mb: Type.Optional(Whole),
     min_free_disk_mb: Type.Optional(Whole),
     bookkeeping_lanes: Type.Optional(Whole),
+    key_cache_ms: Type.Optional(Whole),
     service_mode: Type.Optional(Text),
     model_service: Type.Optional(
       Type.Object({ url: Type.String({ minLength: 1 }), api_key: Type.Optional(Type.String()) }, { additionalProperties: false }),

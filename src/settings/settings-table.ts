@@ -140,6 +140,16 @@ export const SETTINGS = {
     details:
       "PostgreSQL: bookkeeping transactions (admissions and completions, grouped) this instance runs at once, 1 to 16; each organization's steps always go to the same one, so two never hold one organization's rows. At most pool_size - 2 run (the other connections are kept for reads; the start logs a warning when fewer run than set). More than 1 pays when PostgreSQL has cores of its own and a transaction's time is round trips and WAL flushes; where the gateway and PostgreSQL share a few cores, more and smaller transactions cost CPU (docs/benchmarks.md). Ignored on SQLite, which has one writer: always 1.",
   }),
+  keyCacheMs: setting({
+    env: "TDS_KEY_CACHE_MS",
+    file: "key_cache_ms",
+    parse: integer(0, 60_000),
+    default: 0,
+    section: "database",
+    summary: "How long a found API key is reused before it is read again, in ms (0: read for every request)",
+    details:
+      "How long this instance reuses an API key (and its organization) it has read, in milliseconds, before a request reads it again. 0 (the default) reads it for every request, so that a revocation, a change of the key's settings, a rotation or a pause applies to the next request on every instance. Above 0, such a change made through this instance (its admin API) still applies at once there, but one made through another instance or with the tds command on the database applies within this time. Keys that are not found are read every time. Saves one database read per request (on PostgreSQL a round trip and about a fifth of its CPU per request: docs/benchmarks.md).",
+  }),
   redisUrl: setting({
     env: "TDS_REDIS_URL",
     file: "redis_url",

@@ -16,6 +16,7 @@ import {
 import type { AuditPage, AuditQuery, OrganizationPage } from "./administration.ts";
 import type { AccountsPart } from "./compose-store.ts";
 import { checkEpochMs, checkKeySettings, checkPageLimit, checkText } from "./input-checks.ts";
+import { KeyLookupCache } from "./key-lookup-cache.ts";
 import { NAME_CANDIDATES, nameHolder, nameKey, nameTakenMessage } from "./organization-names.ts";
 import { perTurnLookup } from "./per-turn-lookup.ts";
 import { bigint, boolean, type DbRow, int, sqlite, Table, text } from "./schema/table.ts";
@@ -207,6 +208,22 @@ const valuesOf = <T>(table: Table<T>, row: T): unknown[] => table.fields.map((f)
 export class Accounts implements AccountsPart {
   constructor(private readonly db: SqlRunner) {}
 
+  /** Found keys kept for a moment (off until cacheKeyLookups): every change below drops them. */
+  readonly #found = new KeyLookupCache<DbRow>();
+
+  cacheKeyLookups(ttlMs: number): void {
+    this.#found.setTtl(ttlMs);
+  }
+
+  /** Runs a write that changes keys or organizations; the kept key lookups are dropped once it has ended, however. */
+  async #changing<T>(write: () => Promise<T>): Promise<T> {
+    try {
+      return await write();
+    } finally {
+      this.#found.changed();
+    }
+  }
+
   async createOrganization(input: Parameters<AccountStore["createOrganization"]>[0]): Promise<Organization> {
     const { audit } = input;
     checkAudit(audit);
@@ -251,11 +268,13 @@ export class Accounts implements AccountsPart {
   async setOrganizationPaused(orgId: string, paused: boolean, audit?: { actor: AuditActor; nowMs: number }): Promise<boolean> {
     checkPauseAudit(audit);
     if (!this.db.holds(orgId)) return false;
-    return this.db.write(function* () {
-      if ((yield* execute(SQL.setPaused, paused, orgId, paused)) === 0) return (yield* query(SQL.organizationExists, orgId)).length > 0;
-      if (audit) yield* recordAudit(audits.pauseChanged(orgId, paused, audit.actor, audit.nowMs));
-      return true;
-    });
+    return this.#changing(() =>
+      this.db.write(function* () {
+        if ((yield* execute(SQL.setPaused, paused, orgId, paused)) === 0) return (yield* query(SQL.organizationExists, orgId)).length > 0;
+        if (audit) yield* recordAudit(audits.pauseChanged(orgId, paused, audit.actor, audit.nowMs));
+        return true;
+      }),
+    );
   }
 
   async createApiKey(input: Parameters<AccountStore["createApiKey"]>[0]): Promise<ApiKeyRecord> {
@@ -309,20 +328,22 @@ export class Accounts implements AccountsPart {
     if (!this.db.holds(keyId)) return null;
     if (!this.db.holds(...(typeof changes.name === "string" ? [changes.name] : []), ...(changes.models ?? [])))
       throw new StoreInputError("changes must not contain U+0000", "changes");
-    return this.db.write(function* () {
-      const [row] = yield* query(SQL.lockKey, keyId);
-      if (!row) return null;
-      const key = toKey(row);
-      if (key.revokedAtMs !== null) throw new StoreConflictError(`The API key ${JSON.stringify(keyId)} is revoked`);
-      if (key.replacedBy !== null)
-        throw new StoreConflictError(`The API key ${JSON.stringify(keyId)} was rotated (replaced by ${JSON.stringify(key.replacedBy)})`);
-      const changed = differences(key, changes);
-      if (Object.keys(changed).length === 0) return key;
-      const merged = rowOf({ ...key, ...changed } as ApiKeyRecord);
-      const [updated] = yield* query(SQL.updateKey, ...UPDATED_COLUMNS.map((f) => merged[f]), keyId);
-      if (audit) yield* recordAudit(audits.keyUpdated(key, changed, audit, nowMs));
-      return toKey(updated!);
-    });
+    return this.#changing(() =>
+      this.db.write(function* () {
+        const [row] = yield* query(SQL.lockKey, keyId);
+        if (!row) return null;
+        const key = toKey(row);
+        if (key.revokedAtMs !== null) throw new StoreConflictError(`The API key ${JSON.stringify(keyId)} is revoked`);
+        if (key.replacedBy !== null)
+          throw new StoreConflictError(`The API key ${JSON.stringify(keyId)} was rotated (replaced by ${JSON.stringify(key.replacedBy)})`);
+        const changed = differences(key, changes);
+        if (Object.keys(changed).length === 0) return key;
+        const merged = rowOf({ ...key, ...changed } as ApiKeyRecord);
+        const [updated] = yield* query(SQL.updateKey, ...UPDATED_COLUMNS.map((f) => merged[f]), keyId);
+        if (audit) yield* recordAudit(audits.keyUpdated(key, changed, audit, nowMs));
+        return toKey(updated!);
+      }),
+    );
   }
 
   async rotateApiKey(input: Parameters<AccountStore["rotateApiKey"]>[0]): Promise<{ old: ApiKeyRecord; created: ApiKeyRecord } | null> {
@@ -339,42 +360,44 @@ export class Accounts implements AccountsPart {
     checkAudit(audit);
     if (!this.db.holds(keyId)) return null;
     try {
-      return await this.db.write(function* () {
-        const [retired] = yield* query(SQL.retireKey, newId, retiresAtMs, keyId, nowMs);
-        if (!retired) {
-          const [row] = yield* query(SQL.findKey, keyId);
-          if (!row) return null;
-          const found = toKey(row);
-          throw new StoreConflictError(
-            found.revokedAtMs !== null
-              ? `The API key ${JSON.stringify(keyId)} is revoked`
-              : found.replacedBy !== null
-                ? `The API key ${JSON.stringify(keyId)} was already rotated (replaced by ${JSON.stringify(found.replacedBy)})`
-                : `The API key ${JSON.stringify(keyId)} has expired`,
-          );
-        }
-        const old = toKey(retired);
-        const created: ApiKeyRecord = {
-          id: newId,
-          orgId: old.orgId,
-          name: old.name,
-          hash,
-          createdAtMs: nowMs,
-          revokedAtMs: null,
-          ...settingsOf(old),
-          // One budget spend and one per-minute count for the key and the keys it replaces.
-          lineageId: old.lineageId,
-          replacedBy: null,
-          retiresAtMs: null,
-          lastUsedAtMs: null,
-        };
-        yield* execute(SQL.insertKey, ...valuesOf(apiKeys, rowOf(created)));
-        if (audit) {
-          yield* recordAudit(audits.keyCreated(created, audit, nowMs, old.id));
-          yield* recordAudit(audits.keyRotated(old, newId, retiresAtMs, audit, nowMs));
-        }
-        return { old, created };
-      });
+      return await this.#changing(() =>
+        this.db.write(function* () {
+          const [retired] = yield* query(SQL.retireKey, newId, retiresAtMs, keyId, nowMs);
+          if (!retired) {
+            const [row] = yield* query(SQL.findKey, keyId);
+            if (!row) return null;
+            const found = toKey(row);
+            throw new StoreConflictError(
+              found.revokedAtMs !== null
+                ? `The API key ${JSON.stringify(keyId)} is revoked`
+                : found.replacedBy !== null
+                  ? `The API key ${JSON.stringify(keyId)} was already rotated (replaced by ${JSON.stringify(found.replacedBy)})`
+                  : `The API key ${JSON.stringify(keyId)} has expired`,
+            );
+          }
+          const old = toKey(retired);
+          const created: ApiKeyRecord = {
+            id: newId,
+            orgId: old.orgId,
+            name: old.name,
+            hash,
+            createdAtMs: nowMs,
+            revokedAtMs: null,
+            ...settingsOf(old),
+            // One budget spend and one per-minute count for the key and the keys it replaces.
+            lineageId: old.lineageId,
+            replacedBy: null,
+            retiresAtMs: null,
+            lastUsedAtMs: null,
+          };
+          yield* execute(SQL.insertKey, ...valuesOf(apiKeys, rowOf(created)));
+          if (audit) {
+            yield* recordAudit(audits.keyCreated(created, audit, nowMs, old.id));
+            yield* recordAudit(audits.keyRotated(old, newId, retiresAtMs, audit, nowMs));
+          }
+          return { old, created };
+        }),
+      );
     } catch (err) {
       throw this.keyInsertFailure(err, { id: newId, orgId: "" });
     }
@@ -397,12 +420,12 @@ export class Accounts implements AccountsPart {
     });
   }
 
-  /** Every request looks its key up: the lookups of one event-loop turn share one query. */
+  /** Every request looks its key up (unless it was kept: cacheKeyLookups): the lookups of one event-loop turn share one query. */
   readonly #keys = perTurnLookup((ids: string[]) => this.db.read(() => keysWithOrganization(ids)));
 
   async findApiKey(keyId: string): Promise<{ key: ApiKeyRecord; org: Organization } | null> {
     if (!this.db.holds(keyId)) return null;
-    const row = await this.#keys(keyId);
+    const row = await this.#found.get(keyId, () => this.#keys(keyId));
     return row ? { key: toKey(row), org: organizationOfKey(row) } : null;
   }
 
@@ -414,13 +437,15 @@ export class Accounts implements AccountsPart {
   async revokeApiKey(keyId: string, nowMs: number, audit?: AuditActor): Promise<boolean> {
     checkAudit(audit);
     if (!this.db.holds(keyId)) return false;
-    return this.db.write(function* () {
-      const [revoked] = yield* query(SQL.revokeKey, nowMs, keyId);
-      if (!revoked) return false;
-      const key = { id: keyId, orgId: revoked.org_id as string, name: revoked.name as string | null };
-      if (audit) yield* recordAudit(audits.key("key.revoked", key, audit, nowMs));
-      return true;
-    });
+    return this.#changing(() =>
+      this.db.write(function* () {
+        const [revoked] = yield* query(SQL.revokeKey, nowMs, keyId);
+        if (!revoked) return false;
+        const key = { id: keyId, orgId: revoked.org_id as string, name: revoked.name as string | null };
+        if (audit) yield* recordAudit(audits.key("key.revoked", key, audit, nowMs));
+        return true;
+      }),
+    );
   }
 
   async listOrganizationsPage(page: { cursor?: string; limit: number }): Promise<OrganizationPage> {

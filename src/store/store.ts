@@ -76,8 +76,17 @@ export interface AccountStore {
   }): Promise<{ old: ApiKeyRecord; created: ApiKeyRecord } | null>;
   /** Moves each key's last_used_at forward to the time given (never back); unknown keys are skipped. One transaction. */
   recordKeyUse(uses: readonly { keyId: string; atMs: number }[]): Promise<void>;
-  /** The key and its organization, revoked or not (the caller decides). */
+  /**
+   * The key and its organization, revoked or not (the caller decides). Read from the database every time, unless
+   * cacheKeyLookups was called.
+   */
   findApiKey(keyId: string): Promise<{ key: ApiKeyRecord; org: Organization } | null>;
+  /**
+   * From now on findApiKey keeps a found key (and its organization) for `ttlMs` (0: never, the default). A change
+   * to keys or organizations made through this store drops what is kept at once; one made through another store
+   * (another instance, the CLI) is seen within `ttlMs`.
+   */
+  cacheKeyLookups(ttlMs: number): void;
   listApiKeys(orgId: string): Promise<ApiKeyRecord[]>;
   /** Returns false when no such key exists or it was already revoked. With `audit`, records "key.revoked" in the same transaction when it was revoked now. */
   revokeApiKey(keyId: string, nowMs: number, audit?: AuditActor): Promise<boolean>;

@@ -118,7 +118,7 @@ export function adminKeyRoutes(app: FastifyInstance, { route, admin }: AdminCont
       ...route,
       schema: {
         operationId: "adminRevokeKey",
-        summary: "Revoke an API key (its next request gets 401, on every instance)",
+        summary: "Revoke an API key (its next request gets 401; on other instances within TDS_KEY_CACHE_MS when that is set)",
         security,
         params: KeyParams,
         headers: AdminHeaders,

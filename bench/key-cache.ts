@@ -1,0 +1,121 @@
+/**
+ * What keeping API key lookups (TDS_KEY_CACHE_MS) saves: two gateways side by side on each database, one reading
+ * the key for every request (0, the default), one keeping it for 1000 ms, in front of the precomputed model server.
+ *
+ *   npx tsx bench/key-cache.ts [--slices 5] [--requests 8000] [--connections 32] [--rate 300] [--paced-seconds 6] [--no-postgres]
+ *
+ * For each database (SQLite; PostgreSQL, a scratch database of the local server, when reachable) and mode preview,
+ * the two gateways take turns: `--slices` slices of `--requests` requests at `--connections` connections (autocannon),
+ * then `--paced-seconds` each at `--rate` req/s evenly paced. Around every slice it reads the CPU time of the gateway
+ * (every thread, /proc) and, on PostgreSQL, of the bench database's backends and the server's shared processes.
+ * Prints the medians per gateway and the ratio kept ÷ read. Nothing is asserted.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { cpus, tmpdir } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { createTestDatabase } from "../test/support/postgres-db.ts";
+import { median, paced, percentile, saturate } from "./load.ts";
+import { cpuSince, postgresCpuSince, readCpu, readPostgresCpu } from "./proc-cpu.ts";
+import { OPEN_LIMITS, provisionOrg, realisticRequest, type Started, startGateway, startProcess } from "./support.ts";
+
+const { values } = parseArgs({
+  options: {
+    slices: { type: "string", default: "5" },
+    requests: { type: "string", default: "8000" },
+    connections: { type: "string", default: "32" },
+    rate: { type: "string", default: "300" },
+    "paced-seconds": { type: "string", default: "6" },
+    "no-postgres": { type: "boolean", default: false },
+  },
+});
+const KEPT_MS = "1000";
+
+interface Variant {
+  label: string;
+  gateway: Started;
+  key: string;
+  /** The PostgreSQL database's name, whose backends are this gateway's alone. */
+  database: string | null;
+  cpuUs: number[];
+  postgresUs: number[];
+  p50: number[];
+  p99: number[];
+}
+
+const cleanups: Array<() => Promise<void>> = [];
+const body = JSON.stringify(realisticRequest());
+
+async function variant(
+  label: string,
+  databaseUrl: string,
+  database: string | null,
+  keyCacheMs: string,
+  modelUrl: string,
+): Promise<Variant> {
+  const key = await provisionOrg(databaseUrl);
+  const gateway = await startGateway({
+    TDS_MODEL_SERVICE_URL: modelUrl,
+    TDS_DATABASE_URL: databaseUrl,
+    TDS_SERVICE_MODE: "preview",
+    TDS_KEY_CACHE_MS: keyCacheMs,
+    ...OPEN_LIMITS,
+  });
+  cleanups.push(() => gateway.stop());
+  return { label, gateway, key, database, cpuUs: [], postgresUs: [], p50: [], p99: [] };
+}
+
+async function compare(name: string, variants: [Variant, Variant]): Promise<void> {
+  const target = (v: Variant) => ({ url: v.gateway.url, keys: [v.key] });
+  for (const v of variants) await saturate(target(v), body, { connections: 32, amount: 3000 });
+  for (let slice = 0; slice < Number(values.slices); slice++) {
+    for (const v of variants) {
+      const cpu = readCpu(v.gateway.child.pid!);
+      const pgCpu = v.database ? readPostgresCpu(v.database) : null;
+      const s = await saturate(target(v), body, { connections: Number(values.connections), amount: Number(values.requests) });
+      v.cpuUs.push(cpuSince(cpu, readCpu(v.gateway.child.pid!)).ns / 1000 / s.requests);
+      if (pgCpu && v.database) {
+        const spent = postgresCpuSince(pgCpu, readPostgresCpu(v.database));
+        v.postgresUs.push((spent.backendsNs + spent.backgroundNs) / 1000 / s.requests);
+      }
+    }
+  }
+  for (const v of variants) {
+    const s = await paced(target(v), body, { seconds: Number(values["paced-seconds"]), rate: Number(values.rate) });
+    v.p50.push(percentile(s.times, 50));
+    v.p99.push(percentile(s.times, 99));
+  }
+  const [read, kept] = variants;
+  const row = (label: string, f: (v: Variant) => number[], digits: number) => {
+    const [a, b] = [median(f(read)), median(f(kept))];
+    return `| ${label} | ${a.toFixed(digits)} | ${b.toFixed(digits)} | ${(b / a).toFixed(2)} |`;
+  };
+  console.log(`\n${name}\n\n| figure | ${read.label} | ${kept.label} | ratio |\n| --- | ---: | ---: | ---: |`);
+  console.log(row("gateway CPU µs per request, saturating", (v) => v.cpuUs, 0));
+  if (read.database) console.log(row("PostgreSQL CPU µs per request, saturating", (v) => v.postgresUs, 0));
+  console.log(row(`p50 ms at ${values.rate} req/s paced`, (v) => v.p50, 2));
+  console.log(row(`p99 ms at ${values.rate} req/s paced`, (v) => v.p99, 2));
+  console.log(`(slices: read ${read.cpuUs.map((x) => x.toFixed(0)).join(" / ")}; kept ${kept.cpuUs.map((x) => x.toFixed(0)).join(" / ")})`);
+}
+
+const dir = mkdtempSync(join(tmpdir(), "tds-key-cache-"));
+try {
+  console.log(`${cpus().length} cores, Node ${process.version}; preview mode; TDS_KEY_CACHE_MS 0 (read) against ${KEPT_MS} (kept)`);
+  const model = await startProcess(["bench/precomputed-model.ts", "--port", "0"], {}, /listening on (http:\/\/127\.0\.0\.1:\d+)/);
+  cleanups.push(() => model.stop());
+  await compare("SQLite", [
+    await variant("read (0)", `sqlite:${join(dir, "read.sqlite")}`, null, "0", model.url),
+    await variant(`kept (${KEPT_MS} ms)`, `sqlite:${join(dir, "kept.sqlite")}`, null, KEPT_MS, model.url),
+  ]);
+  if (!values["no-postgres"]) {
+    const dbs = [await createTestDatabase("tds_bench_keys"), await createTestDatabase("tds_bench_keys")];
+    for (const db of dbs) cleanups.push(() => db.drop());
+    await compare("PostgreSQL", [
+      await variant("read (0)", dbs[0]!.url, dbs[0]!.name, "0", model.url),
+      await variant(`kept (${KEPT_MS} ms)`, dbs[1]!.url, dbs[1]!.name, KEPT_MS, model.url),
+    ]);
+  }
+} finally {
+  for (const cleanup of cleanups.reverse()) await cleanup().catch(() => undefined);
+  rmSync(dir, { recursive: true, force: true });
+}
