@@ -37,7 +37,7 @@ export function authenticate(store: Store, options: { rejectPaused: boolean }) {
     const raw = BEARER.exec(header)?.[1];
     if (!raw) throw new ServiceError("missing_api_key", "Authorization header must be of the form: Bearer <API_KEY>.");
     const keyId = keyIdOf(raw);
-    const found = keyId ? await store.findApiKey(keyId) : null;
+    const found = keyId ? await store.findApiKeyForRequest(keyId) : null;
     if (!found || !apiKeyMatches(raw, found.key.hash)) throw new ServiceError("invalid_api_key");
     const refusal = keyRefusal(found.key, (request.server.clock ?? systemClock).nowMs());
     if (refusal) throw refusal;

@@ -148,7 +148,7 @@ export const SETTINGS = {
     section: "database",
     summary: "How long a found API key is reused before it is read again, in ms (0: read for every request)",
     details:
-      "How long this instance reuses an API key (and its organization) it has read, in milliseconds, before a request reads it again. 0 (the default) reads it for every request, so that a revocation, a change of the key's settings, a rotation or a pause applies to the next request on every instance. Above 0, such a change made through this instance (its admin API) still applies at once there, but one made through another instance or with the tds command on the database applies within this time. Keys that are not found are read every time. Saves one database read per request (on PostgreSQL a round trip and about a fifth of its CPU per request: docs/benchmarks.md).",
+      "How long this instance reuses an API key (and its organization) it has read, in milliseconds, before a request reads it again. 0 (the default) reads it for every request, so that a revocation, a change of the key's settings, a rotation or a pause applies to the next request on every instance. Above 0, such a change made through this instance (its admin API) still applies at once there, but one made through another instance or with the tds command on the database applies within this time (the tds command over HTTP goes through an instance: there at once). Keys that are not found are read every time. Saves one database read per request: on PostgreSQL a round trip, and 7-20 % of PostgreSQL's CPU per request (docs/benchmarks.md); on SQLite nothing measurable.",
   }),
   redisUrl: setting({
     env: "TDS_REDIS_URL",

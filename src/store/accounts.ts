@@ -206,13 +206,17 @@ const valuesOf = <T>(table: Table<T>, row: T): unknown[] => table.fields.map((f)
  * with its audit entry in one transaction, and the pages. An adapter supplies only the SqlRunner.
  */
 export class Accounts implements AccountsPart {
-  constructor(private readonly db: SqlRunner) {}
-
-  /** Found keys kept for a moment (off until cacheKeyLookups): every change below drops them. */
-  readonly #found = new KeyLookupCache<DbRow>();
+  /**
+   * `found`: the keys findApiKeyForRequest keeps (off until cacheKeyLookups), every change below drops them; one per
+   * store, shared by the Accounts of a connection opened again.
+   */
+  constructor(
+    private readonly db: SqlRunner,
+    private readonly found = new KeyLookupCache<DbRow>(),
+  ) {}
 
   cacheKeyLookups(ttlMs: number): void {
-    this.#found.setTtl(ttlMs);
+    this.found.setTtl(ttlMs);
   }
 
   /** Runs a write that changes keys or organizations; the kept key lookups are dropped once it has ended, however. */
@@ -220,7 +224,7 @@ export class Accounts implements AccountsPart {
     try {
       return await write();
     } finally {
-      this.#found.changed();
+      this.found.changed();
     }
   }
 
@@ -420,12 +424,18 @@ export class Accounts implements AccountsPart {
     });
   }
 
-  /** Every request looks its key up (unless it was kept: cacheKeyLookups): the lookups of one event-loop turn share one query. */
+  /** Every request looks its key up (unless it is kept: cacheKeyLookups): the lookups of one event-loop turn share one query. */
   readonly #keys = perTurnLookup((ids: string[]) => this.db.read(() => keysWithOrganization(ids)));
 
   async findApiKey(keyId: string): Promise<{ key: ApiKeyRecord; org: Organization } | null> {
     if (!this.db.holds(keyId)) return null;
-    const row = await this.#found.get(keyId, () => this.#keys(keyId));
+    const row = await this.#keys(keyId);
+    return row ? { key: toKey(row), org: organizationOfKey(row) } : null;
+  }
+
+  async findApiKeyForRequest(keyId: string): Promise<{ key: ApiKeyRecord; org: Organization } | null> {
+    if (!this.db.holds(keyId)) return null;
+    const row = await this.found.get(keyId, () => this.#keys(keyId));
     return row ? { key: toKey(row), org: organizationOfKey(row) } : null;
   }
 

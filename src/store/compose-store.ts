@@ -39,6 +39,7 @@ export function composeStore<B extends Pick<Store, "dialect" | "close" | "classi
     rotateApiKey: (input) => accounts.rotateApiKey(input),
     recordKeyUse: (uses) => accounts.recordKeyUse(uses),
     findApiKey: (keyId) => accounts.findApiKey(keyId),
+    findApiKeyForRequest: (keyId) => accounts.findApiKeyForRequest(keyId),
     cacheKeyLookups: (ttlMs) => accounts.cacheKeyLookups(ttlMs),
     listApiKeys: (orgId) => accounts.listApiKeys(orgId),
     revokeApiKey: (keyId, nowMs, audit) => accounts.revokeApiKey(keyId, nowMs, audit),

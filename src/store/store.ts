@@ -76,15 +76,16 @@ export interface AccountStore {
   }): Promise<{ old: ApiKeyRecord; created: ApiKeyRecord } | null>;
   /** Moves each key's last_used_at forward to the time given (never back); unknown keys are skipped. One transaction. */
   recordKeyUse(uses: readonly { keyId: string; atMs: number }[]): Promise<void>;
-  /**
-   * The key and its organization, revoked or not (the caller decides). Read from the database every time, unless
-   * cacheKeyLookups was called.
-   */
+  /** The key and its organization, revoked or not (the caller decides), as the database holds them now. */
   findApiKey(keyId: string): Promise<{ key: ApiKeyRecord; org: Organization } | null>;
   /**
-   * From now on findApiKey keeps a found key (and its organization) for `ttlMs` (0: never, the default). A change
-   * to keys or organizations made through this store drops what is kept at once; one made through another store
-   * (another instance, the CLI) is seen within `ttlMs`.
+   * The same, for authenticating a request: kept for cacheKeyLookups' time once found (read every time until then).
+   */
+  findApiKeyForRequest(keyId: string): Promise<{ key: ApiKeyRecord; org: Organization } | null>;
+  /**
+   * From now on findApiKeyForRequest keeps a found key (and its organization) for `ttlMs` (0: never, the default). A
+   * change to keys or organizations made through this store drops what is kept at once; one made through another
+   * store (another instance, the tds command on the database) is seen within `ttlMs`.
    */
   cacheKeyLookups(ttlMs: number): void;
   listApiKeys(orgId: string): Promise<ApiKeyRecord[]>;

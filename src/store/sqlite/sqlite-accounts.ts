@@ -1,5 +1,6 @@
 import type Database from "better-sqlite3";
 import { ACCOUNT_STATEMENTS, Accounts } from "../accounts.ts";
+import type { KeyLookupCache } from "../key-lookup-cache.ts";
 import { MIGRATION_DATA_STEPS } from "../organization-names.ts";
 import type { DbRow } from "../schema/table.ts";
 import { runSqlSync, type SqlRunner, type Statement, type StatementResult } from "../sql-program.ts";
@@ -39,8 +40,9 @@ export function sqliteRunner(db: Database.Database, write: <T>(fn: () => T) => P
  * run through `write` (the store passes a wrapper that waits asynchronously while another process holds the lock).
  */
 export class SqliteAccounts extends Accounts {
-  constructor(db: Database.Database, write: <T>(fn: () => T) => Promise<T>) {
-    super(sqliteRunner(db, write, ACCOUNT_STATEMENTS));
+  /** `found`: the store's kept key lookups, which outlive a connection opened again. */
+  constructor(db: Database.Database, write: <T>(fn: () => T) => Promise<T>, found: KeyLookupCache<DbRow>) {
+    super(sqliteRunner(db, write, ACCOUNT_STATEMENTS), found);
   }
 }
 

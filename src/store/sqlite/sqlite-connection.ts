@@ -1,6 +1,8 @@
 import Database from "better-sqlite3";
 import type { BatchStore } from "../batches.ts";
 import type { AccountsPart, BookkeepingPart } from "../compose-store.ts";
+import { KeyLookupCache } from "../key-lookup-cache.ts";
+import type { DbRow } from "../schema/table.ts";
 import type { WriteCheck } from "../store.ts";
 import { SharedCheck, WriteOutcomes } from "../write-outcomes.ts";
 import type { Checkpointer } from "./checkpointer.ts";
@@ -101,6 +103,8 @@ export class SqliteConnection {
   #reopening: Promise<boolean> | null = null;
   #lastFailure = "";
   #closing: Promise<void> | null = null;
+  /** The kept key lookups (Accounts.findApiKeyForRequest): one for the store, whichever connection is in use. */
+  readonly #keptKeys = new KeyLookupCache<DbRow>();
   /** The accounts, books and batches of the connection in use, whichever it is at each call. */
   readonly accounts: AccountsPart = forwarding(
     () => this.#parts.accounts,
@@ -178,7 +182,12 @@ export class SqliteConnection {
         }
       }
     };
-    return { db, accounts: new SqliteAccounts(db, write), books: new SqliteBookkeeping(db, write), batches: new SqliteBatches(db, write) };
+    return {
+      db,
+      accounts: new SqliteAccounts(db, write, this.#keptKeys),
+      books: new SqliteBookkeeping(db, write),
+      batches: new SqliteBatches(db, write),
+    };
   }
 
   /**
