@@ -61,6 +61,28 @@ function startServer(cwd: string, env: Record<string, string>): Promise<Server> 
 }
 
 /**
+ * Waits until /readyz reports `model` usable. A busy machine can time out the first model listing and put the only
+ * deployment out of rotation for a moment; a test that sends at once would get 502 (the server is listening, not ready).
+ * /readyz as a whole may stay 503 here: the second test configures an engine model that is never available.
+ */
+async function waitForModel(url: string, model: string, timeoutMs = 60_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = "";
+  while (Date.now() < deadline) {
+    try {
+      const res = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(5000) });
+      const body = (await res.json()) as { models?: Record<string, { state?: string }> };
+      last = JSON.stringify(body);
+      if (body.models?.[model]?.state === "ok") return;
+    } catch (err) {
+      last = String(err);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`${model} not usable within ${timeoutMs} ms; last /readyz: ${last}`);
+}
+
+/**
  * This checkout's compiled better-sqlite3 packed into `folder` under the name prebuild-install looks for (its own
  * download name for this platform and Node.js ABI).
  */
@@ -143,6 +165,7 @@ describe("production install: npm ci --omit=dev in a scratch folder", { timeout:
     const server = await startServer(dir, { TDS_MODEL_SERVICE_URL: fake.url, TDS_BOOTSTRAP: "true" });
     try {
       assert.equal((await fetch(`${server.url}/healthz`)).status, 200);
+      await waitForModel(server.url, "fake-small");
       assert.equal((await fetch(`${server.url}/readyz`)).status, 200);
       const key = readFileSync(join(dir, "data", "bootstrap-key.txt"), "utf8").trim();
       const decision = await decide(server.url, key, sampleRequest());
@@ -186,6 +209,7 @@ describe("production install: npm ci --omit=dev in a scratch folder", { timeout:
     const server = await startServer(dir, { TDS_CONFIG: config, TDS_BOOTSTRAP: "false" });
     try {
       const key = JSON.parse(tds(dir, ["key", "create", "--org", "default", "--json"])) as { key: string };
+      await waitForModel(server.url, "fake-small");
       assert.equal((await decide(server.url, key.key, sampleRequest({ model: "fake-small" }))).status, 200);
       const engine = await decide(server.url, key.key, sampleRequest({ model: "local" }));
       assert.equal(engine.status, 503, JSON.stringify(engine.body));
