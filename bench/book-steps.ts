@@ -11,9 +11,19 @@ import { utcDay } from "../src/domain/utc-day.ts";
 export const RESERVATION_MICROUSD = 16_384;
 export const COST_MICROUSD = 345;
 
-/** An admission in `mode`, with an Idempotency-Key of its own when `withKey`. */
-export function benchAdmission(mode: "preview" | "paid", orgId: string, keyId: string, nowMs: number, withKey = false): AdmitCommand {
-  const requestId = `req_${randomUUID()}`;
+/** A request id drawn at random, as the gateway's were before they began with their time (bench/request-id-order.ts). */
+export const randomRequestId = (): string => `req_${randomUUID()}`;
+
+/** An admission in `mode`, with an Idempotency-Key of its own when `withKey`; `newId`: how its request id is made. */
+export function benchAdmission(
+  mode: "preview" | "paid",
+  orgId: string,
+  keyId: string,
+  nowMs: number,
+  withKey = false,
+  newId: () => string = randomRequestId,
+): AdmitCommand {
+  const requestId = newId();
   return {
     requestId,
     orgId,

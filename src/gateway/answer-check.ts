@@ -48,34 +48,33 @@ export function checkAnswers(questions: Record<string, Question>, raw: unknown):
 }
 
 function checkOne(id: string, question: Question, answer: unknown): Answer | string {
-  const what = `answer for question ${quote(id)}`;
-  if (!isPlainObject(answer)) return `${what} must be an object, got ${describe(answer)}`;
+  if (!isPlainObject(answer)) return `${what(id)} must be an object, got ${describe(answer)}`;
   if (answer.type !== question.type) {
-    return `${what} has type ${typeof answer.type === "string" ? quote(answer.type) : describe(answer.type)}, expected "${question.type}"`;
+    return `${what(id)} has type ${typeof answer.type === "string" ? quote(answer.type) : describe(answer.type)}, expected "${question.type}"`;
   }
 
   switch (question.type) {
     case "choice": {
       const options = Object.keys(question.criteria);
-      const probabilities = checkDistribution(what, answer.probabilities, options, "option");
+      const probabilities = checkDistribution(id, answer.probabilities, options, "option");
       if (typeof probabilities === "string") return probabilities;
       const choice = answer.choice;
-      if (typeof choice !== "string") return `${what} has a choice that is ${describe(choice)}, not an option name`;
-      if (!Object.hasOwn(question.criteria, choice)) return `${what} chose ${quote(choice)}, which is not one of the supplied options`;
+      if (typeof choice !== "string") return `${what(id)} has a choice that is ${describe(choice)}, not an option name`;
+      if (!Object.hasOwn(question.criteria, choice)) return `${what(id)} chose ${quote(choice)}, which is not one of the supplied options`;
       const confidence = checkUnit(answer.confidence);
-      if (confidence === undefined) return `${what} has confidence ${describe(answer.confidence)}, not a number in [0, 1]`;
+      if (confidence === undefined) return `${what(id)} has confidence ${describe(answer.confidence)}, not a number in [0, 1]`;
       const out: ChoiceAnswer = { type: "choice", choice, probabilities, confidence };
       return out;
     }
     case "score": {
       const n = question.criteria.length;
       const levels = Array.from({ length: n }, (_, i) => String(i));
-      const probabilities = checkDistribution(what, answer.probabilities, levels, "level");
+      const probabilities = checkDistribution(id, answer.probabilities, levels, "level");
       if (typeof probabilities === "string") return probabilities;
       const score = checkRange(answer.score, n - 1);
-      if (score === undefined) return `${what} has score ${describe(answer.score)}, not a number in [0, ${n - 1}]`;
+      if (score === undefined) return `${what(id)} has score ${describe(answer.score)}, not a number in [0, ${n - 1}]`;
       const confidence = checkUnit(answer.confidence);
-      if (confidence === undefined) return `${what} has confidence ${describe(answer.confidence)}, not a number in [0, 1]`;
+      if (confidence === undefined) return `${what(id)} has confidence ${describe(answer.confidence)}, not a number in [0, 1]`;
       const legend = Object.create(null) as Record<string, unknown>;
       question.criteria.forEach((level, i) => {
         legend[String(i)] = level;
@@ -85,7 +84,7 @@ function checkOne(id: string, question: Question, answer: unknown): Answer | str
     }
     case "noul": {
       const noul = checkUnit(answer.noul);
-      if (noul === undefined) return `${what} has noul ${describe(answer.noul)}, not a number in [0, 1]`;
+      if (noul === undefined) return `${what(id)} has noul ${describe(answer.noul)}, not a number in [0, 1]`;
       const out: NoulAnswer = { type: "noul", noul };
       return out;
     }
@@ -97,22 +96,17 @@ function checkOne(id: string, question: Question, answer: unknown): Answer | str
 }
 
 /** Checks a probability map keyed exactly by `keys`; returns it rebuilt in `keys` order, or a problem. */
-function checkDistribution(
-  what: string,
-  value: unknown,
-  keys: readonly string[],
-  noun: "option" | "level",
-): Record<string, number> | string {
-  if (!isPlainObject(value)) return `${what} has probabilities that are ${describe(value)}, not an object`;
+function checkDistribution(id: string, value: unknown, keys: readonly string[], noun: "option" | "level"): Record<string, number> | string {
+  if (!isPlainObject(value)) return `${what(id)} has probabilities that are ${describe(value)}, not an object`;
 
   for (const key of keys) {
-    if (!Object.hasOwn(value, key)) return `${what} has no probability for ${noun} ${quote(key)}`;
+    if (!Object.hasOwn(value, key)) return `${what(id)} has no probability for ${noun} ${quote(key)}`;
   }
   const present = Object.keys(value);
   if (present.length !== keys.length) {
     const expected = new Set(keys);
     const stray = present.find((k) => !expected.has(k));
-    return `${what} has a probability for ${quote(stray ?? "?")}, which is not a supplied ${noun}`;
+    return `${what(id)} has a probability for ${quote(stray ?? "?")}, which is not a supplied ${noun}`;
   }
 
   const out = Object.create(null) as Record<string, number>;
@@ -120,14 +114,19 @@ function checkDistribution(
   for (const key of keys) {
     const p = value[key];
     const checked = checkUnit(p);
-    if (checked === undefined) return `${what} has probability ${describe(p)} for ${noun} ${quote(key)}, not a number in [0, 1]`;
+    if (checked === undefined) return `${what(id)} has probability ${describe(p)} for ${noun} ${quote(key)}, not a number in [0, 1]`;
     sum += p as number;
     out[key] = checked;
   }
   if (!(Math.abs(sum - 1) <= PROBABILITY_SUM_TOLERANCE)) {
-    return `${what} has probabilities that sum to ${formatNumber(sum)}, not 1`;
+    return `${what(id)} has probabilities that sum to ${formatNumber(sum)}, not 1`;
   }
   return out;
+}
+
+/** How a problem names the answer (built only when a problem is reported: a success quotes nothing). */
+function what(id: string): string {
+  return `answer for question ${quote(id)}`;
 }
 
 function checkUnit(value: unknown): number | undefined {

@@ -19,6 +19,14 @@ export interface ModelCall {
   text?: { state: string; questions: string };
 }
 
+/**
+ * The call for another model name (a deployment's upstream name), field by field: `{ ...call, model }` costs V8 a
+ * slow path on every request.
+ */
+export function callFor(call: ModelCall, model: string): ModelCall {
+  return { model, state: call.state, questions: call.questions, text: call.text };
+}
+
 /** At most this many tokens a call will be reported to use. */
 export interface TokenBound {
   input: number;

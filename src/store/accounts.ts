@@ -62,13 +62,24 @@ const apiKeys = new Table<ApiKeyRow>("api_keys", {
   lastUsedAtMs: bigint("last_used_at_ms"),
 });
 
+/** Field by field: every request reads its key, and a rest-and-spread copy leaves V8 a slow dictionary object. */
 function toKey(row: DbRow): ApiKeyRecord {
-  const { models, budgetMicrousd, budgetPeriod, lineageId, ...rest } = apiKeys.fromRow(row);
+  const k = apiKeys.fromRow(row);
   return {
-    ...rest,
-    lineageId: lineageId ?? rest.id,
-    models: models === null ? null : (JSON.parse(models) as string[]),
-    budget: budgetMicrousd === null || budgetPeriod === null ? null : { limitMicrousd: budgetMicrousd, period: budgetPeriod },
+    id: k.id,
+    orgId: k.orgId,
+    name: k.name,
+    hash: k.hash,
+    createdAtMs: k.createdAtMs,
+    revokedAtMs: k.revokedAtMs,
+    expiresAtMs: k.expiresAtMs,
+    requestsPerMinute: k.requestsPerMinute,
+    replacedBy: k.replacedBy,
+    retiresAtMs: k.retiresAtMs,
+    lastUsedAtMs: k.lastUsedAtMs,
+    lineageId: k.lineageId ?? k.id,
+    models: k.models === null ? null : (JSON.parse(k.models) as string[]),
+    budget: k.budgetMicrousd === null || k.budgetPeriod === null ? null : { limitMicrousd: k.budgetMicrousd, period: k.budgetPeriod },
   };
 }
 

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { createServer, type Server } from "node:http";
+import { getEventListeners } from "node:events";
+import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { createServer as createNetServer } from "node:net";
 import { after, before, describe, test } from "node:test";
@@ -497,5 +498,226 @@ describe("systemone-http service: transport edge cases", () => {
       (err: Error) => err instanceof TypeError && !err.message.includes("SECRET"),
     );
     assert.throws(() => openSystemOneHttpService({ baseUrl: "http://127.0.0.1:1", connections: 0 }), TypeError);
+  });
+});
+
+/**
+ * Records the timers started with one of `delays` (a deadline's) and whether each was cleared. The adapter calls the
+ * global setTimeout / clearTimeout, so wrapping them sees its timers; others (node:http's, undici's) use other delays.
+ */
+function watchTimers(delays: number[]): { started: number; uncleared: number; restore(): void } {
+  const realSet = globalThis.setTimeout;
+  const realClear = globalThis.clearTimeout;
+  const open = new Set<unknown>();
+  const watch = { started: 0, uncleared: 0, restore };
+  globalThis.setTimeout = ((fn: (...a: unknown[]) => void, ms?: number, ...args: unknown[]) => {
+    const timer = realSet(fn, ms, ...args);
+    if (ms !== undefined && delays.includes(ms)) {
+      watch.started++;
+      open.add(timer);
+      watch.uncleared = open.size;
+    }
+    return timer;
+  }) as unknown as typeof setTimeout;
+  globalThis.clearTimeout = ((timer: Parameters<typeof clearTimeout>[0]) => {
+    open.delete(timer);
+    watch.uncleared = open.size;
+    realClear(timer);
+  }) as typeof clearTimeout;
+  function restore(): void {
+    globalThis.setTimeout = realSet;
+    globalThis.clearTimeout = realClear;
+  }
+  return watch;
+}
+
+const abortListeners = (signal: AbortSignal) => getEventListeners(signal, "abort").length;
+
+describe("systemone-http service: what an exchange holds is released", () => {
+  test("the deadline's timer and the listener on the caller's signal are released however the exchange ends", async () => {
+    const fake = await startFakeModelServer();
+    const service = openSystemOneHttpService({ baseUrl: fake.url, connections: 2 });
+    const small = openSystemOneHttpService({ baseUrl: fake.url, maxResponseBytes: 200 });
+    // One signal shared by every call, as the gateway's shutdown signal is.
+    const shared = new AbortController().signal;
+    const long = { timeoutMs: 4321, signal: shared };
+    const short = { timeoutMs: 151, signal: shared };
+    const timers = watchTimers([4321, 151]);
+    try {
+      await service.decide(call(), long);
+      assert.equal(abortListeners(shared), 0, "after an answer");
+      await expectKind(service.decide(call("status:503"), long), "bad_status");
+      assert.equal(abortListeners(shared), 0, "after a non-2xx status");
+      await expectKind(service.decide(call("garbage"), long), "invalid_response");
+      await expectKind(service.decide(call("reset"), long), "unavailable");
+      await expectKind(service.decide(call("reset-mid-body"), long), "unavailable");
+      assert.equal(abortListeners(shared), 0, "after network errors");
+      await expectKind(small.decide(call(), long), "invalid_response");
+      assert.equal(abortListeners(shared), 0, "after a body over the limit");
+
+      const hanging = service.decide(call("hang"), short);
+      assert.equal(abortListeners(shared), 1, "one listener while the call runs");
+      await expectKind(hanging, "timeout");
+      await expectKind(service.decide(call("hang-mid-body"), short), "timeout");
+      assert.equal(abortListeners(shared), 0, "after timeouts");
+
+      const own = new AbortController();
+      setTimeout(() => own.abort(), 30);
+      await expectKind(service.decide(call("hang-mid-body"), { timeoutMs: 4321, signal: own.signal }), "aborted");
+      assert.equal(abortListeners(own.signal), 0, "after the caller's abort");
+      await expectKind(service.decide(call(), { timeoutMs: 4321, signal: own.signal }), "aborted");
+      await expectKind(service.listModels({ timeoutMs: 4321, signal: own.signal }), "aborted");
+
+      assert.equal(timers.started, 9, "one deadline timer per started exchange, none for one aborted before it started");
+      assert.equal(timers.uncleared, 0, "every deadline timer cleared");
+    } finally {
+      timers.restore();
+      await service.close();
+      await small.close();
+      await fake.close();
+    }
+  });
+
+  test("after a timed-out, aborted or over-limit exchange the next call is served (an unfinished body's connection is closed)", async () => {
+    const okBody = JSON.stringify({ answers: { ok: { type: "noul", noul: 0.5 } }, usage: { input_tokens: 1, output_tokens: 1 } });
+    let reply = "ok";
+    const sockets: unknown[] = [];
+    const upstream = await customUpstream((req: IncomingMessage, res) => {
+      req.resume();
+      sockets.push(req.socket);
+      if (reply === "ok") {
+        res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(okBody) });
+        res.end(okBody);
+      } else if (reply === "stall-body") {
+        res.writeHead(200, { "content-type": "application/json", "content-length": 1000 });
+        res.write('{"answers": {');
+      } else if (reply === "endless") {
+        res.writeHead(200, { "content-type": "application/json" });
+        const timer = setInterval(() => res.write("x".repeat(1024)), 1);
+        res.on("close", () => clearInterval(timer));
+      } else if (reply === "declared-big") {
+        res.writeHead(200, { "content-type": "application/json", "content-length": 5000 });
+        res.end("x".repeat(5000));
+      } else if (reply === "big-error") {
+        res.writeHead(500, { "content-type": "application/json" });
+        res.end(JSON.stringify({ detail: "z".repeat(70_000) }));
+      }
+    });
+    const service = openSystemOneHttpService({ baseUrl: upstream.url, connections: 1, maxResponseBytes: 2000 });
+    try {
+      await service.decide(call(), { timeoutMs: 2000 });
+      const cases: Array<[string, ModelErrorKind, () => { timeoutMs: number; signal?: AbortSignal }]> = [
+        ["stall-body", "timeout", () => ({ timeoutMs: 150 })],
+        ["stall-body", "aborted", () => ({ timeoutMs: 5000, signal: AbortSignal.timeout(50) })],
+        ["endless", "invalid_response", () => ({ timeoutMs: 5000 })],
+        ["declared-big", "invalid_response", () => ({ timeoutMs: 5000 })],
+        ["big-error", "bad_status", () => ({ timeoutMs: 5000 })],
+      ];
+      for (const [behaviour, kind, options] of cases) {
+        reply = behaviour;
+        const served = sockets.length;
+        await expectKind(service.decide(call(), options()), kind, (err) => assert.equal(err.upstreamText, undefined));
+        assert.equal(sockets.length, served + 1, `the "${behaviour}" call was sent`);
+        const bad = sockets.at(-1);
+        reply = "ok";
+        // One connection in the pool: a connection kept with the rest of a body on it would hold the next call up.
+        const next = service.decide(call(), { timeoutMs: 5000 });
+        assert.ok(await settlesBefore(next, 1000), `the call after "${behaviour}" was answered`);
+        await next;
+        // A body cut off unfinished leaves its connection unusable: it must have been closed. (A body over the limit that
+        // arrived whole may leave it reusable.)
+        if (behaviour === "stall-body" || behaviour === "endless") {
+          assert.notEqual(sockets.at(-1), bad, `the call after "${behaviour}" came on a new connection`);
+        }
+      }
+    } finally {
+      // Upstream first: it drops every connection, so that close() does not wait on a body a regression left running.
+      await upstream.close();
+      await service.close();
+    }
+  });
+
+  test("the deadline and the caller's abort also cover the wait for a pooled connection", async () => {
+    const fake = await startFakeModelServer();
+    const service = openSystemOneHttpService({ baseUrl: fake.url, connections: 1 });
+    try {
+      const busy = service.decide(call("hang"), { timeoutMs: 700 });
+      const queued = service.decide(call(), { timeoutMs: 150 });
+      const signal = AbortSignal.timeout(50);
+      const abortedInQueue = service.decide(call(), { timeoutMs: 5000, signal });
+      const [queuedSettled, abortedSettled] = await Promise.all([settlesBefore(queued, 500), settlesBefore(abortedInQueue, 500)]);
+      assert.ok(queuedSettled, "failed at its deadline, not when the connection came free");
+      assert.ok(abortedSettled, "failed when the signal fired");
+      await expectKind(queued, "timeout", (err) => assert.match(err.message, /150 ms/));
+      await expectKind(abortedInQueue, "aborted");
+      assert.equal(abortListeners(signal), 0);
+      await expectKind(busy, "timeout");
+      // The requests given up while waiting are never sent, and the pool serves the next call.
+      const before = fake.calls.decide;
+      await service.decide(call(), { timeoutMs: 2000 });
+      assert.equal(fake.calls.decide, before + 1);
+    } finally {
+      await service.close();
+      await fake.close();
+    }
+  });
+
+  test("body limit boundaries, 1xx responses, repeated headers, a non-2xx body cut short", async () => {
+    const okBody = JSON.stringify({ answers: { ok: { type: "noul", noul: 0.5 } }, usage: { input_tokens: 1, output_tokens: 1 } });
+    const size = Buffer.byteLength(okBody);
+    let reply = "";
+    const upstream = await customUpstream((req, res) => {
+      req.resume();
+      if (reply === "declared") {
+        res.writeHead(200, { "content-type": "application/json", "content-length": size });
+        res.end(okBody);
+      } else if (reply === "chunked") {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.write(okBody.slice(0, 10));
+        res.end(okBody.slice(10));
+      } else if (reply === "early-hints") {
+        res.writeEarlyHints({ link: "</style.css>; rel=preload; as=style" });
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(okBody);
+      } else if (reply === "two-retry-after") {
+        res.setHeader("retry-after", ["4", "9"]);
+        res.writeHead(429, { "content-type": "text/plain" });
+        res.end("busy");
+      } else if (reply === "error-stalls") {
+        res.writeHead(503, { "content-type": "application/json", "content-length": 100 });
+        res.write('{"detail": "par');
+      }
+    });
+    const exact = openSystemOneHttpService({ baseUrl: upstream.url, maxResponseBytes: size });
+    const oneLess = openSystemOneHttpService({ baseUrl: upstream.url, maxResponseBytes: size - 1 });
+    try {
+      for (const r of ["declared", "chunked"]) {
+        reply = r;
+        assert.deepEqual((await exact.decide(call(), { timeoutMs: 2000 })).usage, { input_tokens: 1, output_tokens: 1 });
+        await expectKind(oneLess.decide(call(), { timeoutMs: 2000 }), "invalid_response", (err) =>
+          assert.equal(err.message, `model service response is larger than ${size - 1} bytes`),
+        );
+      }
+      reply = "early-hints";
+      assert.deepEqual((await exact.decide(call(), { timeoutMs: 2000 })).usage, { input_tokens: 1, output_tokens: 1 });
+      reply = "two-retry-after";
+      await expectKind(exact.decide(call(), { timeoutMs: 2000 }), "overloaded", (err) => {
+        assert.equal(err.retryAfterSeconds, 4);
+        assert.equal(err.upstreamText, "busy");
+      });
+      // Headers came but the body stalls: at the deadline the status alone answers; a caller's abort wins over it.
+      reply = "error-stalls";
+      const stalled = exact.decide(call(), { timeoutMs: 150 });
+      assert.ok(await settlesBefore(stalled, 1000), "failed at its deadline");
+      await expectKind(stalled, "bad_status", (err) => {
+        assert.equal(err.message, "model service answered HTTP 503");
+        assert.equal(err.upstreamText, undefined);
+      });
+      await expectKind(exact.decide(call(), { timeoutMs: 5000, signal: AbortSignal.timeout(50) }), "aborted");
+    } finally {
+      await exact.close();
+      await oneLess.close();
+      await upstream.close();
+    }
   });
 });

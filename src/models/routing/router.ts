@@ -1,6 +1,7 @@
 import { ROUTER_DEFAULTS } from "../../config-defaults.ts";
 import {
   type CallOptions,
+  callFor,
   type ModelAnswerSet,
   type ModelCall,
   ModelServiceError,
@@ -241,7 +242,7 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
       let running: Promise<ModelAnswerSet>;
       try {
         const serviceCall = () =>
-          d.spec.service.decide({ ...call, model: d.spec.upstreamName }, { timeoutMs: remainingMs, signal: controller.signal });
+          d.spec.service.decide(callFor(call, d.spec.upstreamName), { timeoutMs: remainingMs, signal: controller.signal });
         running = Promise.resolve(span === null ? serviceCall() : span.within(serviceCall));
       } catch (err) {
         running = Promise.reject(err);
@@ -305,7 +306,10 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
       );
       // latencyMs: the whole routed call (slot wait and failed attempts included), so that the gateway's own share
       // (gateway_latency_ms = its time minus this) is not inflated by failovers.
-      if (result.ok) return { ...result.answer, latencyMs: nowMs() - startedMs, route: { deployment: l.deployment.name, attempts } };
+      if (result.ok) {
+        const { answers, usage } = result.answer;
+        return { answers, usage, latencyMs: nowMs() - startedMs, route: { deployment: l.deployment.name, attempts } };
+      }
       const error = result.error;
       if (!(error instanceof ModelServiceError)) throw error; // a bug in a service: not retried, not wrapped
       lastError = error;
@@ -378,7 +382,7 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
       const bounds = await Promise.all(
         all.map((d) =>
           Promise.resolve()
-            .then(() => d.spec.service.tokenBound!({ ...call, model: d.spec.upstreamName }))
+            .then(() => d.spec.service.tokenBound!(callFor(call, d.spec.upstreamName)))
             .catch(() => null),
         ),
       );

@@ -1,5 +1,6 @@
 import type { IncomingHttpHeaders } from "node:http";
-import { Pool } from "undici";
+import type { Span } from "@opentelemetry/api";
+import { type Dispatcher, Pool } from "undici";
 import {
   type CallOptions,
   type ModelAnswerSet,
@@ -112,7 +113,7 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
   }
 
   /**
-   * One HTTP exchange under a deadline covering connect, headers and the full body. Non-2xx
+   * One HTTP exchange under a deadline covering the wait for a connection, connect, headers and the full body. Non-2xx
    * statuses are turned into ModelServiceErrors here; a 2xx returns the (size-limited) body.
    */
   async function exchange(method: "GET" | "POST", path: string, payload: Buffer | undefined, call: CallOptions): Promise<Exchange> {
@@ -121,70 +122,50 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
     const timeoutMs = call.timeoutMs;
     if (!(timeoutMs > 0)) throw fail("timeout", `model call deadline already passed (timeoutMs ${timeoutMs})`);
 
-    const controller = new AbortController();
-    let stoppedBy: "timeout" | "aborted" | null = null;
-    const stop = (why: "timeout" | "aborted") => {
-      if (stoppedBy !== null) return;
-      stoppedBy = why;
-      controller.abort(new StopReason(why));
-    };
-    const timer = setTimeout(() => stop("timeout"), Math.min(Math.ceil(timeoutMs), MAX_TIMER_MS));
-    const onOuterAbort = () => stop("aborted");
-    outer?.addEventListener("abort", onOuterAbort, { once: true });
+    const headers: Record<string, string> = { ...baseHeaders };
+    if (payload !== undefined) headers["content-type"] = "application/json";
+    const span = traceExchange(headers, method, originUrl, base.pathPrefix + path);
+    const ex = new ExchangeHandler(maxResponseBytes, span);
+    const timer = setTimeout(deadlinePassed, Math.min(Math.ceil(timeoutMs), MAX_TIMER_MS), ex);
+    // The handler itself is the listener (its handleEvent stops the exchange): no closure per call.
+    outer?.addEventListener("abort", ex, { once: true });
+    try {
+      try {
+        pool.dispatch({ method, path: base.pathPrefix + path, headers, body: payload }, ex);
+      } catch (err) {
+        // undici reports a refused dispatch to the handler; should it throw instead, it is the same failure.
+        ex.onResponseError(undefined, err as Error);
+      }
+      await ex.done;
+    } finally {
+      clearTimeout(timer);
+      outer?.removeEventListener("abort", ex);
+    }
 
     const stopped = (): ModelServiceError | undefined => {
-      if (stoppedBy === "timeout") return fail("timeout", `model service did not answer within ${timeoutMs} ms`);
-      if (stoppedBy === "aborted") return fail("aborted", "model call aborted");
+      if (ex.stoppedBy === "timeout") return fail("timeout", `model service did not answer within ${timeoutMs} ms`);
+      if (ex.stoppedBy === "aborted") return fail("aborted", "model call aborted");
       return undefined;
     };
 
-    try {
-      const headers: Record<string, string> = { ...baseHeaders };
-      if (payload !== undefined) headers["content-type"] = "application/json";
-      const span = traceExchange(headers, method, originUrl, base.pathPrefix + path);
-      let res: Awaited<ReturnType<typeof pool.request>>;
-      try {
-        res = await pool.request({
-          method,
-          path: base.pathPrefix + path,
-          headers,
-          body: payload,
-          signal: controller.signal,
-        });
-      } catch (err) {
-        throw stopped() ?? networkError(err, "while connecting or waiting for the response");
-      }
-
-      const status = res.statusCode;
-      if (span !== undefined) traceStatus(span, status);
-      if (status >= 200 && status < 300) {
-        let body: Uint8Array;
-        try {
-          body = await readBody(res.body, res.headers, maxResponseBytes);
-        } catch (err) {
-          if (err instanceof TooLarge) {
-            throw fail("invalid_response", `model service response is larger than ${maxResponseBytes} bytes`, status);
-          }
-          throw stopped() ?? networkError(err, "while reading the response body");
-        }
-        return { status, headers: res.headers, body };
-      }
-
-      // Non-2xx: read a bounded part of the body for its message; the status (and, for 400 / 422, the message) decides the kind.
-      let detail: string | undefined;
-      try {
-        const errorBody = await readBody(res.body, res.headers, MAX_ERROR_BODY_BYTES);
-        const parsed = parseJsonBody(errorBody);
-        detail = parsed.ok ? upstreamDetail(parsed.value) : bodySnippet(errorBody);
-      } catch {
-        // The status alone is enough; a caller abort still wins below.
-      }
-      if (stoppedBy === "aborted") throw stopped();
-      throw statusError(status, res.headers, detail);
-    } finally {
-      clearTimeout(timer);
-      outer?.removeEventListener("abort", onOuterAbort);
+    const status = ex.status;
+    if (status === 0) throw stopped() ?? networkError(ex.error, "while connecting or waiting for the response");
+    if (status >= 200 && status < 300) {
+      if (ex.tooLarge) throw fail("invalid_response", `model service response is larger than ${maxResponseBytes} bytes`, status);
+      if (!ex.complete) throw stopped() ?? networkError(ex.error, "while reading the response body");
+      return { status, headers: ex.headers, body: Buffer.concat(ex.chunks, ex.size) };
     }
+
+    // Non-2xx: a bounded part of the body was read for its message; the status (and, for 400 / 422, the message) decides
+    // the kind. A body cut short (past the bound, an error, the deadline) leaves only the status; a caller abort still wins.
+    let detail: string | undefined;
+    if (ex.complete) {
+      const errorBody = Buffer.concat(ex.chunks, ex.size);
+      const parsed = parseJsonBody(errorBody);
+      detail = parsed.ok ? upstreamDetail(parsed.value) : bodySnippet(errorBody);
+    }
+    if (ex.stoppedBy === "aborted") throw stopped();
+    throw statusError(status, ex.headers, detail);
   }
 
   /** `detail`: the body's message, kept apart from ours (see `fail`). */
@@ -258,37 +239,113 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
   };
 }
 
+/** The abort reason of an exchange whose body passed its limit (never thrown to callers). */
 class TooLarge extends Error {}
 
-/** Reads the whole body, failing with TooLarge (and destroying the stream) past `limit` bytes. */
-async function readBody(
-  body: AsyncIterable<Uint8Array> & { destroy(err?: Error): unknown; on(event: "error", fn: () => void): unknown },
-  headers: IncomingHttpHeaders,
-  limit: number,
-): Promise<Uint8Array> {
-  const declared = Number(headers["content-length"]);
-  if (Number.isFinite(declared) && declared > limit) {
-    discard(body);
-    throw new TooLarge();
-  }
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    size += chunk.byteLength;
-    if (size > limit) {
-      discard(body);
-      throw new TooLarge();
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, size);
+function deadlinePassed(ex: ExchangeHandler): void {
+  ex.stop("timeout");
 }
 
-/** Drops an unread body; undici then closes that connection. The "aborted" error it emits is expected. */
-function discard(body: { destroy(err?: Error): unknown; on(event: "error", fn: () => void): unknown }): void {
-  body.on("error", () => {});
-  body.destroy();
+/**
+ * One exchange as an undici dispatch handler (undici's handler API: the controller's abort() ends the request and closes
+ * its connection). It keeps the final status, its headers (parsed by undici: lower-case names, string or string[] values)
+ * and the body chunks, up to `okLimit` bytes for a 2xx and MAX_ERROR_BODY_BYTES otherwise: a declared content-length
+ * over the limit stops it at the headers, a body growing past it as it passes. `done` resolves, never rejects, once the
+ * exchange has ended one way or another; the fields then say how: `complete` (the whole body read), `tooLarge`,
+ * `stoppedBy` (the deadline or the caller's abort, via stop()) or `error` (from undici). Only the first end counts.
+ */
+class ExchangeHandler implements Dispatcher.DispatchHandler {
+  status = 0;
+  headers: IncomingHttpHeaders = {};
+  readonly chunks: Buffer[] = [];
+  size = 0;
+  complete = false;
+  tooLarge = false;
+  stoppedBy: "timeout" | "aborted" | null = null;
+  error: unknown = undefined;
+  readonly done: Promise<void>;
+  private ended = false;
+  private limit = MAX_ERROR_BODY_BYTES;
+  private controller: Dispatcher.DispatchController | null = null;
+  private resolve: () => void = noop;
+
+  constructor(
+    private readonly okLimit: number,
+    private readonly span: Span | undefined,
+  ) {
+    this.done = new Promise<void>((resolve) => {
+      this.resolve = resolve;
+    });
+  }
+
+  /** The deadline passed or the caller aborted: ends the exchange now, and the request as soon as it has one. */
+  stop(why: "timeout" | "aborted"): void {
+    if (this.ended) return;
+    this.stoppedBy = why;
+    this.end();
+    this.controller?.abort(new StopReason(why));
+  }
+
+  /** The caller's signal fired (this object is its "abort" listener). */
+  handleEvent(): void {
+    this.stop("aborted");
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController): void {
+    // Stopped while it waited in the pool's queue for a connection: do not send it.
+    if (this.stoppedBy !== null) controller.abort(new StopReason(this.stoppedBy));
+    else this.controller = controller;
+  }
+
+  onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {
+    if (statusCode < 200) return; // 1xx informational: the response is still to come
+    this.status = statusCode;
+    this.headers = headers;
+    if (this.span !== undefined) traceStatus(this.span, statusCode);
+    if (statusCode < 300) this.limit = this.okLimit;
+    const declared = Number(headers["content-length"]);
+    if (Number.isFinite(declared) && declared > this.limit) this.overLimit(controller);
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    if (this.ended) return;
+    this.size += chunk.byteLength;
+    if (this.size > this.limit) {
+      this.overLimit(controller);
+      // As undici does for a handler that throws here: stop feeding this (now closed) connection's parser.
+      controller.pause();
+      return;
+    }
+    this.chunks.push(chunk);
+  }
+
+  onResponseEnd(): void {
+    if (this.ended) return;
+    this.complete = true;
+    this.end();
+  }
+
+  /** `controller` is undefined when the dispatch failed before the request started (e.g. the pool is closed). */
+  onResponseError(_controller: Dispatcher.DispatchController | undefined, err: Error): void {
+    if (this.ended) return;
+    this.error = err;
+    this.end();
+  }
+
+  private overLimit(controller: Dispatcher.DispatchController): void {
+    if (this.ended) return;
+    this.tooLarge = true;
+    this.end();
+    controller.abort(new TooLarge());
+  }
+
+  private end(): void {
+    this.ended = true;
+    this.resolve();
+  }
 }
+
+function noop(): void {}
 
 function retryAfterSeconds(headers: IncomingHttpHeaders): number | undefined {
   const raw = headers["retry-after"];
