@@ -1,4 +1,4 @@
-import { randomUUID } from "node:crypto";
+import { randomId } from "../src/domain/api-keys.ts";
 import type { AdmitCommand, CompleteCommand } from "../src/domain/bookkeeping.ts";
 import { utcDay } from "../src/domain/utc-day.ts";
 
@@ -12,7 +12,7 @@ export const RESERVATION_MICROUSD = 16_384;
 export const COST_MICROUSD = 345;
 
 /** A request id drawn at random, as the gateway's were before they began with their time (bench/request-id-order.ts). */
-export const randomRequestId = (): string => `req_${randomUUID()}`;
+export const randomRequestId = (): string => `req_${randomId(24)}`;
 
 /** An admission in `mode`, with an Idempotency-Key of its own when `withKey`; `newId`: how its request id is made. */
 export function benchAdmission(

@@ -32,7 +32,7 @@ export class UsageDailyDeltas {
   /** Field by field (every request adds twice): no spread, no Object.entries, no key built with JSON. */
   add(orgId: string, createdAtMs: number, change: DailyChange): void {
     const dayStartMs = dayStartOf(createdAtMs);
-    // Organization ids hold no NUL (PostgreSQL cannot store one).
+    // Unambiguous whatever the id holds: the day after the last NUL is a number.
     const k = `${orgId}\u0000${dayStartMs}`;
     let row = this.#rows.get(k);
     if (!row) {

@@ -113,7 +113,8 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
   }
 
   /**
-   * One HTTP exchange under a deadline covering the wait for a connection, connect, headers and the full body. Non-2xx
+   * One HTTP exchange under a deadline covering connect, headers and the full body (a call still waiting for a pooled
+   * connection fails when one takes it: see ExchangeHandler.stop). Non-2xx
    * statuses are turned into ModelServiceErrors here; a 2xx returns the (size-limited) body.
    */
   async function exchange(method: "GET" | "POST", path: string, payload: Buffer | undefined, call: CallOptions): Promise<Exchange> {
@@ -189,8 +190,9 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
     if (code === "UND_ERR_HEADERS_TIMEOUT" || code === "UND_ERR_BODY_TIMEOUT") {
       return fail("timeout", `timed out ${when} (${code})`);
     }
-    if (code?.startsWith("HPE_")) {
-      return fail("invalid_response", `malformed HTTP response (${code})`);
+    // undici's parser errors carry an HPE_ code, except some (an invalid status line) that carry none but their name.
+    if (code?.startsWith("HPE_") || (err instanceof Error && err.name === "HTTPParserError")) {
+      return fail("invalid_response", `malformed HTTP response (${code ?? truncate(errorMessage(err), 200)})`);
     }
     if (code === "UND_ERR_INVALID_ARG") {
       return fail("unavailable", `request could not be sent: ${truncate(errorMessage(err), 200)}`);
@@ -278,12 +280,16 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
     });
   }
 
-  /** The deadline passed or the caller aborted: ends the exchange now, and the request as soon as it has one. */
+  /** The deadline passed or the caller aborted: ends the exchange and its request (a queued one when a connection takes it). */
   stop(why: "timeout" | "aborted"): void {
-    if (this.ended) return;
+    if (this.ended || this.stoppedBy !== null) return;
     this.stoppedBy = why;
+    // Still waiting in the pool's queue: it ends when a connection takes it (onRequestStart), not before. Ended now, it
+    // would free its caller (and the router's slot) while it stays queued in undici, where each such request later
+    // costs the connection that takes it (aborting it closes that socket): calls given up in a burst would pile up.
+    if (this.controller === null) return;
     this.end();
-    this.controller?.abort(new StopReason(why));
+    this.controller.abort(new StopReason(why));
   }
 
   /** The caller's signal fired (this object is its "abort" listener). */
@@ -292,9 +298,12 @@ class ExchangeHandler implements Dispatcher.DispatchHandler {
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
-    // Stopped while it waited in the pool's queue for a connection: do not send it.
-    if (this.stoppedBy !== null) controller.abort(new StopReason(this.stoppedBy));
-    else this.controller = controller;
+    this.controller = controller;
+    // Stopped while it waited in the pool's queue for a connection: it is not sent.
+    if (this.stoppedBy !== null && !this.ended) {
+      this.end();
+      controller.abort(new StopReason(this.stoppedBy));
+    }
   }
 
   onResponseStart(controller: Dispatcher.DispatchController, statusCode: number, headers: IncomingHttpHeaders): void {

@@ -511,7 +511,7 @@ export function* batchProgram(
   const need = new Map<string, number>();
   for (const a of admissions) if (a.quota) need.set(a.quota.day, (need.get(a.quota.day) ?? 0) + 1);
   const sharedCounters = (query.sharedCounters ?? []).filter((k) => units.reserve(k.day, need.get(k.day)!) < need.get(k.day)!);
-  // Replaced in place (a copy by rest and spread would leave V8 a slow dictionary object, in every transaction).
+  // Replaced in place (a copy by rest and spread takes V8 a slow path, in every transaction).
   query.sharedCounters = lockShared ? undefined : sharedCounters;
   const snapshot = (yield { read: query })!;
   if (lockShared && sharedCounters.length) {
