@@ -42,7 +42,7 @@ const REQUEST_ID_RANDOM_CHARS = 15;
  * `req_` and 24 characters of [a-z0-9]: the time in milliseconds first, then random characters. Ids made in order
  * sort in order (to the millisecond), so that each new usage record is added at the end of the primary key's index
  * instead of at a random place in it: one index page written by many requests, not one page each (with 200,000
- * records of history, bench/request-id-order.ts: SQLite's CPU per request in the books 0.77×, PostgreSQL's WAL 0.48×).
+ * records of history, bench/request-id-order.ts: SQLite's CPU per request in the books 0.81×, PostgreSQL's WAL 0.54×).
  */
 export function newRequestId(): string {
   return `req_${Date.now().toString(36).padStart(REQUEST_ID_TIME_CHARS, "0")}${randomId(REQUEST_ID_RANDOM_CHARS)}`;
