@@ -3,7 +3,7 @@
  * record at a random place in the primary key's index (one index page written per request), while ids that begin
  * with their time (src/domain/api-keys.ts, newRequestId) add them at its end (one page shared by many requests).
  *
- *   npx tsx bench/request-id-order.ts [--records 200000] [--requests 4000] [--batch 8] [--rounds 2] [--no-postgres]
+ *   npx tsx bench/request-id-order.ts [--records 200000] [--requests 4000] [--batch 8] [--rounds 4] [--no-postgres]
  *
  * For each database, two stores side by side, one per kind of id, each filled first with `--records` records made
  * with its kind of id (history, as on a gateway in use); then `--rounds` rounds, the two kinds in turns (the order
@@ -35,7 +35,7 @@ const numberArg = (name: string, fallback: number) => {
 const RECORDS = numberArg("records", 200_000);
 const REQUESTS = numberArg("requests", 4000);
 const BATCH = numberArg("batch", 8);
-const ROUNDS = numberArg("rounds", 2);
+const ROUNDS = numberArg("rounds", 4);
 const POSTGRES = !args.includes("--no-postgres");
 const FILL_BATCH = 500;
 
