@@ -1,6 +1,8 @@
+import { randomBytes, randomUUID } from "node:crypto";
 import { randomId } from "../src/domain/api-keys.ts";
 import type { AdmitCommand, CompleteCommand } from "../src/domain/bookkeeping.ts";
 import { utcDay } from "../src/domain/utc-day.ts";
+import type { Store } from "../src/store/store.ts";
 
 /**
  * The two durable steps of one realistic request, as the gateway submits them to its books: for the benchmarks
@@ -61,4 +63,20 @@ export function benchCompletion(a: AdmitCommand, nowMs: number): CompleteCommand
     reserved: paid,
     idempotency: a.idempotency && { key: a.idempotency.key, response: { status: 200, body: '{"answers":{}}', requestId: a.requestId } },
   };
+}
+
+/** An organization with a key, granted `creditsMicrousd` when above 0 (for paid mode). */
+export async function provisionBenchOrg(store: Store, creditsMicrousd = 0): Promise<{ orgId: string; keyId: string }> {
+  const nowMs = Date.now();
+  const org = await store.createOrganization({ id: `org_${randomUUID().replace(/-/g, "")}`, name: `bench-${randomUUID()}`, nowMs });
+  const keyId = `key_${randomUUID().replace(/-/g, "")}`;
+  await store.createApiKey({ id: keyId, orgId: org.id, name: "bench", hash: randomBytes(32).toString("hex"), nowMs });
+  if (creditsMicrousd > 0) await store.grantCredits({ orgId: org.id, amountMicrousd: creditsMicrousd, nowMs });
+  return { orgId: org.id, keyId };
+}
+
+/** A PostgreSQL WAL position as pg_lsn text ("16/B374D848"), in bytes. */
+export function lsnBytes(lsn: string): bigint {
+  const [hi, lo] = lsn.split("/");
+  return (BigInt(`0x${hi}`) << 32n) + BigInt(`0x${lo}`);
 }

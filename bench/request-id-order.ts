@@ -13,7 +13,6 @@
  * database's processes from /proc), wall time, and WAL bytes (SQLite: the -wal file's growth with checkpoints off;
  * PostgreSQL: pg_current_wal_lsn() after a CHECKPOINT, so both kinds start with the same full-page-image debt).
  */
-import { randomBytes, randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -24,7 +23,7 @@ import { openStore } from "../src/store/open-store.ts";
 import { openSqliteStore, type SqliteStore } from "../src/store/sqlite/sqlite-store.ts";
 import type { Store } from "../src/store/store.ts";
 import { createTestDatabase } from "../test/support/postgres-db.ts";
-import { benchAdmission, benchCompletion, randomRequestId } from "./book-steps.ts";
+import { benchAdmission, benchCompletion, lsnBytes, provisionBenchOrg, randomRequestId } from "./book-steps.ts";
 import { postgresCpuSince, readPostgresCpu } from "./proc-cpu.ts";
 
 const args = process.argv.slice(2);
@@ -63,14 +62,6 @@ interface Figures {
 
 const log = (msg: string) => process.stderr.write(`${msg}\n`);
 const f1 = (v: number) => v.toFixed(1);
-
-async function provision(store: Store): Promise<{ orgId: string; keyId: string }> {
-  const nowMs = Date.now();
-  const org = await store.createOrganization({ id: `org_${randomUUID().replace(/-/g, "")}`, name: `bench-${randomUUID()}`, nowMs });
-  const keyId = `key_${randomUUID().replace(/-/g, "")}`;
-  await store.createApiKey({ id: keyId, orgId: org.id, name: "bench", hash: randomBytes(32).toString("hex"), nowMs });
-  return { orgId: org.id, keyId };
-}
 
 /** One batch: `size` new admissions, the previous batch's completions. */
 async function step(side: Side, size: number): Promise<void> {
@@ -154,7 +145,7 @@ async function sqliteSides(dir: string): Promise<Side[]> {
     sides.push({
       kind,
       store,
-      who: await provision(store),
+      who: await provisionBenchOrg(store),
       pending: [],
       wal: async () => statSync(`${path}-wal`).size,
       serverClock: () => () => 0,
@@ -179,13 +170,12 @@ async function postgresSides(): Promise<{ sides: Side[]; drop(): Promise<void> }
     drops.unshift(() => store.close());
     const lsn = async () => {
       const text = (await monitor.query<{ lsn: string }>("SELECT pg_current_wal_lsn()::text AS lsn")).rows[0]!.lsn;
-      const [hi, lo] = text.split("/");
-      return Number((BigInt(`0x${hi}`) << 32n) + BigInt(`0x${lo}`));
+      return Number(lsnBytes(text));
     };
     sides.push({
       kind,
       store,
-      who: await provision(store),
+      who: await provisionBenchOrg(store),
       pending: [],
       wal: lsn,
       serverClock: () => {

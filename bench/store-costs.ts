@@ -13,7 +13,6 @@
  *   other activity on the server adds to it), transactions and rows inserted/updated/deleted per batch (from
  *   pg_stat_database, flushed with pg_stat_force_next_flush()).
  */
-import { randomBytes, randomUUID } from "node:crypto";
 import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -23,7 +22,7 @@ import type { PostgresStore } from "../src/store/postgres/postgres-store.ts";
 import { openSqliteStore, type SqliteStore } from "../src/store/sqlite/sqlite-store.ts";
 import type { Store } from "../src/store/store.ts";
 import { createTestDatabase, TEST_POSTGRES_URL } from "../test/support/postgres-db.ts";
-import { benchAdmission, benchCompletion } from "./book-steps.ts";
+import { benchAdmission, benchCompletion, lsnBytes, provisionBenchOrg } from "./book-steps.ts";
 import { postgresCpuSince, readPostgresCpu } from "./proc-cpu.ts";
 
 type Mode = "preview" | "paid";
@@ -36,14 +35,7 @@ const GRANT = 1_000_000_000_000;
 // ── the steps ────────────────────────────────────────────────────────────────────────────────
 
 /** An organization with a key (and credits in paid mode). */
-async function provision(store: Store, mode: Mode): Promise<{ orgId: string; keyId: string }> {
-  const nowMs = Date.now();
-  const org = await store.createOrganization({ id: `org_${randomUUID().replace(/-/g, "")}`, name: `bench-${randomUUID()}`, nowMs });
-  const keyId = `key_${randomUUID().replace(/-/g, "")}`;
-  await store.createApiKey({ id: keyId, orgId: org.id, name: "bench", hash: randomBytes(32).toString("hex"), nowMs });
-  if (mode === "paid") await store.grantCredits({ orgId: org.id, amountMicrousd: GRANT, nowMs });
-  return { orgId: org.id, keyId };
-}
+const provision = (store: Store, mode: Mode) => provisionBenchOrg(store, mode === "paid" ? GRANT : 0);
 
 /**
  * Runs `batches` steady-state batches of `size` requests (each admits `size` new requests and completes the previous
@@ -123,12 +115,6 @@ interface PgStats {
   updated: number;
   deleted: number;
 }
-
-/** pg_lsn text ("16/B374D848") as a byte position. */
-const lsnBytes = (lsn: string) => {
-  const [hi, lo] = lsn.split("/");
-  return (BigInt(`0x${hi}`) << 32n) + BigInt(`0x${lo}`);
-};
 
 /** The WAL position and the database's counters, after the store's one connection flushed its statistics. */
 async function pgStats(store: PostgresStore, monitor: pg.Client, database: string): Promise<PgStats> {
