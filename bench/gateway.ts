@@ -56,7 +56,15 @@ import { type Endpoint, headersOf, median, paced as pacedLoad, percentile, type 
 import { perfAvailable, perfNodeArgs, perfRecord, perfSummary, removePerfMap } from "./perf-profile.ts";
 import { addCpu, type CpuReading, cpuSince, postgresCpuSince, readCpu, readPostgresCpu } from "./proc-cpu.ts";
 import { storeCosts } from "./store-costs.ts";
-import { OPEN_LIMITS, provisionOrg, ROOT, realisticRequest, type Started, startProcess } from "./support.ts";
+import {
+  OPEN_LIMITS,
+  provisionOrg,
+  ROOT,
+  realisticRequest,
+  type Started,
+  startPassthroughProxy,
+  startPrecomputedModel,
+} from "./support.ts";
 
 const { values } = parseArgs({
   options: {
@@ -604,11 +612,7 @@ function printComparison(targets: Target[], runs: Run[], rss: Array<[string, num
 // ── the comparison ───────────────────────────────────────────────────────────────────────────
 
 async function comparison(model: Started, setups: GatewaySetup[], cleanups: Array<() => Promise<void>>): Promise<void> {
-  const proxy = await startProcess(
-    ["bench/passthrough-proxy.ts", "--upstream", model.url, "--port", "0"],
-    {},
-    /listening on (http:\/\/127\.0\.0\.1:\d+)/,
-  );
+  const proxy = await startPassthroughProxy(model.url);
   cleanups.push(() => proxy.stop());
   const targets: Target[] = [
     { id: "a", name: "(a) precomputed model server, direct", url: model.url, pid: model.child.pid!, kind: "model", paced: false },
@@ -816,7 +820,7 @@ console.log(
     `realistic request (${BODY.length} bytes); load generator, model server, proxy, gateways and PostgreSQL share the machine`,
 );
 try {
-  const model = await startProcess(["bench/precomputed-model.ts", "--port", "0"], {}, /listening on (http:\/\/127\.0\.0\.1:\d+)/);
+  const model = await startPrecomputedModel();
   cleanups.push(() => model.stop());
   const setups = await gatewaySetups(model.url, dir, cleanups, notes);
   if (!values["no-comparison"]) {

@@ -19,7 +19,7 @@ import { parseArgs } from "node:util";
 import { createTestDatabase } from "../test/support/postgres-db.ts";
 import { median, paced, percentile, saturate } from "./load.ts";
 import { cpuSince, postgresCpuSince, readCpu, readPostgresCpu } from "./proc-cpu.ts";
-import { OPEN_LIMITS, provisionOrg, realisticRequest, type Started, startGateway, startProcess } from "./support.ts";
+import { OPEN_LIMITS, provisionOrg, realisticRequest, type Started, startGateway, startPrecomputedModel } from "./support.ts";
 
 const { values } = parseArgs({
   options: {
@@ -122,7 +122,7 @@ async function postgresDatabases() {
 const dir = mkdtempSync(join(tmpdir(), "tds-key-cache-"));
 try {
   console.log(`${cpus().length} cores, Node ${process.version}; preview mode; TDS_KEY_CACHE_MS 0 (read) against ${KEPT_MS} (kept)`);
-  const model = await startProcess(["bench/precomputed-model.ts", "--port", "0"], {}, /listening on (http:\/\/127\.0\.0\.1:\d+)/);
+  const model = await startPrecomputedModel();
   cleanups.push(() => model.stop());
   await compare("SQLite", [
     await variant("read (0)", `sqlite:${join(dir, "read.sqlite")}`, null, "0", model.url),

@@ -20,7 +20,15 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { type Endpoint, median, paced, percentile, type Samples, saturate } from "./load.ts";
 import { cpuSince, readCpu } from "./proc-cpu.ts";
-import { OPEN_LIMITS, provisionOrg, realisticRequest, type Started, startGateway, startProcess } from "./support.ts";
+import {
+  OPEN_LIMITS,
+  provisionOrg,
+  realisticRequest,
+  type Started,
+  startGateway,
+  startPassthroughProxy,
+  startPrecomputedModel,
+} from "./support.ts";
 
 const { values } = parseArgs({
   options: {
@@ -86,13 +94,9 @@ async function measure(t: Target, rate: number | "saturating", body: string): Pr
 const started: Started[] = [];
 const dir = mkdtempSync(join(tmpdir(), "tds-floor-"));
 try {
-  const model = await startProcess(["bench/precomputed-model.ts", "--port", "0"], {}, /listening on (http:\/\/127\.0\.0\.1:\d+)/);
+  const model = await startPrecomputedModel();
   started.push(model);
-  const proxy = await startProcess(
-    ["bench/passthrough-proxy.ts", "--upstream", model.url, "--port", "0"],
-    {},
-    /listening on (http:\/\/127\.0\.0\.1:\d+)/,
-  );
+  const proxy = await startPassthroughProxy(model.url);
   started.push(proxy);
   const targets: Target[] = [
     { name: "(a) precomputed model server", url: model.url, pid: model.child.pid! },

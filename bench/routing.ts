@@ -23,7 +23,7 @@ import { join } from "node:path";
 import { parseArgs } from "node:util";
 import autocannon from "autocannon";
 import { cpuSince, readCpu } from "./proc-cpu.ts";
-import { OPEN_LIMITS, provisionOrg, realisticRequest, type Started, startGateway, startProcess } from "./support.ts";
+import { OPEN_LIMITS, provisionOrg, realisticRequest, type Started, startGateway, startPrecomputedModel } from "./support.ts";
 
 const { values } = parseArgs({
   options: {
@@ -86,9 +86,7 @@ const median = (xs: number[]) => {
 };
 
 async function main(): Promise<void> {
-  const models = await Promise.all(
-    [0, 1, 2].map(() => startProcess(["bench/precomputed-model.ts", "--port", "0"], {}, /listening on (http:\/\/127\.0\.0\.1:\d+)/)),
-  );
+  const models = await Promise.all([0, 1, 2].map(() => startPrecomputedModel()));
   const down = `http://127.0.0.1:${await closedPort()}`;
   const dirs: string[] = [];
   const setups: Setup[] = [];

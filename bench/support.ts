@@ -72,6 +72,20 @@ export function startProcess(args: string[], env: Record<string, string>, ready:
   });
 }
 
+/** bench/precomputed-model.ts: a model server that answers every request with one precomputed answer. */
+export function startPrecomputedModel(): Promise<Started> {
+  return startProcess(["bench/precomputed-model.ts", "--port", "0"], {}, /listening on (http:\/\/127\.0\.0\.1:\d+)/);
+}
+
+/** bench/passthrough-proxy.ts in front of `upstream`: the baseline of the gateway benches. */
+export function startPassthroughProxy(upstream: string): Promise<Started> {
+  return startProcess(
+    ["bench/passthrough-proxy.ts", "--upstream", upstream, "--port", "0"],
+    {},
+    /listening on (http:\/\/127\.0\.0\.1:\d+)/,
+  );
+}
+
 export function startFakeModel(): Promise<Started> {
   return startProcess(["test/fixtures/fake-model-server.ts", "--port", "0"], {}, /listening on (http:\/\/127\.0\.0\.1:\d+)/);
 }

@@ -8,9 +8,10 @@ import type { Answer, ChoiceAnswer, NoulAnswer, Question, ScoreAnswer } from "..
  * (in question order); every probability map has exactly the supplied options (choice) or levels
  * "0" … "n-1" (score), in that order, each a finite number in [0, 1], summing to 1 within 1e-6.
  *
- * Extra fields sent by the upstream are dropped silently. Dictionaries in the result (the answers
- * map, `probabilities`, `legend`) are null-prototype objects, so ids such as `__proto__` are plain
- * own keys and `JSON.stringify` prints them.
+ * Extra fields sent by the upstream are dropped silently. Ids and option names in the result (the
+ * answers map, `probabilities`, `legend`) are own keys, `__proto__` included (ownKey), as JSON.parse
+ * makes them; the maps are ordinary objects, which V8 keeps with fast properties (a null-prototype
+ * object is a slow dictionary: building and printing the answers took a third longer).
  *
  * Floating-point noise of at most 1e-9 outside a range (e.g. a confidence of -1e-17 computed for a
  * uniform distribution) is accepted and clamped into the range; anything further out is rejected.
@@ -37,12 +38,12 @@ export function checkAnswers(questions: Record<string, Question>, raw: unknown):
     if (!Object.hasOwn(questions, key)) return fail(`answers contain ${quote(key)}, which is not a question of the request`);
   }
 
-  const answers = Object.create(null) as Record<string, Answer>;
+  const answers: Record<string, Answer> = {};
   for (const id of ids) {
     const question = questions[id] as Question;
     const checked = checkOne(id, question, raw[id]);
     if (typeof checked === "string") return fail(checked);
-    answers[id] = checked;
+    ownKey(answers, id, checked);
   }
   return { ok: true, answers };
 }
@@ -68,17 +69,15 @@ function checkOne(id: string, question: Question, answer: unknown): Answer | str
     }
     case "score": {
       const n = question.criteria.length;
-      const levels = Array.from({ length: n }, (_, i) => String(i));
-      const probabilities = checkDistribution(id, answer.probabilities, levels, "level");
+      const probabilities = checkDistribution(id, answer.probabilities, levelNames(n), "level");
       if (typeof probabilities === "string") return probabilities;
       const score = checkRange(answer.score, n - 1);
       if (score === undefined) return `${what(id)} has score ${describe(answer.score)}, not a number in [0, ${n - 1}]`;
       const confidence = checkUnit(answer.confidence);
       if (confidence === undefined) return `${what(id)} has confidence ${describe(answer.confidence)}, not a number in [0, 1]`;
-      const legend = Object.create(null) as Record<string, unknown>;
-      question.criteria.forEach((level, i) => {
-        legend[String(i)] = level;
-      });
+      const legend: Record<string, unknown> = {};
+      const names = levelNames(n);
+      for (let i = 0; i < n; i++) legend[names[i] as string] = question.criteria[i];
       const out: ScoreAnswer = { type: "score", score, probabilities, confidence, legend };
       return out;
     }
@@ -109,19 +108,36 @@ function checkDistribution(id: string, value: unknown, keys: readonly string[], 
     return `${what(id)} has a probability for ${quote(stray ?? "?")}, which is not a supplied ${noun}`;
   }
 
-  const out = Object.create(null) as Record<string, number>;
+  const out: Record<string, number> = {};
   let sum = 0;
   for (const key of keys) {
     const p = value[key];
     const checked = checkUnit(p);
     if (checked === undefined) return `${what(id)} has probability ${describe(p)} for ${noun} ${quote(key)}, not a number in [0, 1]`;
     sum += p as number;
-    out[key] = checked;
+    ownKey(out, key, checked);
   }
   if (!(Math.abs(sum - 1) <= PROBABILITY_SUM_TOLERANCE)) {
     return `${what(id)} has probabilities that sum to ${formatNumber(sum)}, not 1`;
   }
   return out;
+}
+
+/** Sets `key` as an own enumerable property; `__proto__` too, which an assignment would take as the prototype. */
+function ownKey<T>(target: Record<string, T>, key: string, value: T): void {
+  if (key === "__proto__") Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
+  else target[key] = value;
+}
+
+/** "0" … "n-1", the level names of a score with n levels (at most 255 by the contract), built once per n. */
+const LEVEL_NAMES: Array<readonly string[]> = [];
+function levelNames(n: number): readonly string[] {
+  let names = LEVEL_NAMES[n];
+  if (names === undefined) {
+    names = Object.freeze(Array.from({ length: n }, (_, i) => String(i)));
+    LEVEL_NAMES[n] = names;
+  }
+  return names;
 }
 
 /** How a problem names the answer (built only when a problem is reported: a success quotes nothing). */

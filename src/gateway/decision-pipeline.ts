@@ -3,7 +3,7 @@ import type { DecisionRequest, DecisionResponse } from "../contract/decision.ts"
 import type { CompleteCommand, CompleteResult } from "../domain/bookkeeping.ts";
 import type { Clock } from "../domain/clock.ts";
 import { ServiceError } from "../domain/errors.ts";
-import { type ModelAnswerSet, type ModelCall, ModelServiceError } from "../models/model-service.ts";
+import { type CallOptions, type ModelAnswerSet, type ModelCall, ModelServiceError } from "../models/model-service.ts";
 import type { AdmissionPolicy } from "./admission.ts";
 import { checkAnswers } from "./answer-check.ts";
 import type { Books } from "./books.ts";
@@ -108,7 +108,9 @@ export class DecisionPipeline {
     const model = await this.resolve(ctx, request.model);
     this.tracer?.annotate({ "tds.request_id": ctx.requestId, "tds.organization_id": ctx.org.id, "tds.model": model.name });
     this.deps.admission.checkModel(ctx, model, request.model);
-    const call: ModelCall = { model: model.upstreamName, state: request.state, questions: request.questions, ...(text ? { text } : {}) };
+    const call: ModelCall = text
+      ? { model: model.upstreamName, state: request.state, questions: request.questions, text }
+      : { model: model.upstreamName, state: request.state, questions: request.questions };
     const step = this.tracer?.step("admission") ?? null;
     const admitting = this.deps.admission.admit(ctx, model, idempotency, () => tokenBoundOf(model, call));
     const admitted = step === null ? await admitting : await ended(step, admitting, (a) => ({ "tds.outcome": a.kind }));
@@ -145,7 +147,8 @@ export class DecisionPipeline {
   private async run(accepted: Accepted, request: DecisionRequest, call: ModelCall): Promise<Ending> {
     const { ctx, model } = accepted;
     const callStart = this.monotonicMs();
-    const options = { timeoutMs: this.deps.config.modelTimeoutMs, ...(ctx.signal ? { signal: ctx.signal } : {}) };
+    const timeoutMs = this.deps.config.modelTimeoutMs;
+    const options: CallOptions = ctx.signal ? { timeoutMs, signal: ctx.signal } : { timeoutMs };
     const step = this.tracer?.step("model call", { "tds.model": model.name }) ?? null;
     let answerSet: ModelAnswerSet;
     try {

@@ -241,7 +241,12 @@ describe("checkAnswers: awkward ids and option names", () => {
     const proto = printed.__proto__ as Record<string, unknown>;
     assert.equal(proto.choice, "__proto__");
     assert.deepEqual(Object.keys(proto.probabilities as object), ["__proto__", "constructor", "a.b", "ünï 🎲"]);
-    assert.equal(Object.getPrototypeOf(result.answers), null);
+    // Own keys, not prototypes: the answers map and its probabilities keep Object.prototype.
+    assert.equal(Object.getPrototypeOf(result.answers), Object.prototype);
+    assert.ok(Object.hasOwn(result.answers, "__proto__"));
+    const protoAnswer = result.answers.__proto__ as { probabilities: Record<string, number> };
+    assert.equal(Object.getPrototypeOf(protoAnswer.probabilities), Object.prototype);
+    assert.equal(Object.getOwnPropertyDescriptor(protoAnswer.probabilities, "__proto__")?.value, 0.4);
     assert.deepEqual(printed["a.b"]!.legend, { "0": "zero", "1": "one" });
   });
 

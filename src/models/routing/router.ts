@@ -203,12 +203,13 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
   /**
    * Runs the call on the leased deployment with `remainingMs`. Ends at the first of: the service's answer or
    * failure, the deadline (the router's own timer: "timeout", even if the service ignores its deadline), or the
-   * caller's abort ("aborted", at once). The slot is held until the service call itself settles.
+   * caller's abort ("aborted", at once). The service gets the same deadline and the caller's own signal (no
+   * AbortController per attempt: the service stops itself at that deadline). The slot is held until the service
+   * call itself settles.
    */
   function attempt(l: Lease, call: ModelCall, remainingMs: number, signal: AbortSignal | undefined, n: number): Promise<AttemptResult> {
     const d = l.deployment;
     const started = nowMs();
-    const controller = new AbortController();
     const span = tracer === null ? null : tracer.start(model, d.name, n);
     return new Promise<AttemptResult>((resolve) => {
       let decided = false;
@@ -226,14 +227,12 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
       };
       const timer = timers.setTimeout(
         () => {
-          controller.abort();
           const error = new ModelServiceError("timeout", `model service did not answer within ${Math.round(remainingMs)} ms`);
           finish(error, { ok: false, error });
         },
         Math.min(Math.ceil(remainingMs), MAX_TIMER_MS),
       );
       const onAbort = () => {
-        controller.abort();
         const error = new ModelServiceError("aborted", "model call aborted");
         finish(error, { ok: false, error });
       };
@@ -242,7 +241,10 @@ export function createModelRouter(model: string, deployments: readonly Deploymen
       let running: Promise<ModelAnswerSet>;
       try {
         const serviceCall = () =>
-          d.spec.service.decide(callFor(call, d.spec.upstreamName), { timeoutMs: remainingMs, signal: controller.signal });
+          d.spec.service.decide(
+            callFor(call, d.spec.upstreamName),
+            signal ? { timeoutMs: remainingMs, signal } : { timeoutMs: remainingMs },
+          );
         running = Promise.resolve(span === null ? serviceCall() : span.within(serviceCall));
       } catch (err) {
         running = Promise.reject(err);

@@ -92,6 +92,8 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
     "user-agent": "typed-decision-service",
   };
   if (apiKey !== undefined) baseHeaders.authorization = `Bearer ${apiKey}`;
+  // Shared by every call (undici only reads them); a traced call sends a copy with its trace context.
+  const postHeaders: Record<string, string> = { ...baseHeaders, "content-type": "application/json" };
 
   /** Removes the API key from any text that may leave this module. */
   function scrub(text: string): string {
@@ -123,9 +125,9 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
     const timeoutMs = call.timeoutMs;
     if (!(timeoutMs > 0)) throw fail("timeout", `model call deadline already passed (timeoutMs ${timeoutMs})`);
 
-    const headers: Record<string, string> = { ...baseHeaders };
-    if (payload !== undefined) headers["content-type"] = "application/json";
-    const span = traceExchange(headers, method, originUrl, base.pathPrefix + path);
+    const traced = traceExchange(payload === undefined ? baseHeaders : postHeaders, method, originUrl, base.pathPrefix + path);
+    const headers = traced === undefined ? (payload === undefined ? baseHeaders : postHeaders) : traced.headers;
+    const span = traced?.span;
     const ex = new ExchangeHandler(maxResponseBytes, span);
     const timer = setTimeout(deadlinePassed, Math.min(Math.ceil(timeoutMs), MAX_TIMER_MS), ex);
     // The handler itself is the listener (its handleEvent stops the exchange): no closure per call.

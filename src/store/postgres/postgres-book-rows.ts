@@ -120,6 +120,14 @@ interface Part {
   values: unknown[];
 }
 
+/**
+ * The text of each combined statement by its name, built once: a name lists its parts in order, and each part has a
+ * fixed number of parameters (one array per column), so one name always has one text (pg refuses a prepared
+ * statement's name with another text). Bounded all the same: past the bound a text is built every time.
+ */
+const COMBINED_TEXTS = new Map<string, string>();
+const MAX_COMBINED_TEXTS = 512;
+
 /** The SQL of a part with its parameters renumbered after `offset` others. */
 function renumbered(part: Part, offset: number): string {
   return SQL[part.name].replace(/\$(\d+)/g, (_, n: string) => `$${Number(n) + offset}`);
@@ -131,14 +139,22 @@ function renumbered(part: Part, offset: number): string {
  * parameters of `sql`'s own, numbered after the parts'.
  */
 function combined(parts: Part[], sql: (texts: string[], next: number) => string, extra: unknown[] = []): pg.QueryConfig {
-  const texts: string[] = [];
   const values: unknown[] = [];
-  for (const part of parts) {
-    texts.push(renumbered(part, values.length));
-    values.push(...part.values);
-  }
+  for (const part of parts) for (const value of part.values) values.push(value);
   const name = `tds_${parts.map((p) => NAMES.indexOf(p.name)).join("_")}`;
-  return { name, text: sql(texts, values.length + 1), values: [...values, ...extra] };
+  let text = COMBINED_TEXTS.get(name);
+  if (text === undefined) {
+    const texts: string[] = [];
+    let offset = 0;
+    for (const part of parts) {
+      texts.push(renumbered(part, offset));
+      offset += part.values.length;
+    }
+    text = sql(texts, offset + 1);
+    if (COMBINED_TEXTS.size < MAX_COMBINED_TEXTS) COMBINED_TEXTS.set(name, text);
+  }
+  for (const value of extra) values.push(value);
+  return { name, text, values };
 }
 
 /**
