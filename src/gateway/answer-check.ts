@@ -1,4 +1,4 @@
-import type { Answer, ChoiceAnswer, NoulAnswer, Question, ScoreAnswer } from "../contract/decision.ts";
+import { type Answer, type ChoiceAnswer, CONTRACT_LIMITS, type NoulAnswer, type Question, type ScoreAnswer } from "../contract/decision.ts";
 
 /**
  * Checks a model service's (unchecked) answers against the request's questions and rebuilds them
@@ -11,7 +11,7 @@ import type { Answer, ChoiceAnswer, NoulAnswer, Question, ScoreAnswer } from "..
  * Extra fields sent by the upstream are dropped silently. Ids and option names in the result (the
  * answers map, `probabilities`, `legend`) are own keys, `__proto__` included (ownKey), as JSON.parse
  * makes them; the maps are ordinary objects, which V8 keeps with fast properties (a null-prototype
- * object is a slow dictionary: building and printing the answers took a third longer).
+ * object is a slow dictionary, slower to build and to print).
  *
  * Floating-point noise of at most 1e-9 outside a range (e.g. a confidence of -1e-17 computed for a
  * uniform distribution) is accepted and clamped into the range; anything further out is rejected.
@@ -129,13 +129,13 @@ function ownKey<T>(target: Record<string, T>, key: string, value: T): void {
   else target[key] = value;
 }
 
-/** "0" … "n-1", the level names of a score with n levels (at most 255 by the contract), built once per n. */
+/** "0" … "n-1", the level names of a score with n levels, kept for the n the contract allows. */
 const LEVEL_NAMES: Array<readonly string[]> = [];
 function levelNames(n: number): readonly string[] {
   let names = LEVEL_NAMES[n];
   if (names === undefined) {
     names = Object.freeze(Array.from({ length: n }, (_, i) => String(i)));
-    LEVEL_NAMES[n] = names;
+    if (n <= CONTRACT_LIMITS.maxScoreLevels) LEVEL_NAMES[n] = names;
   }
   return names;
 }

@@ -121,9 +121,10 @@ interface Part {
 }
 
 /**
- * The text of each combined statement by its name, built once: a name lists its parts in order, and each part has a
- * fixed number of parameters (one array per column), so one name always has one text (pg refuses a prepared
- * statement's name with another text). Bounded all the same: past the bound a text is built every time.
+ * The text of each combined statement, built once per shape: its parts in order (its name) and each part's number of
+ * parameters (today fixed per part: one array per column). Should a part's parameters ever vary, the shape differs
+ * while the name does not, and pg refuses the second text for a prepared statement's name on a connection. Bounded
+ * all the same: past the bound a text is built every time.
  */
 const COMBINED_TEXTS = new Map<string, string>();
 const MAX_COMBINED_TEXTS = 512;
@@ -142,7 +143,8 @@ function combined(parts: Part[], sql: (texts: string[], next: number) => string,
   const values: unknown[] = [];
   for (const part of parts) for (const value of part.values) values.push(value);
   const name = `tds_${parts.map((p) => NAMES.indexOf(p.name)).join("_")}`;
-  let text = COMBINED_TEXTS.get(name);
+  const shape = `${name}/${parts.map((p) => p.values.length).join(",")}/${extra.length}`;
+  let text = COMBINED_TEXTS.get(shape);
   if (text === undefined) {
     const texts: string[] = [];
     let offset = 0;
@@ -151,7 +153,7 @@ function combined(parts: Part[], sql: (texts: string[], next: number) => string,
       offset += part.values.length;
     }
     text = sql(texts, offset + 1);
-    if (COMBINED_TEXTS.size < MAX_COMBINED_TEXTS) COMBINED_TEXTS.set(name, text);
+    if (COMBINED_TEXTS.size < MAX_COMBINED_TEXTS) COMBINED_TEXTS.set(shape, text);
   }
   for (const value of extra) values.push(value);
   return { name, text, values };
