@@ -18,7 +18,7 @@
  *      JavaScript and pg's protocol work); PostgreSQL's own CPU is printed apart, as information. A transaction that
  *      finds SQLite busy (its checkpoint thread holding the lock) is committed again after a pause, as the group
  *      committer does; the failed attempts count;
- *   5. model request body: the JSON text the System One HTTP adapter sends (its decide(): the request's own text of
+ *   5. model request body: the JSON text the System One HTTP adapter sends (decideRequestBody: the request's own text of
  *      state and questions plus the model name, as a Buffer);
  *   6. model answer: parseJsonBody + parseDecideEnvelope on the bytes bench/precomputed-model.ts sends (fetched from
  *      it), then checkAnswers against the request's questions;
@@ -49,7 +49,9 @@ import { checkAnswers } from "../src/gateway/answer-check.ts";
 import { type Charging, chargeOf } from "../src/gateway/charging.ts";
 import { round3 } from "../src/gateway/completion.ts";
 import { keyRefusal } from "../src/gateway/key-controls.ts";
+import { BEARER } from "../src/http/auth.ts";
 import { parseDecideEnvelope, parseJsonBody } from "../src/models/systemone-http/parse-response.ts";
+import { decideRequestBody } from "../src/models/systemone-http/systemone-http-service.ts";
 import { openStore } from "../src/store/open-store.ts";
 import { SERVING_SQLITE } from "../src/store/sqlite/sqlite-store.ts";
 import type { Store } from "../src/store/store.ts";
@@ -125,8 +127,6 @@ const BODY_TEXT = JSON.stringify(realisticRequest());
 const BODY_BYTES = Buffer.from(BODY_TEXT, "utf8");
 /** The body parser's decoder (json-body-parser.ts): strict UTF-8, BOM not ignored. */
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: false });
-/** auth.ts's Bearer pattern (not exported there). */
-const BEARER = /^Bearer[ \t]+(\S+)[ \t]*$/i;
 
 /** Distinct parsed bodies taken in turn: the later steps see objects of their own, not one object ever hot in cache. */
 const RING = 64;
@@ -194,10 +194,8 @@ function pureSteps(modelAnswer: Buffer): StepResult[] {
   results.push({
     step: "5. model request body (adapter's JSON text → Buffer)",
     ...perIteration((i) => {
-      const text = requests[i % RING]!.text;
-      // As SystemOneHttpService.decide builds its payload when the request's own text is known.
-      const payload = Buffer.from(`{"state":${text.state},"questions":${text.questions},"model":${JSON.stringify(MODEL)}}`, "utf8");
-      return payload.length;
+      const r = requests[i % RING]!;
+      return decideRequestBody({ model: MODEL, state: r.body.state, questions: r.body.questions, text: r.text }).length;
     }),
     setups: "all",
   });

@@ -23,7 +23,8 @@ declare module "fastify" {
   }
 }
 
-const BEARER = /^Bearer[ \t]+(\S+)[ \t]*$/i;
+/** `Authorization: Bearer <key>`: the key is the first group. */
+export const BEARER = /^Bearer[ \t]+(\S+)[ \t]*$/i;
 
 /**
  * onRequest hook: Bearer key → organization, before the body is read. The key id embedded in the

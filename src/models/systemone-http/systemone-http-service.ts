@@ -125,8 +125,9 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
     const timeoutMs = call.timeoutMs;
     if (!(timeoutMs > 0)) throw fail("timeout", `model call deadline already passed (timeoutMs ${timeoutMs})`);
 
-    const traced = traceExchange(payload === undefined ? baseHeaders : postHeaders, method, originUrl, base.pathPrefix + path);
-    const headers = traced === undefined ? (payload === undefined ? baseHeaders : postHeaders) : traced.headers;
+    const shared = payload === undefined ? baseHeaders : postHeaders;
+    const traced = traceExchange(shared, method, originUrl, base.pathPrefix + path);
+    const headers = traced?.headers ?? shared;
     const span = traced?.span;
     const ex = new ExchangeHandler(maxResponseBytes, span);
     const timer = setTimeout(deadlinePassed, Math.min(Math.ceil(timeoutMs), MAX_TIMER_MS), ex);
@@ -215,12 +216,7 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
 
   return {
     async decide(call: ModelCall, callOptions: CallOptions): Promise<ModelAnswerSet> {
-      const payload = Buffer.from(
-        call.text
-          ? `{"state":${call.text.state},"questions":${call.text.questions},"model":${JSON.stringify(call.model)}}`
-          : JSON.stringify({ state: call.state === undefined ? null : call.state, questions: call.questions, model: call.model }),
-        "utf8",
-      );
+      const payload = decideRequestBody(call);
       const started = performance.now();
       const res = await exchange("POST", "/v1/systemone", payload, callOptions);
       const latencyMs = performance.now() - started;
@@ -241,6 +237,19 @@ export function openSystemOneHttpService(options: SystemOneHttpOptions): ModelSe
       return closing;
     },
   };
+}
+
+/**
+ * The body of POST /v1/systemone for a call: the request's own text of `state` and `questions` when known (every value
+ * exactly as the client wrote it), else their JSON.
+ */
+export function decideRequestBody(call: ModelCall): Buffer {
+  return Buffer.from(
+    call.text
+      ? `{"state":${call.text.state},"questions":${call.text.questions},"model":${JSON.stringify(call.model)}}`
+      : JSON.stringify({ state: call.state === undefined ? null : call.state, questions: call.questions, model: call.model }),
+    "utf8",
+  );
 }
 
 /** The abort reason of an exchange whose body passed its limit (never thrown to callers). */
