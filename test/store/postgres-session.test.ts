@@ -20,6 +20,9 @@ async function statementsSent(fn: () => Promise<void>): Promise<string[]> {
 
 interface SessionRow {
   jit: string;
+  seqscan: string;
+  seqscan_source: string;
+  joins: string;
   plans: string;
   plans_source: string;
   jit_source: string;
@@ -30,6 +33,8 @@ interface SessionRow {
 
 const SESSION =
   "SELECT current_setting('jit') AS jit, current_setting('plan_cache_mode') AS plans, current_setting('statement_timeout') AS st, " +
+  "current_setting('enable_seqscan') AS seqscan, (SELECT source FROM pg_settings WHERE name = 'enable_seqscan') AS seqscan_source, " +
+  "current_setting('enable_hashjoin') || ' ' || current_setting('enable_mergejoin') AS joins, " +
   "current_setting('idle_in_transaction_session_timeout') AS idle, current_setting('search_path') AS path, " +
   "(SELECT source FROM pg_settings WHERE name = 'plan_cache_mode') AS plans_source, (SELECT source FROM pg_settings WHERE name = 'jit') AS jit_source";
 
@@ -50,7 +55,7 @@ describe("PostgreSQL session settings", () => {
     await db.drop();
   });
 
-  it("gives every pooled connection jit off and the timeouts from the startup packet, generic plans to the bookkeeping ones, with no SET sent", async () => {
+  it("gives every pooled connection jit off and the timeouts from the startup packet, generic plans and no Seq Scans nor hash or merge joins to the bookkeeping ones, with no SET sent", async () => {
     let rows: SessionRow[] = [];
     // Opened first: the migration connection is not the request path; the rows below come from pooled connections.
     const store = await open(db.url, { poolSize: 2, statementTimeoutMs: 2345, keepStatisticsFresh: true });
@@ -76,6 +81,12 @@ describe("PostgreSQL session settings", () => {
       ["force_generic_plan", "client"],
       "bookkeeping transactions: generic plans, from the startup packet",
     );
+    assert.deepEqual([read?.seqscan, read?.seqscan_source, read?.joins], ["on", "default", "on on"], "reads: left to the server");
+    assert.deepEqual(
+      [bookkeeping?.seqscan, bookkeeping?.seqscan_source, bookkeeping?.joins],
+      ["off", "client", "off off"],
+      "bookkeeping transactions: by index, no hash or merge joins",
+    );
     const setting = sent.filter((text) => /^\s*(SET|RESET)\b/i.test(text) || /set_config\s*\(/i.test(text));
     assert.deepEqual(setting, [], "no statement sets a session setting");
     assert.ok(
@@ -90,6 +101,7 @@ describe("PostgreSQL session settings", () => {
     try {
       const row = (await client.query<SessionRow>(SESSION)).rows[0]!;
       assert.deepEqual([row.plans, row.plans_source], ["auto", "default"]);
+      assert.deepEqual([row.seqscan, row.joins], ["off", "off off"], "by index all the same");
     } finally {
       client.release();
     }

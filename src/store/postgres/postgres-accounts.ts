@@ -1,14 +1,21 @@
+import { createHash } from "node:crypto";
 import type pg from "pg";
-import { Accounts } from "../accounts.ts";
+import { ACCOUNT_STATEMENTS, Accounts } from "../accounts.ts";
 import { MIGRATION_DATA_STEPS } from "../organization-names.ts";
 import { postgres } from "../schema/table.ts";
 import { runSqlAsync, type SqlRunner, type Statement, type StatementResult } from "../sql-program.ts";
 import { FOREIGN_KEY_VIOLATION, hasNul, isUniqueViolation, pgCode, transaction, withClient } from "./postgres-connection.ts";
 
-/** Runs statements on `client`, their `?` placeholders numbered. */
-function statementsOf(client: pg.ClientBase): (statement: Statement) => Promise<StatementResult> {
+/**
+ * Runs statements on `client`, their `?` placeholders numbered. A statement of `prepared` goes by its name, so that each
+ * connection parses it once and PostgreSQL may keep its plan (a key lookup runs for every few requests: unnamed, it
+ * was parsed and planned every time); any other runs unnamed.
+ */
+function statementsOf(client: pg.ClientBase, prepared = new Map<string, string>()): (statement: Statement) => Promise<StatementResult> {
   return async ({ sql, params }) => {
-    const result = await client.query(postgres.numbered(sql), params as unknown[]);
+    const name = prepared.get(sql);
+    const text = postgres.numbered(sql);
+    const result = await client.query(name === undefined ? text : { name, text }, params as unknown[]);
     return { rows: result.rows, changes: result.rowCount ?? 0 };
   };
 }
@@ -18,22 +25,29 @@ function uniqueKey(err: pg.DatabaseError): string {
   return `${err.table}.${/^Key \(([^)]*)\)=/.exec(err.detail ?? "")?.[1] ?? err.constraint}`;
 }
 
-export const postgresRunner = (pool: pg.Pool): SqlRunner => ({
-  read: (program) => withClient(pool, (c) => runSqlAsync(program(), statementsOf(c))),
-  write: (program) => transaction(pool, (c) => runSqlAsync(program(), statementsOf(c))),
-  violation: (err) =>
-    pgCode(err) === FOREIGN_KEY_VIOLATION
-      ? { kind: "foreign_key" }
-      : isUniqueViolation(err)
-        ? { kind: "unique", key: uniqueKey(err) }
-        : null,
-  holds: (...texts) => !hasNul(...texts),
-});
+/**
+ * A SqlRunner on `pool`; `prepared`: statements run by name, one prepared statement each per connection (a fixed set).
+ * The name comes from the text, so that runners sharing a pool never give one name to two texts (pg refuses that).
+ */
+export function postgresRunner(pool: pg.Pool, prepared: readonly string[] = []): SqlRunner {
+  const names = new Map(prepared.map((sql) => [sql, `tds_a_${createHash("sha256").update(sql).digest("hex").slice(0, 24)}`]));
+  return {
+    read: (program) => withClient(pool, (c) => runSqlAsync(program(), statementsOf(c, names))),
+    write: (program) => transaction(pool, (c) => runSqlAsync(program(), statementsOf(c, names))),
+    violation: (err) =>
+      pgCode(err) === FOREIGN_KEY_VIOLATION
+        ? { kind: "foreign_key" }
+        : isUniqueViolation(err)
+          ? { kind: "unique", key: uniqueKey(err) }
+          : null,
+    holds: (...texts) => !hasNul(...texts),
+  };
+}
 
 /** Organizations, API keys and the audit log in PostgreSQL (accounts.ts): each write one READ COMMITTED transaction. */
 export class PostgresAccounts extends Accounts {
   constructor(pool: pg.Pool) {
-    super(postgresRunner(pool));
+    super(postgresRunner(pool, ACCOUNT_STATEMENTS));
   }
 }
 

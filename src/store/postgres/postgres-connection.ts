@@ -110,23 +110,38 @@ const TYPES: pg.CustomTypesConfig = {
     oid === INT8_OID && format !== "binary" ? parseBigint : pg.types.getTypeParser(oid, format)) as pg.CustomTypesConfig["getTypeParser"],
 };
 
+/** What a bookkeeping connection's session gets beyond every session's settings (sessionOptions). */
+export interface BookkeepingSession {
+  /** plan_cache_mode=force_generic_plan: only where the store keeps every table's statistics fresh (postgres-store.ts). */
+  genericPlans: boolean;
+}
+
 /**
  * What every session of the gateway needs, sent in the startup packet's `options` (`-c name=value`), so that a
  * connection has it from its first statement and no statement on the request path sets anything: no JIT (the
  * bookkeeping statements are cheap, and JIT compiling one costs milliseconds whenever an estimate crosses
- * jit_above_cost), and the timeouts. The bookkeeping connections (`genericPlans`) also get
- * plan_cache_mode=force_generic_plan: their prepared statements are planned once per connection and after each ANALYZE
- * of a table they use (postgres-statistics.ts), never at each execution, which the server's `auto` would do for the
- * lookups by `= ANY($1)` (their generic plan assumes 10 keys). The other connections follow the server's plan_cache_mode.
- * Only settings every supported server knows (PostgreSQL 12 or newer): an unknown name makes the server refuse the
- * connection.
+ * jit_above_cost), and the timeouts. The bookkeeping connections (`bookkeeping`) also get:
+ * - enable_seqscan=off, enable_hashjoin=off, enable_mergejoin=off: every bookkeeping statement finds its rows by a key
+ *   (a batch's keys, unnested, joined to a primary key by a nested loop) or by the in-flight index. A plan made while a
+ *   table was a few rows small (a new database, or one analyzed then) costs a Seq Scan, or a hash or merge join over a
+ *   whole index, less than the lookups, and it was kept as the table grew, reading all of it at every execution until
+ *   the next ANALYZE, up to a refresh interval later (postgres-statistics.ts). A statement that no index serves would
+ *   still run, as a Seq Scan; none of them is one (test/store/postgres-generic-plans.test.ts). The per-organization
+ *   rows (balances, preview counters) may still be read through a whole index while they are few: nearly every batch
+ *   updates them, so every refresh analyzes them again.
+ * - with `genericPlans`, plan_cache_mode=force_generic_plan: their prepared statements are planned once per connection
+ *   and after each ANALYZE of a table they use (postgres-statistics.ts), never at each execution, which the server's
+ *   `auto` would do for the lookups by `= ANY($1)` (their generic plan assumes 10 keys).
+ * The other connections follow the server's settings. Only settings every supported server knows (PostgreSQL 12 or
+ * newer): an unknown name makes the server refuse the connection.
  */
-function sessionOptions(statementTimeoutMs: number, idleInTransactionMs: number, genericPlans: boolean): string {
+function sessionOptions(statementTimeoutMs: number, idleInTransactionMs: number, bookkeeping: BookkeepingSession | null): string {
   const settings = {
     jit: "off",
     statement_timeout: statementTimeoutMs,
     idle_in_transaction_session_timeout: idleInTransactionMs,
-    ...(genericPlans ? { plan_cache_mode: "force_generic_plan" } : {}),
+    ...(bookkeeping ? { enable_seqscan: "off", enable_hashjoin: "off", enable_mergejoin: "off" } : {}),
+    ...(bookkeeping?.genericPlans ? { plan_cache_mode: "force_generic_plan" } : {}),
   };
   return Object.entries(settings)
     .map(([name, value]) => `-c ${name}=${value}`)
@@ -163,11 +178,11 @@ function operatorOptions(connectionString: string): { connectionString: string; 
  */
 export function clientConfig(
   settings: ConnectionSettings,
-  own: { statementTimeoutMs?: number; genericPlans?: boolean } = {},
+  own: { statementTimeoutMs?: number; bookkeeping?: BookkeepingSession | undefined } = {},
 ): pg.ClientConfig {
   const statementTimeoutMs = own.statementTimeoutMs ?? settings.statementTimeoutMs;
   const operator = operatorOptions(settings.connectionString);
-  const ours = sessionOptions(statementTimeoutMs, settings.statementTimeoutMs, own.genericPlans ?? false);
+  const ours = sessionOptions(statementTimeoutMs, settings.statementTimeoutMs, own.bookkeeping ?? null);
   // A timeout of this connection's own (the migrations' longer one) comes last: the operator's must not shorten it.
   const last = statementTimeoutMs === settings.statementTimeoutMs ? "" : ` -c statement_timeout=${statementTimeoutMs}`;
   return {
@@ -198,10 +213,10 @@ export function poolSizes(poolSize: number, lanes?: number): { bookkeeping: numb
 export function openPool(
   settings: ConnectionSettings,
   size: number,
-  own: { genericPlans?: boolean; onIdleError?: ((err: Error) => void) | undefined } = {},
+  own: { bookkeeping?: BookkeepingSession; onIdleError?: ((err: Error) => void) | undefined } = {},
 ): pg.Pool {
   const pool = new pg.Pool({
-    ...clientConfig(settings, { genericPlans: own.genericPlans ?? false }),
+    ...clientConfig(settings, { bookkeeping: own.bookkeeping }),
     max: size,
     idleTimeoutMillis: IDLE_TIMEOUT_MS,
   });

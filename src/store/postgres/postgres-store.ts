@@ -88,8 +88,8 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
   const sizes = poolSizes(settings.poolSize, options.bookkeepingLanes);
   const pool = openPool(settings, sizes.reads, { onIdleError: options.onIdleError });
   const statistics = new StatisticsRefresher(pool, options.onStatisticsProblem);
-  // The first refresh before the store is used. Generic plans made on tables never analyzed may scan them whole (about
-  // 20 times slower on a large table), so they are used only where the store keeps every table's statistics fresh.
+  // The first refresh before the store is used. A generic plan rests on the statistics of when it was made (on a large
+  // table never analyzed, one was about 20 times slower), so they are used only where the store keeps them fresh.
   const first = options.keepStatisticsFresh ? await statistics.start() : null;
   const genericPlans = first !== null && first.failed.length === 0;
   if (options.keepStatisticsFresh && !genericPlans) {
@@ -98,7 +98,7 @@ export async function openPostgresStore(url: string, options: PostgresStoreOptio
         "the store could not analyze every one of its tables (see the messages before this one).",
     );
   }
-  const bookkeepingPool = openPool(settings, sizes.bookkeeping, { genericPlans, onIdleError: options.onIdleError });
+  const bookkeepingPool = openPool(settings, sizes.bookkeeping, { bookkeeping: { genericPlans }, onIdleError: options.onIdleError });
   return composeStore(
     new PostgresHandle(pool, bookkeepingPool, migrations, settings, statistics),
     new PostgresAccounts(pool),
