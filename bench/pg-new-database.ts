@@ -77,6 +77,7 @@ async function backendsGone(url: string): Promise<void> {
       if (others.rowCount === 0) return;
       await new Promise((r) => setTimeout(r, 100));
     }
+    console.error("(sessions still connected after 10 s: the Seq Scan counts may miss their last second)");
   } finally {
     await client.end();
   }

@@ -41,16 +41,23 @@ const KEY = { counter: ["scope", "day"], keySpend: ["keyId", "period"], idempote
 const FINAL = ["requestId", ...USAGE_FINAL_FIELDS] as const;
 const SWEEP = sweepReads((alias) => ` FOR UPDATE OF ${alias} SKIP LOCKED`);
 
+/*
+ * BY_KEY: a statement that joins the batch's keys (unnested) to a table also says `key = ANY(the keys)`. With the
+ * bookkeeping connections' settings (no Seq Scans, no hash or merge joins: postgres-connection.ts) a join is a nested
+ * loop; a plan made while the table held a few rows, or few of the rows asked for (records in flight), puts the table
+ * outside the loop, and without that condition it would read the table's whole index, as it grew, until the next ANALYZE.
+ */
 const SQL = {
   // Creates missing counters at 0 so that every counter of the batch is locked; the no-op update locks existing ones.
   counters:
     `INSERT INTO preview_counters (${previewCounters.list()}) SELECT scope, day, 0 FROM ${postgres.unnestAs(previewCounters, KEY.counter, "k")} ` +
     'ORDER BY scope COLLATE "C", day COLLATE "C" ' +
     `ON CONFLICT (scope, day) DO UPDATE SET count = preview_counters.count RETURNING ${previewCounters.list()}`,
-  // Not locked: the write adds to them within a limit (incrementCounters).
+  // Not locked: the write adds to them within a limit (incrementCounters). The keys also as `= ANY` (BY_KEY).
   sharedCounters:
     `SELECT ${previewCounters.list(previewCounters.fields, "c.")} FROM preview_counters c ` +
-    `JOIN ${postgres.unnestAs(previewCounters, KEY.counter, "k")} ON c.scope = k.scope AND c.day = k.day`,
+    `JOIN ${postgres.unnestAs(previewCounters, KEY.counter, "k")} ON c.scope = k.scope AND c.day = k.day ` +
+    "WHERE c.scope = ANY($1::text[]) AND c.day = ANY($2::text[])",
   usage: `SELECT ${usageRecords.list(USAGE_STATE_FIELDS)} FROM usage_records WHERE request_id = ANY($1::text[]) ORDER BY request_id FOR UPDATE`,
   // The balance rows, locked in org_id order: LockRows runs above the sort, and json_agg reads every row (see readSnapshot).
   balances: `SELECT org_id, ${orgBalances.list(BALANCE_FIELDS)} FROM org_balances WHERE org_id = ANY($1::text[]) ORDER BY org_id FOR UPDATE`,
@@ -74,20 +81,21 @@ const SQL = {
   orphanedInFlight: postgres.numbered(SWEEP.orphanedInFlight),
 
   insertUsage: postgres.insert(usageRecords),
-  // Each record found by its key. `IS NOT DISTINCT FROM`, not `=`: the partial index usage_records_in_flight would match
+  // Each record found by its key (also as `= ANY`: BY_KEY). `IS NOT DISTINCT FROM`, not `=`: the partial index usage_records_in_flight would match
   // `outcome = 'in_flight'`, and once ANALYZE says few records are in flight the planner scans that whole index (with
   // every dead entry of the records completed since the last VACUUM) and hash-joins it, instead of 1 lookup per record.
   finalUsage:
     `UPDATE usage_records u SET ${usageRecords.assign(USAGE_FINAL_FIELDS, (c) => `f.${c}`)} FROM ${postgres.unnestAs(usageRecords, FINAL, "f")} ` +
-    "WHERE u.request_id = f.request_id AND u.outcome IS NOT DISTINCT FROM 'in_flight'",
+    "WHERE u.request_id = f.request_id AND u.request_id = ANY($1::text[]) AND u.outcome IS NOT DISTINCT FROM 'in_flight'",
   // A row another transaction created since the snapshot (it could not be locked) is added to instead.
   insertBalances: `${postgres.insert(orgBalances, orgBalances.fields, "b")} ON CONFLICT (org_id) DO UPDATE SET ${orgBalances.assign(
     BALANCE_FIELDS,
     (c) => `b.${c} + excluded.${c}`,
   )}`,
+  // BY_KEY.
   moveBalances:
     `UPDATE org_balances b SET ${orgBalances.assign(BALANCE_FIELDS, (c) => `b.${c} + d.${c}`)} ` +
-    `FROM ${postgres.unnestAs(orgBalances, orgBalances.fields, "d")} WHERE b.org_id = d.org_id`,
+    `FROM ${postgres.unnestAs(orgBalances, orgBalances.fields, "d")} WHERE b.org_id = d.org_id AND b.org_id = ANY($1::text[])`,
   insertLedger:
     `INSERT INTO ledger_entries (${ledgerEntries.list(NEW_LEDGER_FIELDS)}) SELECT ${ledgerEntries.list(NEW_LEDGER_FIELDS)} ` +
     `FROM ${postgres.unnest(ledgerEntries, NEW_LEDGER_FIELDS)} WITH ORDINALITY AS e(${ledgerEntries.list(NEW_LEDGER_FIELDS)}, n) ORDER BY n`,

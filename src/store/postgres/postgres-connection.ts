@@ -126,9 +126,8 @@ export interface BookkeepingSession {
  *   table was a few rows small (a new database, or one analyzed then) costs a Seq Scan, or a hash or merge join over a
  *   whole index, less than the lookups, and it was kept as the table grew, reading all of it at every execution until
  *   the next ANALYZE, up to a refresh interval later (postgres-statistics.ts). A statement that no index serves would
- *   still run, as a Seq Scan; none of them is one (test/store/postgres-generic-plans.test.ts). The per-organization
- *   rows (balances, preview counters) may still be read through a whole index while they are few: nearly every batch
- *   updates them, so every refresh analyzes them again.
+ *   still run, as a Seq Scan; none of them is one (test/store/postgres-generic-plans.test.ts). A join also names its
+ *   keys as `= ANY`, so that the table is reached by key on either side of the loop (BY_KEY, postgres-book-rows.ts).
  * - with `genericPlans`, plan_cache_mode=force_generic_plan: their prepared statements are planned once per connection
  *   and after each ANALYZE of a table they use (postgres-statistics.ts), never at each execution, which the server's
  *   `auto` would do for the lookups by `= ANY($1)` (their generic plan assumes 10 keys).
