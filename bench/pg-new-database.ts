@@ -55,7 +55,6 @@ async function usageSeqScans(url: string): Promise<{ scans: number; rows: number
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   try {
-    await client.query("SELECT pg_stat_force_next_flush()").catch(() => undefined);
     const row = (
       await client.query<{ scans: string; rows: string }>(
         "SELECT seq_scan AS scans, seq_tup_read AS rows FROM pg_stat_user_tables WHERE relname = 'usage_records'",
