@@ -1,3 +1,5 @@
+// First: sets a V8 flag that must hold before the other modules allocate.
+import "./startup/gc-flags.ts";
 import { buildApp, CLOSE_HOOKS_MS, SHUTDOWN_GRACE_MS } from "./app.ts";
 import { bootstrapAndDeliver, bootstrapKeyFilePath } from "./bootstrap.ts";
 import { type Config, ConfigError, configFileWarning, loadConfig, servingProblems } from "./config.ts";
