@@ -98,7 +98,7 @@ async function slice(modelUrl: string, nodeArgs: string[]): Promise<Slice> {
       const load = await paced(target, body, { seconds: PACED_SECONDS, rate: RATE });
       const pacedCpuUsPerRequest = (processCpuNs(gateway.child.pid!) - pacedCpu0) / 1000 / load.requests;
       const gc1 = await majorGcs(gateway);
-      const times = [...load.times].sort((a, b) => a - b);
+      const times = load.times;
       return {
         cpuUsPerRequest,
         pacedCpuUsPerRequest,
@@ -106,7 +106,7 @@ async function slice(modelUrl: string, nodeArgs: string[]): Promise<Slice> {
         p90: percentile(times, 90),
         p99: percentile(times, 99),
         p999: percentile(times, 99.9),
-        max: times.at(-1) ?? Number.NaN,
+        max: percentile(times, 100),
         majorGcs: gc1.count - gc0.count,
         majorGcMs: gc1.ms - gc0.ms,
         failures: load.failures,

@@ -1,4 +1,4 @@
-// First: sets a V8 flag that must hold before the other modules allocate.
+// First: a V8 flag for the whole process, set before the other modules run (startup/gc-flags.ts).
 import "./startup/gc-flags.ts";
 import { buildApp, CLOSE_HOOKS_MS, SHUTDOWN_GRACE_MS } from "./app.ts";
 import { bootstrapAndDeliver, bootstrapKeyFilePath } from "./bootstrap.ts";

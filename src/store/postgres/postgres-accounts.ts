@@ -11,11 +11,12 @@ import { FOREIGN_KEY_VIOLATION, hasNul, isUniqueViolation, pgCode, transaction, 
  * connection parses it once and PostgreSQL may keep its plan (a key lookup runs for every few requests: unnamed, it
  * was parsed and planned every time); any other runs unnamed.
  */
-function statementsOf(client: pg.ClientBase, prepared = new Map<string, string>()): (statement: Statement) => Promise<StatementResult> {
+function statementsOf(
+  client: pg.ClientBase,
+  prepared: ReadonlyMap<string, { name: string; text: string }> = new Map(),
+): (statement: Statement) => Promise<StatementResult> {
   return async ({ sql, params }) => {
-    const name = prepared.get(sql);
-    const text = postgres.numbered(sql);
-    const result = await client.query(name === undefined ? text : { name, text }, params as unknown[]);
+    const result = await client.query(prepared.get(sql) ?? postgres.numbered(sql), params as unknown[]);
     return { rows: result.rows, changes: result.rowCount ?? 0 };
   };
 }
@@ -30,7 +31,13 @@ function uniqueKey(err: pg.DatabaseError): string {
  * The name comes from the text, so that runners sharing a pool never give one name to two texts (pg refuses that).
  */
 export function postgresRunner(pool: pg.Pool, prepared: readonly string[] = []): SqlRunner {
-  const names = new Map(prepared.map((sql) => [sql, `tds_a_${createHash("sha256").update(sql).digest("hex").slice(0, 24)}`]));
+  // Named and numbered once, not at every run.
+  const names = new Map(
+    prepared.map((sql) => [
+      sql,
+      { name: `tds_a_${createHash("sha256").update(sql).digest("hex").slice(0, 24)}`, text: postgres.numbered(sql) },
+    ]),
+  );
   return {
     read: (program) => withClient(pool, (c) => runSqlAsync(program(), statementsOf(c, names))),
     write: (program) => transaction(pool, (c) => runSqlAsync(program(), statementsOf(c, names))),
