@@ -79,9 +79,6 @@ export async function paced(target: Endpoint, body: string, opts: { seconds: num
   const pool = new Pool(target.url, { connections: 64, pipelining: 1 });
   const times: number[] = [];
   let failures = 0;
-  let sent = 0;
-  const total = Math.round(opts.rate * opts.seconds);
-  const inFlight = new Set<Promise<void>>();
   const one = async (n: number) => {
     const t0 = performance.now();
     try {
@@ -93,6 +90,22 @@ export async function paced(target: Endpoint, body: string, opts: { seconds: num
       failures++;
     }
   };
+  const { sent, seconds } = await evenly(one, opts);
+  await pool.close();
+  return { times, requests: sent, failures, seconds };
+}
+
+/**
+ * Calls `one(0)`, `one(1)`, … `rate` times a second for `seconds`, evenly (open loop: a call does not wait for the
+ * ones before it), and waits for every call to end: how many were made, and the seconds from the first to the end.
+ */
+export async function evenly(
+  one: (n: number) => Promise<void>,
+  opts: { seconds: number; rate: number },
+): Promise<{ sent: number; seconds: number }> {
+  let sent = 0;
+  const total = Math.round(opts.rate * opts.seconds);
+  const inFlight = new Set<Promise<void>>();
   const start = performance.now();
   await new Promise<void>((resolve) => {
     const tick = setInterval(() => {
@@ -108,7 +121,5 @@ export async function paced(target: Endpoint, body: string, opts: { seconds: num
     }, 1);
   });
   await Promise.all(inFlight);
-  const seconds = (performance.now() - start) / 1000;
-  await pool.close();
-  return { times, requests: sent, failures, seconds };
+  return { sent, seconds: (performance.now() - start) / 1000 };
 }

@@ -41,7 +41,7 @@ const provision = (store: Store, mode: Mode) => provisionBenchOrg(store, mode ==
  * Runs `batches` steady-state batches of `size` requests (each admits `size` new requests and completes the previous
  * batch's) after one batch that only admits; `measure` wraps the steady-state ones.
  */
-async function steadyBatches(
+export async function steadyBatches(
   store: Store,
   mode: Mode,
   who: { orgId: string; keyId: string },
