@@ -98,6 +98,7 @@ export async function paced(target: Endpoint, body: string, opts: { seconds: num
 /**
  * Calls `one(0)`, `one(1)`, … `rate` times a second for `seconds`, evenly (open loop: a call does not wait for the
  * ones before it), and waits for every call to end: how many were made, and the seconds from the first to the end.
+ * `one` handles its own failures (a rejection would go unhandled until every call has been made).
  */
 export async function evenly(
   one: (n: number) => Promise<void>,

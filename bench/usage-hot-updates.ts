@@ -4,17 +4,20 @@
  * holds and the partial index `usage_records_in_flight` filters on. The bench measures the store's steps on two
  * scratch databases, one as migrated and one without those two indexes and with `usage_records` at fillfactor 70 (room
  * on each page for the new row version), in turns: `store.commitBatch` in steady batches (each admits B requests and
- * completes the B of the batch before, as bench/store-costs.ts does), one connection, after 3,200 requests of history
- * and VACUUM (ANALYZE). Prints per round PostgreSQL's CPU per request (its backends of the database and its shared
- * processes, from /proc) and the share of the record updates that were HOT (pg_stat_user_tables), then medians.
- * Without those indexes the usage listing by outcome and the sweep would read more: this measures the gain only.
+ * completes the B of the batch before, as bench/store-costs.ts does, and leaves the last B in flight), after 3,200
+ * requests of history and VACUUM (ANALYZE), on the store opened as a serving gateway opens it (statistics kept fresh,
+ * generic plans) with one bookkeeping connection. Prints per round PostgreSQL's CPU per request (its backends of the
+ * database and its shared processes, from /proc) and the share of the record updates that were HOT
+ * (pg_stat_user_tables), then medians. Dropping the two indexes also saves the two entries the admission's insert
+ * wrote into them, and the usage listing by outcome and the sweep would read more without them: this measures the
+ * gain only.
  *
  *   npx tsx bench/usage-hot-updates.ts [--rounds 3] [--requests 3000] [--mode preview|paid]
  */
 import { parseArgs } from "node:util";
 import pg from "pg";
 import { openStore } from "../src/store/open-store.ts";
-import type { Store } from "../src/store/store.ts";
+import type { PostgresStore } from "../src/store/postgres/postgres-store.ts";
 import { createTestDatabase } from "../test/support/postgres-db.ts";
 import { provisionBenchOrg } from "./book-steps.ts";
 import { median } from "./load.ts";
@@ -39,56 +42,73 @@ interface Variant {
   name: string;
   db: { url: string; name: string; drop(): Promise<void> };
   monitor: pg.Client;
-  store: Store;
+  store?: PostgresStore;
   who: Who;
 }
 
-async function variant(name: string, changes: string[]): Promise<Variant> {
+/**
+ * A scratch database with `changes` applied, 3,200 requests of history, VACUUM (ANALYZE), and the store opened on it as a
+ * serving gateway opens it (its statistics kept fresh, so its bookkeeping statements keep generic plans), on one
+ * bookkeeping connection. Added to `into` as soon as the database exists, so that it is dropped whatever happens.
+ */
+async function variant(into: Variant[], name: string, changes: string[]): Promise<Variant> {
   const db = await createTestDatabase("tds_bench_hot");
-  const monitor = new pg.Client({ connectionString: db.url });
-  await monitor.connect();
-  const store = await openStore(`${db.url}?pool_size=1`);
-  for (const sql of changes) await monitor.query(sql);
-  const who = await provisionBenchOrg(store, MODE === "paid" ? 1_000_000_000_000 : 0);
-  await steadyBatches(store, MODE, who, 32, 100, (run) => run());
-  await monitor.query("VACUUM (ANALYZE)");
-  return { name, db, monitor, store, who };
+  const v: Variant = { name, db, monitor: new pg.Client({ connectionString: db.url }), who: { orgId: "", keyId: "" } };
+  into.push(v);
+  await v.monitor.connect();
+  const seed = await openStore(db.url);
+  try {
+    for (const sql of changes) await v.monitor.query(sql);
+    v.who = await provisionBenchOrg(seed, MODE === "paid" ? 1_000_000_000_000 : 0);
+    await steadyBatches(seed, MODE, v.who, 32, 100, (run) => run());
+  } finally {
+    await seed.close();
+  }
+  await v.monitor.query("VACUUM (ANALYZE)");
+  v.store = (await openStore(`${db.url}?pool_size=1`, { postgres: { keepStatisticsFresh: true } })) as PostgresStore;
+  return v;
 }
 
-const updates = async (v: Variant) => {
-  await v.monitor.query("SELECT pg_stat_force_next_flush()");
+/**
+ * The record updates counted so far, the store's bookkeeping connection's included: a backend publishes its counts
+ * when it goes idle, at most once a second unless told to.
+ */
+async function updates(v: Variant): Promise<{ hot: number; all: number }> {
+  await v.store!.bookkeepingPool.query("SELECT pg_stat_force_next_flush()");
   const row = (
     await v.monitor.query<{ hot: string; all: string }>(
       "SELECT n_tup_hot_upd AS hot, n_tup_upd AS all FROM pg_stat_user_tables WHERE relname = 'usage_records'",
     )
   ).rows[0]!;
   return { hot: Number(row.hot), all: Number(row.all) };
-};
+}
 
 async function main(): Promise<void> {
-  const variants = [
-    await variant("as migrated", []),
-    await variant("no outcome indexes, fillfactor 70", [
+  const variants: Variant[] = [];
+  try {
+    await variant(variants, "as migrated", []);
+    await variant(variants, "no outcome indexes, fillfactor 70", [
       "DROP INDEX usage_records_in_flight",
       "DROP INDEX usage_records_by_org_outcome_time",
       "ALTER TABLE usage_records SET (fillfactor = 70)",
-    ]),
-  ];
-  try {
+    ]);
     const cpu = new Map<string, number[]>();
     console.log(
-      `${MODE} requests, store.commitBatch on one connection; PostgreSQL CPU µs per request (two steps), HOT share of the record updates`,
+      `${MODE} requests, store.commitBatch on one bookkeeping connection; PostgreSQL CPU µs per request (two steps), HOT share of the record updates`,
     );
     for (let round = 1; round <= ROUNDS; round++) {
       for (const size of BATCH_SIZES) {
         for (const v of round % 2 ? variants : [...variants].reverse()) {
           const batches = Math.ceil(REQUESTS / size);
           const before = await updates(v);
-          const cpu0 = readPostgresCpu(v.db.name);
-          await steadyBatches(v.store, MODE, v.who, size, batches, (run) => run());
-          const spent = postgresCpuSince(cpu0, readPostgresCpu(v.db.name));
+          let perRequest = Number.NaN;
+          await steadyBatches(v.store!, MODE, v.who, size, batches, async (run) => {
+            const cpu0 = readPostgresCpu(v.db.name);
+            await run();
+            const spent = postgresCpuSince(cpu0, readPostgresCpu(v.db.name));
+            perRequest = (spent.backendsNs + spent.backgroundNs) / 1000 / (batches * size);
+          });
           const after = await updates(v);
-          const perRequest = (spent.backendsNs + spent.backgroundNs) / 1000 / (batches * size);
           cpu.set(`${v.name}/${size}`, [...(cpu.get(`${v.name}/${size}`) ?? []), perRequest]);
           const hot = after.all > before.all ? (after.hot - before.hot) / (after.all - before.all) : Number.NaN;
           console.log(`round ${round}, batches of ${size}, ${v.name}: ${perRequest.toFixed(1)} µs, ${(hot * 100).toFixed(0)} % HOT`);
@@ -103,8 +123,8 @@ async function main(): Promise<void> {
     }
   } finally {
     for (const v of variants) {
-      await v.store.close();
-      await v.monitor.end();
+      await v.store?.close();
+      await v.monitor.end().catch(() => undefined);
       await v.db.drop();
     }
   }
