@@ -27,7 +27,6 @@
  *
  *   npx tsx bench/pg-latency-floor.ts [--runs 3] [--seconds 10] [--warm-seconds 2] [--rate 300]
  */
-import { randomBytes } from "node:crypto";
 import { parseArgs } from "node:util";
 import type pg from "pg";
 import { utcDay } from "../src/domain/utc-day.ts";
@@ -36,8 +35,9 @@ import { GLOBAL_PREVIEW_SCOPE } from "../src/store/input-checks.ts";
 import { openStore } from "../src/store/open-store.ts";
 import { connectionSettings, openPool, pipelinedTransaction } from "../src/store/postgres/postgres-connection.ts";
 import type { Store } from "../src/store/store.ts";
+import { dayStartOf } from "../src/store/usage-daily-rows.ts";
 import { createTestDatabase } from "../test/support/postgres-db.ts";
-import { benchAdmission, benchCompletion, provisionBenchOrg } from "./book-steps.ts";
+import { benchAdmission, benchCompletion, provisionBenchOrg, randomRequestId } from "./book-steps.ts";
 import { evenly, median, percentile } from "./load.ts";
 import { postgresCpuSince, readPostgresCpu } from "./proc-cpu.ts";
 
@@ -75,8 +75,6 @@ async function pace(one: Request, seconds: number, rate: number): Promise<{ time
   return { times, failures };
 }
 
-const hex = () => randomBytes(12).toString("hex");
-
 interface Setup {
   name: string;
   one: Request;
@@ -88,7 +86,6 @@ interface Figures {
   p999: number;
   pgCpuUs: number;
   failures: number;
-  transactions: string;
 }
 
 /** Statements sent as the store sends its own: prepared once per connection, BEGIN and COMMIT pipelined with them. */
@@ -114,9 +111,9 @@ async function previewRows(pool: pg.Pool, template: string, orgId: string): Prom
     `SELECT ${columns.map((c) => fresh[c] ?? c).join(", ")} FROM usage_records WHERE request_id = $3`;
   const counter = "UPDATE preview_counters SET count = count + 1 WHERE scope = $1 AND day = $2";
   return async () => {
-    const id = `req_${hex()}`;
+    const id = randomRequestId();
     const nowMs = Date.now();
-    const dayStart = nowMs - (nowMs % 86_400_000);
+    const dayStart = dayStartOf(nowMs);
     await inTransaction(pool, [
       { name: "floor_copy", text: copy, values: [id, nowMs, template] },
       // One row at a time, the organization's first: every transaction locks them in the same order.
@@ -199,7 +196,7 @@ async function main(): Promise<void> {
       {
         name: "durable pair",
         one: async () => {
-          const id = hex();
+          const id = randomRequestId();
           const insert = "INSERT INTO floor_records VALUES ($1, 'org', $2, 'in_flight')";
           await inTransaction(pool, [{ name: "floor_insert", text: insert, values: [id, Date.now()] }]);
           const update = "UPDATE floor_records SET outcome = 'succeeded' WHERE request_id = $1";
@@ -235,7 +232,6 @@ async function main(): Promise<void> {
           p999: percentile(times, 99.9),
           pgCpuUs: (cpu.backendsNs + cpu.backgroundNs) / 1000 / Math.max(1, times.length + failures),
           failures,
-          transactions,
         };
         results.set(setup.name, [...(results.get(setup.name) ?? []), r]);
         console.log(

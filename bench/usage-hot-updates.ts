@@ -51,7 +51,7 @@ interface Variant {
  * serving gateway opens it (its statistics kept fresh, so its bookkeeping statements keep generic plans), on one
  * bookkeeping connection. Added to `into` as soon as the database exists, so that it is dropped whatever happens.
  */
-async function variant(into: Variant[], name: string, changes: string[]): Promise<Variant> {
+async function variant(into: Variant[], name: string, changes: string[]): Promise<void> {
   const db = await createTestDatabase("tds_bench_hot");
   const v: Variant = { name, db, monitor: new pg.Client({ connectionString: db.url }), who: { orgId: "", keyId: "" } };
   into.push(v);
@@ -66,7 +66,6 @@ async function variant(into: Variant[], name: string, changes: string[]): Promis
   }
   await v.monitor.query("VACUUM (ANALYZE)");
   v.store = (await openStore(`${db.url}?pool_size=1`, { postgres: { keepStatisticsFresh: true } })) as PostgresStore;
-  return v;
 }
 
 /**
